@@ -1,0 +1,33 @@
+//! Key resolution for Parquet Modular Encryption (PME): KMS clients, PME key material
+//! (PKMT1, double wrapping, internal and external storage) and a cached
+//! [`KeyResolver`] that hands parquet-rs data keys through its `KeyRetriever` hook.
+//!
+//! This crate sits below the table and engine crates and has no DataFusion
+//! dependency: it is the audit surface for key handling. Keys are [`SecretKey`]s:
+//! zeroed on drop and redacted in `Debug`.
+//!
+//! ```
+//! use clearice_crypto::{KeyringKms, Kms};
+//! let kms = KeyringKms::from_json(r#"{"k":"MDEyMzQ1Njc4OTAxMjM0NQ=="}"#).unwrap();
+//! let wrapped = kms.wrap_key(b"0123456789abcdef", "k").unwrap();
+//! assert_eq!(kms.unwrap_key(&wrapped, "k").unwrap().expose(), b"0123456789abcdef");
+//! ```
+//! [`SecretKey`] has no `Display`, so it cannot reach a log line:
+//! ```compile_fail
+//! let key = clearice_crypto::SecretKey::from_bytes(vec![0; 16]);
+//! println!("{key}");
+//! ```
+#![deny(missing_docs)]
+
+pub mod aes;
+mod error;
+mod key_material;
+mod kms;
+mod resolver;
+mod secret;
+
+pub use error::{BoxError, Error, Result};
+pub use key_material::{KeyMaterial, side_file_name};
+pub use kms::{KeyringKms, Kms};
+pub use resolver::{DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyResolver, SideFileReader};
+pub use secret::SecretKey;

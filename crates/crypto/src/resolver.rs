@@ -1,0 +1,269 @@
+//! Turns PME key metadata into data keys: KMS unwrap of KEKs behind a TTL cache,
+//! local DEK decryption, external (side file) key material and explicit keys.
+//!
+//! ```text
+//!  parquet-rs ──key metadata──▶ FileKeyRetriever ──▶ KeyResolver ──unwrap KEK──▶ Kms
+//!                                 (per file: DEK      (process: KEK cache,
+//!                                  cache, side file)   explicit keys)
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
+use parquet::encryption::decrypt::KeyRetriever;
+use parquet::errors::ParquetError;
+
+use crate::aes;
+use crate::error::{Error, Result};
+use crate::key_material::{KeyMaterial, side_file_name};
+use crate::kms::Kms;
+use crate::secret::SecretKey;
+
+/// Reads a side file next to a data file; `Ok(None)` when it does not exist.
+pub type SideFileReader = Arc<dyn Fn(&str) -> std::io::Result<Option<Vec<u8>>> + Send + Sync>;
+
+/// Default lifetime of cached KEKs.
+pub const DEFAULT_KEY_CACHE_TTL: Duration = Duration::from_secs(600);
+
+/// Process-wide key resolution: the KMS, the KEK cache and explicit keys.
+pub struct KeyResolver {
+    kms: Option<Arc<dyn Kms>>,
+    explicit: HashMap<String, SecretKey>,
+    ttl: Duration,
+    keks: Mutex<HashMap<(String, String), (SecretKey, Instant)>>,
+    kms_unwraps: AtomicU64,
+}
+
+impl std::fmt::Debug for KeyResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut ids: Vec<_> = self.explicit.keys().collect();
+        ids.sort();
+        f.debug_struct("KeyResolver")
+            .field("kms", &self.kms)
+            .field("explicit_key_ids", &ids)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyResolver {
+    /// A resolver over `kms` (None: only explicit keys) with KEK cache lifetime `ttl`.
+    pub fn new(kms: Option<Arc<dyn Kms>>, explicit: HashMap<String, SecretKey>, ttl: Duration) -> Self {
+        Self { kms, explicit, ttl, keks: Mutex::default(), kms_unwraps: AtomicU64::new(0) }
+    }
+
+    /// Number of KMS unwrap calls made so far (cache misses).
+    pub fn kms_unwrap_count(&self) -> u64 {
+        self.kms_unwraps.load(Ordering::Relaxed)
+    }
+
+    /// The KMS, if any.
+    pub fn kms(&self) -> Option<&Arc<dyn Kms>> {
+        self.kms.as_ref()
+    }
+
+    fn kms_unwrap(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
+        let kms = self.kms.as_ref().ok_or_else(|| Error::UnknownMasterKey {
+            kms: "none configured".into(),
+            key_id: master_key_id.into(),
+        })?;
+        let cache_key = (master_key_id.to_owned(), wrapped.to_owned());
+        if let Some((key, at)) = self.keks.lock().expect("kek cache").get(&cache_key) {
+            if at.elapsed() < self.ttl {
+                return Ok(key.clone());
+            }
+        }
+        self.kms_unwraps.fetch_add(1, Ordering::Relaxed);
+        let key = kms.unwrap_key(wrapped, master_key_id)?;
+        tracing::debug!(master_key_id, "KMS unwrapped a key");
+        self.keks.lock().expect("kek cache").insert(cache_key, (key.clone(), Instant::now()));
+        Ok(key)
+    }
+
+    /// Resolves one key material record to its data key.
+    pub fn data_key(&self, m: &KeyMaterial, file: Option<&str>) -> Result<SecretKey> {
+        m.check_complete(file)?;
+        if !m.double_wrapping {
+            return self.kms_unwrap(&m.wrapped_dek, &m.master_key_id);
+        }
+        let (Some(kek_id), Some(wrapped_kek)) = (&m.kek_id, &m.wrapped_kek) else {
+            unreachable!("checked by check_complete")
+        };
+        let kek = self.kms_unwrap(wrapped_kek, &m.master_key_id)?;
+        let bad = |reason: &str| Error::KeyMaterial { file: file.map(Into::into), reason: reason.into() };
+        let aad = BASE64_STANDARD.decode(kek_id).map_err(|_| bad("keyEncryptionKeyID is not base64"))?;
+        let wrapped_dek = BASE64_STANDARD.decode(&m.wrapped_dek).map_err(|_| bad("wrappedDEK is not base64"))?;
+        aes::decrypt(kek.expose(), &wrapped_dek, &aad)
+            .map(SecretKey::from_bytes)
+            .map_err(|_| Error::DataKey { key_id: m.master_key_id.clone() })
+    }
+
+    /// A key retriever for one data file. `side_files` reads external key material.
+    pub fn retriever_for_file(
+        self: &Arc<Self>,
+        file: impl Into<String>,
+        side_files: Option<SideFileReader>,
+    ) -> Arc<FileKeyRetriever> {
+        Arc::new(FileKeyRetriever {
+            resolver: Arc::clone(self),
+            file: file.into(),
+            side_files,
+            external: OnceLock::new(),
+            deks: Mutex::default(),
+        })
+    }
+}
+
+/// Key retriever for one file (parquet-rs calls it per column per row group: keys are
+/// cached here so the KMS and AES work happen once per distinct key metadata).
+pub struct FileKeyRetriever {
+    resolver: Arc<KeyResolver>,
+    file: String,
+    side_files: Option<SideFileReader>,
+    external: OnceLock<std::result::Result<HashMap<String, String>, String>>,
+    deks: Mutex<HashMap<Vec<u8>, SecretKey>>,
+}
+
+impl std::fmt::Debug for FileKeyRetriever {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileKeyRetriever").field("file", &self.file).finish_non_exhaustive()
+    }
+}
+
+impl FileKeyRetriever {
+    fn side_file_path(&self) -> String {
+        match self.file.rsplit_once('/') {
+            Some((dir, name)) => format!("{dir}/{}", side_file_name(name)),
+            None => side_file_name(&self.file),
+        }
+    }
+
+    fn external_material(&self, reference: &str) -> Result<KeyMaterial> {
+        let path = self.side_file_path();
+        let map = self.external.get_or_init(|| {
+            let reader = self.side_files.as_ref().ok_or("no reader for side files on this store")?;
+            let bytes = reader(&path).map_err(|e| e.to_string())?.ok_or("file not found")?;
+            serde_json::from_slice::<HashMap<String, String>>(&bytes).map_err(|e| format!("not a JSON object: {e}"))
+        });
+        let map = map.as_ref().map_err(|reason| Error::ExternalKeyMaterial { path: path.clone(), reason: reason.clone() })?;
+        let text = map.get(reference).ok_or_else(|| Error::ExternalKeyMaterial {
+            path: path.clone(),
+            reason: format!("no key material for reference '{reference}'"),
+        })?;
+        KeyMaterial::parse(text.as_bytes(), Some(&path))?.ok_or_else(|| Error::ExternalKeyMaterial {
+            path,
+            reason: format!("entry '{reference}' is not key material"),
+        })
+    }
+
+    /// Resolves key metadata to a key.
+    pub fn resolve(&self, key_metadata: &[u8]) -> Result<SecretKey> {
+        if let Some(k) = self.deks.lock().expect("dek cache").get(key_metadata) {
+            return Ok(k.clone());
+        }
+        let key = match KeyMaterial::parse(key_metadata, Some(&self.file))? {
+            Some(m) if !m.internal_storage => {
+                let reference = m.key_reference.clone().ok_or_else(|| Error::KeyMaterial {
+                    file: Some(self.file.clone()),
+                    reason: "external key material without keyReference".into(),
+                })?;
+                let ext = self.external_material(&reference)?;
+                self.resolver.data_key(&ext, Some(&self.file))?
+            }
+            Some(m) => self.resolver.data_key(&m, Some(&self.file))?,
+            None => {
+                let id = String::from_utf8_lossy(key_metadata).into_owned();
+                self.resolver.explicit.get(&id).cloned().ok_or(Error::NoExplicitKey { key_id: id })?
+            }
+        };
+        self.deks.lock().expect("dek cache").insert(key_metadata.to_vec(), key.clone());
+        Ok(key)
+    }
+}
+
+impl KeyRetriever for FileKeyRetriever {
+    fn retrieve_key(&self, key_metadata: &[u8]) -> parquet::errors::Result<Vec<u8>> {
+        self.resolve(key_metadata).map(|k| k.expose().to_vec()).map_err(|e| ParquetError::External(Box::new(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kms::KeyringKms;
+
+    fn resolver() -> Arc<KeyResolver> {
+        let kms = KeyringKms::from_json(r#"{"m":"MDEyMzQ1Njc4OTAxMjM0NQ=="}"#).unwrap();
+        Arc::new(KeyResolver::new(Some(Arc::new(kms)), HashMap::new(), DEFAULT_KEY_CACHE_TTL))
+    }
+
+    fn material(r: &KeyResolver, dek: &[u8]) -> String {
+        let kek = [9u8; 16];
+        let kek_id = [3u8; 16];
+        let wrapped_kek = r.kms().unwrap().wrap_key(&kek, "m").unwrap();
+        let wrapped_dek = aes::encrypt(&kek, &aes::random_nonce(), dek, &kek_id).unwrap();
+        format!(
+            r#"{{"keyMaterialType":"PKMT1","internalStorage":true,"isFooterKey":false,"masterKeyID":"m","wrappedDEK":"{}","doubleWrapping":true,"keyEncryptionKeyID":"{}","wrappedKEK":"{}"}}"#,
+            BASE64_STANDARD.encode(wrapped_dek),
+            BASE64_STANDARD.encode(kek_id),
+            wrapped_kek
+        )
+    }
+
+    #[test]
+    fn double_wrapped_key_resolves_and_kms_is_asked_once() {
+        let r = resolver();
+        let m = material(&r, b"fedcba9876543210");
+        let a = r.retriever_for_file("a.parquet", None);
+        let b = r.retriever_for_file("b.parquet", None);
+        assert_eq!(a.retrieve_key(m.as_bytes()).unwrap(), b"fedcba9876543210");
+        assert_eq!(a.retrieve_key(m.as_bytes()).unwrap(), b"fedcba9876543210");
+        assert_eq!(b.retrieve_key(m.as_bytes()).unwrap(), b"fedcba9876543210");
+        assert_eq!(r.kms_unwrap_count(), 1);
+    }
+
+    #[test]
+    fn external_material_is_read_from_the_side_file() {
+        let r = resolver();
+        let m = material(&r, b"fedcba9876543210");
+        let side = serde_json::to_vec(&HashMap::from([("columnKey0".to_string(), m)])).unwrap();
+        let reader: SideFileReader = Arc::new(move |p: &str| {
+            assert_eq!(p, "/d/_KEY_MATERIAL_FOR_x.parquet.json");
+            Ok(Some(side.clone()))
+        });
+        let ret = r.retriever_for_file("/d/x.parquet", Some(reader));
+        let key = ret
+            .retrieve_key(br#"{"keyMaterialType":"PKMT1","internalStorage":false,"keyReference":"columnKey0"}"#)
+            .unwrap();
+        assert_eq!(key, b"fedcba9876543210");
+    }
+
+    #[test]
+    fn missing_side_file_is_a_clear_error() {
+        let r = resolver();
+        let reader: SideFileReader = Arc::new(|_: &str| Ok(None));
+        let e = r
+            .retriever_for_file("/d/x.parquet", Some(reader))
+            .resolve(br#"{"keyMaterialType":"PKMT1","internalStorage":false,"keyReference":"k"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("_KEY_MATERIAL_FOR_x.parquet.json") && e.contains("not found"), "{e}");
+    }
+
+    #[test]
+    fn explicit_key_ids_resolve_and_unknown_ids_are_named() {
+        let r = Arc::new(KeyResolver::new(
+            None,
+            HashMap::from([("kf".to_string(), SecretKey::from_bytes(b"0123456789012345".to_vec()))]),
+            DEFAULT_KEY_CACHE_TTL,
+        ));
+        let ret = r.retriever_for_file("f", None);
+        assert_eq!(ret.retrieve_key(b"kf").unwrap(), b"0123456789012345");
+        let e = ret.resolve(b"kc9").unwrap_err().to_string();
+        assert!(e.contains("'kc9'"), "{e}");
+    }
+}
