@@ -1,1 +1,27 @@
-//! placeholder
+//! Iceberg tables in DataFusion with transparent Parquet Modular Encryption.
+//!
+//! ```text
+//!  SQL ─▶ IcebergCatalogProvider ─▶ IcebergSchemaProvider ─▶ IcebergTableProvider
+//!                                                             │ plan_files(filters)
+//!                                                             ▼
+//!              DataSourceExec(ParquetSource + PmeEncryptionFactory + field-id adapter)
+//! ```
+//!
+//! Catalogs come from [`open_sql_catalog`]; encrypted writes from [`write`].
+#![deny(missing_docs)]
+
+mod catalog;
+mod encryption;
+mod error;
+pub mod field_id;
+mod filter;
+mod provider;
+mod schema;
+pub mod write;
+
+pub use catalog::{IcebergCatalogProvider, IcebergSchemaProvider, open_sql_catalog, redact_uri};
+pub use encryption::{ENCRYPTION_FACTORY_ID, PmeEncryptionFactory, local_side_file_reader};
+pub use error::{Error, Result};
+pub use filter::to_iceberg_predicate;
+pub use provider::IcebergTableProvider;
+pub use schema::arrow_schema;

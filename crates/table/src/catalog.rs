@@ -1,0 +1,141 @@
+//! Iceberg catalogs as DataFusion catalogs: `catalog.namespace.table`.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::error::Result as DfResult;
+use datafusion::execution::parquet_encryption::EncryptionFactory;
+use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
+use iceberg_catalog_sql::SqlCatalogBuilder;
+
+use crate::error::{Error, Result};
+use crate::provider::IcebergTableProvider;
+
+/// Opens an Iceberg SQL catalog (SQLite or PostgreSQL, the schema of the Iceberg JDBC
+/// catalog and PyIceberg's `SqlCatalog`).
+pub async fn open_sql_catalog(name: &str, uri: &str, warehouse: &str) -> Result<Arc<dyn Catalog>> {
+    sqlx::any::install_default_drivers();
+    let catalog = SqlCatalogBuilder::default()
+        .with_storage_factory(Arc::new(iceberg::io::LocalFsStorageFactory))
+        .uri(uri)
+        .warehouse_location(warehouse)
+        .load(name, HashMap::new())
+        .await
+        .map_err(|source| Error::CatalogOpen { catalog: name.into(), uri: redact_uri(uri), source })?;
+    Ok(Arc::new(catalog))
+}
+
+/// The URI without a password (`postgres://user:secret@host` → `postgres://user:***@host`).
+pub fn redact_uri(uri: &str) -> String {
+    match url::Url::parse(uri) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => uri.to_owned(),
+    }
+}
+
+/// A DataFusion catalog over an Iceberg catalog. Namespaces and table names are listed
+/// when the catalog is opened (DataFusion's listing API is synchronous); tables are
+/// loaded fresh from the catalog on every query.
+#[derive(Debug)]
+pub struct IcebergCatalogProvider {
+    schemas: BTreeMap<String, Arc<IcebergSchemaProvider>>,
+}
+
+impl IcebergCatalogProvider {
+    /// Lists namespaces (nested ones joined with `.`) and their tables.
+    pub async fn try_new(
+        name: &str,
+        catalog: Arc<dyn Catalog>,
+        encryption: Arc<dyn EncryptionFactory>,
+    ) -> Result<Self> {
+        let err = |source| Error::Iceberg { table: name.to_owned(), source };
+        let mut pending = catalog.list_namespaces(None).await.map_err(err)?;
+        let mut schemas = BTreeMap::new();
+        while let Some(ns) = pending.pop() {
+            pending.extend(catalog.list_namespaces(Some(&ns)).await.map_err(err)?);
+            let tables = catalog.list_tables(&ns).await.map_err(err)?;
+            let schema_name = ns.clone().inner().join(".");
+            schemas.insert(
+                schema_name.clone(),
+                Arc::new(IcebergSchemaProvider {
+                    catalog_name: name.to_owned(),
+                    schema_name,
+                    namespace: ns,
+                    tables: tables.into_iter().map(|t| t.name).collect(),
+                    catalog: Arc::clone(&catalog),
+                    encryption: Arc::clone(&encryption),
+                }),
+            );
+        }
+        Ok(Self { schemas })
+    }
+}
+
+impl CatalogProvider for IcebergCatalogProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema_names(&self) -> Vec<String> {
+        self.schemas.keys().cloned().collect()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        self.schemas.get(name).map(|s| Arc::clone(s) as _)
+    }
+}
+
+/// One Iceberg namespace.
+pub struct IcebergSchemaProvider {
+    catalog_name: String,
+    schema_name: String,
+    namespace: NamespaceIdent,
+    tables: Vec<String>,
+    catalog: Arc<dyn Catalog>,
+    encryption: Arc<dyn EncryptionFactory>,
+}
+
+impl std::fmt::Debug for IcebergSchemaProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcebergSchemaProvider")
+            .field("catalog", &self.catalog_name)
+            .field("namespace", &self.schema_name)
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl SchemaProvider for IcebergSchemaProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.tables.clone()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if !self.table_exist(name) {
+            return Ok(None);
+        }
+        let ident = TableIdent::new(self.namespace.clone(), name.to_owned());
+        let full = format!("{}.{}.{name}", self.catalog_name, self.schema_name);
+        let table = self
+            .catalog
+            .load_table(&ident)
+            .await
+            .map_err(|source| Error::Iceberg { table: full.clone(), source })?;
+        let provider = IcebergTableProvider::try_new(full, table, Arc::clone(&self.encryption))?;
+        Ok(Some(Arc::new(provider)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.iter().any(|t| t == name)
+    }
+}

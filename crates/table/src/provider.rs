@@ -1,0 +1,178 @@
+//! The Iceberg table provider: plans data files with Iceberg (manifest and partition
+//! pruning), scans them with DataFusion's Parquet reader in parallel, decrypting each
+//! file through the PME encryption factory and resolving columns by field id.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::config::TableParquetOptions;
+use datafusion::common::stats::Precision;
+use datafusion::common::{Statistics, project_schema};
+use datafusion::datasource::TableType;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::parquet_encryption::EncryptionFactory;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use futures::TryStreamExt;
+use iceberg::scan::FileScanTask;
+use iceberg::table::Table;
+
+use crate::error::{Error, Result};
+use crate::field_id::FieldIdExprAdapterFactory;
+use crate::filter::to_iceberg_predicate;
+use crate::schema::arrow_schema;
+
+/// A table of an Iceberg catalog, at its current snapshot.
+pub struct IcebergTableProvider {
+    name: String,
+    table: Table,
+    schema: SchemaRef,
+    encryption: Arc<dyn EncryptionFactory>,
+}
+
+impl std::fmt::Debug for IcebergTableProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcebergTableProvider").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl IcebergTableProvider {
+    /// Wraps a loaded table.
+    pub fn try_new(name: String, table: Table, encryption: Arc<dyn EncryptionFactory>) -> Result<Self> {
+        let schema = arrow_schema(&name, table.metadata().current_schema())?;
+        Ok(Self { name, table, schema, encryption })
+    }
+
+    /// The Iceberg table.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    async fn plan_files(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
+        let err = |source| Error::Iceberg { table: self.name.clone(), source };
+        let mut scan = self.table.scan().select_all();
+        if let Some(p) = to_iceberg_predicate(filters, self.table.metadata().current_schema()) {
+            scan = scan.with_filter(p);
+        }
+        let tasks: Vec<FileScanTask> = scan.build().map_err(err)?.plan_files().await.map_err(err)?.try_collect().await.map_err(err)?;
+        if let Some(t) = tasks.iter().find(|t| !t.deletes.is_empty()) {
+            return Err(Error::DeletesNotSupported {
+                table: self.name.clone(),
+                snapshot_id: self.table.metadata().current_snapshot_id().unwrap_or_default(),
+                file: t.deletes[0].file_path.clone(),
+            });
+        }
+        Ok(tasks)
+    }
+
+    fn object_path(&self, location: &str) -> Result<(ObjectStoreUrl, String)> {
+        let unsupported = |reason: String| Error::UnsupportedLocation {
+            table: self.name.clone(),
+            location: location.to_owned(),
+            reason,
+        };
+        if location.starts_with('/') {
+            return Ok((ObjectStoreUrl::local_filesystem(), location.to_owned()));
+        }
+        let url = url::Url::parse(location).map_err(|e| unsupported(e.to_string()))?;
+        match url.scheme() {
+            "file" => {
+                let path = url.to_file_path().map_err(|()| unsupported("not a local path".into()))?;
+                Ok((ObjectStoreUrl::local_filesystem(), path.to_string_lossy().into_owned()))
+            }
+            other => Err(unsupported(format!("scheme '{other}' is not supported yet"))),
+        }
+    }
+}
+
+/// Splits files into at most `n` groups of similar byte size (largest first).
+fn split_groups(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
+    let n = n.max(1).min(files.len().max(1));
+    files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    for f in files {
+        let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
+        g.0 += f.object_meta.size;
+        g.1.push(f);
+    }
+    groups.into_iter().filter(|g| !g.1.is_empty()).map(|g| FileGroup::new(g.1)).collect()
+}
+
+#[async_trait::async_trait]
+impl TableProvider for IcebergTableProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Used for Iceberg file pruning only; DataFusion still evaluates every filter
+        // (and pushes it into the Parquet scan itself).
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if self.table.metadata().current_snapshot().is_none() {
+            return Ok(Arc::new(EmptyExec::new(project_schema(&self.schema, projection)?)));
+        }
+        let tasks = self.plan_files(filters).await?;
+        if tasks.is_empty() {
+            return Ok(Arc::new(EmptyExec::new(project_schema(&self.schema, projection)?)));
+        }
+        let mut store_url = None;
+        let mut files = Vec::with_capacity(tasks.len());
+        for t in &tasks {
+            let (url, path) = self.object_path(&t.data_file_path)?;
+            if store_url.get_or_insert_with(|| url.clone()) != &url {
+                return Err(Error::UnsupportedLocation {
+                    table: self.name.clone(),
+                    location: t.data_file_path.clone(),
+                    reason: "data files span several object stores".into(),
+                }
+                .into());
+            }
+            let mut f = PartitionedFile::new(path, t.file_size_in_bytes);
+            if let Some(n) = t.record_count {
+                let mut stats = Statistics::new_unknown(&self.schema);
+                stats.num_rows = Precision::Exact(n as usize);
+                f = f.with_statistics(Arc::new(stats));
+            }
+            files.push(f);
+        }
+        let options = state.config_options();
+        let source = ParquetSource::new(Arc::clone(&self.schema))
+            .with_table_parquet_options(TableParquetOptions { global: options.execution.parquet.clone(), ..Default::default() })
+            .with_encryption_factory(Arc::clone(&self.encryption))
+            // The page index holds every column's index; decrypting it needs every
+            // column key, so one withheld key would fail queries that never touch it.
+            .with_enable_page_index(false);
+        let groups = split_groups(files, options.execution.target_partitions);
+        let config = FileScanConfigBuilder::new(store_url.expect("non-empty"), Arc::new(source))
+            .with_file_groups(groups)
+            .with_projection_indices(projection.cloned())?
+            .with_limit(if filters.is_empty() { limit } else { None })
+            .with_expr_adapter(Some(Arc::new(FieldIdExprAdapterFactory)))
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+}

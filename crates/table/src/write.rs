@@ -1,0 +1,1 @@
+//! Encrypted writes (see below).
