@@ -1,0 +1,152 @@
+//! `clearice.toml`: catalogs and key management. Relative paths are relative to the
+//! config file's directory.
+//!
+//! ```toml
+//! [catalogs.lake]
+//! type = "sql"                        # Iceberg SQL catalog (SQLite or PostgreSQL)
+//! uri = "sqlite:///abs/path/catalog.db"
+//! warehouse = "file:///abs/path/warehouse"
+//!
+//! [kms]
+//! type = "keyring"
+//! path = "keyring.json"
+//! key_cache_ttl_s = 600               # optional
+//!
+//! [explicit_keys]                     # optional: key metadata id -> key file
+//! path = "explicit_keys.json"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The whole config file.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Iceberg catalogs by name (the first part of `catalog.namespace.table`).
+    #[serde(default)]
+    pub catalogs: BTreeMap<String, CatalogConfig>,
+    /// The KMS that unwraps PME key material.
+    #[serde(default)]
+    pub kms: Option<KmsConfig>,
+    /// Explicit keys for files whose key metadata is a bare key id.
+    #[serde(default)]
+    pub explicit_keys: Option<ExplicitKeysConfig>,
+    /// Directory of the config file (relative paths resolve against it).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// Where the config was read from, for messages.
+    #[serde(skip)]
+    pub source: String,
+}
+
+/// One catalog.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, tag = "type", rename_all = "lowercase")]
+pub enum CatalogConfig {
+    /// Iceberg SQL catalog.
+    Sql {
+        /// `sqlite:///abs/path.db` or `postgres://user@host/db`.
+        uri: String,
+        /// Warehouse root URI, e.g. `file:///abs/path/warehouse`.
+        warehouse: String,
+    },
+}
+
+/// KMS settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, tag = "type", rename_all = "lowercase")]
+pub enum KmsConfig {
+    /// Master keys in a local JSON file (embedded default).
+    Keyring {
+        /// Keyring file.
+        path: PathBuf,
+        /// Lifetime of unwrapped keys in the cache, seconds; default 600.
+        #[serde(default)]
+        key_cache_ttl_s: Option<u64>,
+    },
+}
+
+/// Explicit keys: a JSON object `{"<key id>": "<base64 key>"}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExplicitKeysConfig {
+    /// Key file.
+    pub path: PathBuf,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::ConfigRead { path: shown.clone(), reason: e.to_string() })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::parse(&text, &shown, &base)
+    }
+
+    /// Parses config text; `source` names it in messages.
+    pub fn parse(text: &str, source: &str, base_dir: &Path) -> Result<Self> {
+        let mut c: Config = toml::from_str(text).map_err(|e| Error::ConfigParse {
+            path: source.into(),
+            message: e.to_string().lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" "),
+        })?;
+        c.base_dir = base_dir.to_path_buf();
+        c.source = source.into();
+        for (name, cat) in &c.catalogs {
+            let CatalogConfig::Sql { uri, warehouse } = cat;
+            if !(uri.starts_with("sqlite:") || uri.starts_with("postgres://") || uri.starts_with("postgresql://")) {
+                return Err(Error::ConfigValue {
+                    path: source.into(),
+                    key: format!("catalogs.{name}.uri"),
+                    reason: format!("'{uri}' is not a sqlite: or postgres:// URI"),
+                });
+            }
+            if !warehouse.contains("://") {
+                return Err(Error::ConfigValue {
+                    path: source.into(),
+                    key: format!("catalogs.{name}.warehouse"),
+                    reason: format!("'{warehouse}' is not a URI (e.g. file:///abs/path)"),
+                });
+            }
+        }
+        Ok(c)
+    }
+
+    /// A path from the config, resolved against the config's directory.
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_reported_with_its_line() {
+        let e = Config::parse("[kms]\ntype = \"keyring\"\npath = \"k.json\"\nbogus = 1\n", "c.toml", Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.toml") && e.contains("line 4") && e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn bad_catalog_uri_names_the_key() {
+        let e = Config::parse("[catalogs.lake]\ntype=\"sql\"\nuri=\"mysql://x\"\nwarehouse=\"file:///w\"\n", "c.toml", Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("catalogs.lake.uri"), "{e}");
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_config_dir() {
+        let c = Config::parse("[kms]\ntype=\"keyring\"\npath=\"k.json\"\n", "c", Path::new("/etc/ci")).unwrap();
+        let Some(KmsConfig::Keyring { path, .. }) = &c.kms else { panic!() };
+        assert_eq!(c.resolve(path), Path::new("/etc/ci/k.json"));
+    }
+}

@@ -1,0 +1,42 @@
+//! Errors of the engine crate.
+
+/// Errors raised while loading configuration and building sessions.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The config file could not be read.
+    #[error("config '{path}': {reason}")]
+    ConfigRead {
+        /// Path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The config file is malformed (the message has line and column).
+    #[error("config '{path}': {message}")]
+    ConfigParse {
+        /// Path.
+        path: String,
+        /// toml's message with the line.
+        message: String,
+    },
+    /// A config value is invalid.
+    #[error("config '{path}': {key}: {reason}")]
+    ConfigValue {
+        /// Path.
+        path: String,
+        /// Dotted key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// Key setup failed.
+    #[error(transparent)]
+    Crypto(#[from] clearice_crypto::Error),
+    /// A catalog failed.
+    #[error(transparent)]
+    Table(#[from] clearice_table::Error),
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
