@@ -1,1 +1,141 @@
-//! placeholder
+//! The `clearice` binary: SQL shell (REPL, `-c`, `-f`), `demo init` and `slt`.
+#![deny(missing_docs)]
+
+pub mod exec;
+pub mod output;
+pub mod repl;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use clearice_engine::{Config, Engine};
+
+use crate::output::Format;
+
+/// ClearIce: SQL over Iceberg tables encrypted with Parquet Modular Encryption.
+#[derive(Debug, Parser)]
+#[command(name = "clearice", version, about)]
+pub struct Cli {
+    /// Config file (TOML). Default: the demo lake in the user's data directory,
+    /// created on first run.
+    #[arg(long, global = true, env = "CLEARICE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Run this SQL (repeatable; several statements per value are fine) and exit.
+    #[arg(short = 'c', long = "command")]
+    pub commands: Vec<String>,
+    /// Run the SQL in this file and exit.
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// Output format of results.
+    #[arg(long, value_enum, default_value = "table", env = "CLEARICE_FORMAT")]
+    pub format: Format,
+    /// Principal the policy applies to. Default: the OS user.
+    #[arg(long, global = true, env = "CLEARICE_USER")]
+    pub user: Option<String>,
+    /// No banner and no row-count/timing lines.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Log filter (tracing EnvFilter syntax), e.g. `debug` or `clearice_table=debug`.
+    #[arg(long, env = "CLEARICE_LOG", default_value = "warn")]
+    pub log_filter: String,
+    /// Subcommand.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Demo lake commands.
+    Demo {
+        /// What to do.
+        #[command(subcommand)]
+        action: DemoAction,
+    },
+    /// Run sqllogictest files (or directories of them) against a lake.
+    Slt {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+}
+
+/// `demo` actions.
+#[derive(Debug, Subcommand)]
+pub enum DemoAction {
+    /// Write a demo lake (catalog, keyring, encrypted tables, clearice.toml) into DIR.
+    Init {
+        /// Target directory (absent or empty).
+        dir: PathBuf,
+    },
+}
+
+fn os_user() -> String {
+    std::env::var("USER").or_else(|_| std::env::var("USERNAME")).unwrap_or_else(|_| "unknown".into())
+}
+
+/// The default demo lake's directory.
+pub fn default_demo_dir() -> Result<PathBuf> {
+    Ok(dirs::data_dir().context("no user data directory (set HOME or use --config)")?.join("clearice").join("demo"))
+}
+
+async fn config_or_demo(config: Option<&Path>, quiet: bool) -> Result<Config> {
+    let path = match config {
+        Some(p) => p.to_owned(),
+        None => {
+            let dir = default_demo_dir()?;
+            let path = dir.join("clearice.toml");
+            if !path.exists() {
+                if !quiet {
+                    eprintln!("Creating the demo lake in {} (first run)...", dir.display());
+                }
+                clearice_engine::demo::init(&dir).await?;
+            }
+            path
+        }
+    };
+    Ok(Config::load(&path)?)
+}
+
+/// Runs the CLI; returns the process exit code.
+pub async fn run(cli: Cli) -> Result<i32> {
+    let user = cli.user.clone().unwrap_or_else(os_user);
+    match &cli.command {
+        Some(Command::Demo { action: DemoAction::Init { dir } }) => {
+            let path = clearice_engine::demo::init(dir).await?;
+            println!("Demo lake written. Query it with:\n  clearice --config {}", path.display());
+            return Ok(0);
+        }
+        Some(Command::Slt { paths }) => {
+            let engine = Arc::new(Engine::open(config_or_demo(cli.config.as_deref(), true).await?).await?);
+            let mut files = Vec::new();
+            for p in paths {
+                let found = clearice_sqllogictest::collect_files(p).with_context(|| format!("'{}'", p.display()))?;
+                if found.is_empty() {
+                    bail!("no .slt files in '{}'", p.display());
+                }
+                files.extend(found);
+            }
+            let failed = clearice_sqllogictest::run_files(engine, &files, &user).await;
+            return Ok(if failed == 0 { 0 } else { 1 });
+        }
+        None => {}
+    }
+    let engine = Engine::open(config_or_demo(cli.config.as_deref(), cli.quiet).await?).await?;
+    let ctx = engine.session(&user);
+    if cli.commands.is_empty() && cli.file.is_none() {
+        let banner = format!("ClearIce {} — {} as '{user}'", env!("CARGO_PKG_VERSION"), engine.config().source);
+        repl::run(&ctx, &banner, cli.format, cli.quiet).await?;
+        return Ok(0);
+    }
+    for c in &cli.commands {
+        exec::run_script(&ctx, c, cli.format, cli.quiet).await?;
+    }
+    if let Some(f) = &cli.file {
+        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read '{}'", f.display()))?;
+        exec::run_script(&ctx, &text, cli.format, cli.quiet).await?;
+    }
+    Ok(0)
+}

@@ -30,6 +30,14 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// `demo init` failed.
+    #[error("demo lake '{dir}': {reason}")]
+    DemoInit {
+        /// Target directory.
+        dir: String,
+        /// Why.
+        reason: String,
+    },
     /// Key setup failed.
     #[error(transparent)]
     Crypto(#[from] clearice_crypto::Error),

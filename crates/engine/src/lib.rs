@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod config;
+pub mod demo;
 mod error;
 
 use std::collections::HashMap;

@@ -1,1 +1,193 @@
-//! placeholder
+//! sqllogictest runner for ClearIce: runs `.slt` files against an [`Engine`], each file
+//! in fresh sessions. A `connection NAME` record runs what follows as principal `NAME`
+//! (its own session); the default connection runs as the runner's default principal.
+//! Principals are never settable from SQL.
+//!
+//! Values are rendered as DataFusion's own runner does: NULL as `NULL`, the empty
+//! string as `(empty)`, everything else with Arrow's display. Column type letters are
+//! not checked.
+#![deny(missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use clearice_engine::Engine;
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::prelude::SessionContext;
+use futures::TryStreamExt;
+use sqllogictest::{Connection, DBOutput, DefaultColumnType, Record, Runner};
+
+/// An error from a statement, as the `.slt` file sees it (one line).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SqlError(String);
+
+/// One ClearIce session as a sqllogictest database.
+pub struct ClearIceDb {
+    ctx: SessionContext,
+}
+
+impl ClearIceDb {
+    /// Wraps a session.
+    pub fn new(ctx: SessionContext) -> Self {
+        Self { ctx }
+    }
+}
+
+fn one_line(e: impl std::fmt::Display) -> String {
+    e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+fn column_type(dt: &DataType) -> DefaultColumnType {
+    match dt {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => DefaultColumnType::Integer,
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => DefaultColumnType::Integer,
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => DefaultColumnType::FloatingPoint,
+        DataType::Decimal128(..) | DataType::Decimal256(..) => DefaultColumnType::FloatingPoint,
+        DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => DefaultColumnType::Text,
+        _ => DefaultColumnType::Any,
+    }
+}
+
+/// Renders batches as sqllogictest rows.
+pub fn batches_to_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, SqlError> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    for b in batches {
+        let fmts: Vec<ArrayFormatter<'_>> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+            .collect::<Result<_, _>>()
+            .map_err(|e| SqlError(one_line(e)))?;
+        for r in 0..b.num_rows() {
+            rows.push(
+                fmts.iter()
+                    .zip(b.columns())
+                    .map(|(f, c)| {
+                        let s = f.value(r).to_string();
+                        if s.is_empty() && !c.is_null(r) { "(empty)".to_string() } else { s }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    Ok(rows)
+}
+
+#[async_trait::async_trait]
+impl sqllogictest::AsyncDB for ClearIceDb {
+    type Error = SqlError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
+        let df = self.ctx.sql(sql).await.map_err(|e| SqlError(one_line(e)))?;
+        let types: Vec<_> = df.schema().fields().iter().map(|f| column_type(f.data_type())).collect();
+        let is_query = !types.is_empty();
+        let batches: Vec<RecordBatch> = df
+            .execute_stream()
+            .await
+            .map_err(|e| SqlError(one_line(e)))?
+            .try_collect()
+            .await
+            .map_err(|e| SqlError(one_line(e)))?;
+        if !is_query {
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        Ok(DBOutput::Rows { types, rows: batches_to_rows(&batches)? })
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "clearice"
+    }
+}
+
+/// Outcome of one file.
+#[derive(Debug)]
+pub struct FileResult {
+    /// The file.
+    pub path: PathBuf,
+    /// Failed records, each as the runner's message.
+    pub failures: Vec<String>,
+    /// Records run.
+    pub records: usize,
+}
+
+/// Runs one file with a fresh session per connection.
+pub async fn run_file(engine: Arc<Engine>, path: &Path, default_principal: &str) -> FileResult {
+    let principal = Arc::new(Mutex::new(default_principal.to_owned()));
+    let p = Arc::clone(&principal);
+    let e = Arc::clone(&engine);
+    let mut runner = Runner::new(move || {
+        let ctx = e.session(&p.lock().expect("principal"));
+        async move { Ok::<_, SqlError>(ClearIceDb::new(ctx)) }
+    });
+    let mut result = FileResult { path: path.to_owned(), failures: vec![], records: 0 };
+    let records = match sqllogictest::parse_file::<DefaultColumnType>(path) {
+        Ok(r) => r,
+        Err(e) => {
+            result.failures.push(format!("parse error: {e}"));
+            return result;
+        }
+    };
+    for record in records {
+        match &record {
+            Record::Halt { .. } => break,
+            Record::Connection(Connection::Named(name)) => *principal.lock().expect("principal") = name.clone(),
+            Record::Connection(Connection::Default) => {
+                *principal.lock().expect("principal") = default_principal.to_owned()
+            }
+            Record::Statement { .. } | Record::Query { .. } => result.records += 1,
+            _ => {}
+        }
+        if let Err(e) = runner.run_async(record).await {
+            result.failures.push(e.display(true).to_string());
+        }
+    }
+    result
+}
+
+/// Runs files in order, printing one line per file and a closing `N passed, N failed`.
+/// Returns the number of failed files.
+pub async fn run_files(engine: Arc<Engine>, files: &[PathBuf], default_principal: &str) -> usize {
+    let (mut passed, mut failed) = (0, 0);
+    for f in files {
+        let start = Instant::now();
+        let r = run_file(Arc::clone(&engine), f, default_principal).await;
+        if r.failures.is_empty() {
+            passed += 1;
+            println!("ok    {} ({} records, {:.2}s)", f.display(), r.records, start.elapsed().as_secs_f64());
+        } else {
+            failed += 1;
+            println!("FAIL  {} ({} of {} records failed)", f.display(), r.failures.len(), r.records);
+            for msg in &r.failures {
+                println!("{msg}\n");
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    failed
+}
+
+/// `.slt` files under `path` (itself if a file), sorted.
+pub fn collect_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    if path.is_file() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let p = entry?.path();
+        if p.is_dir() {
+            out.extend(collect_files(&p)?);
+        } else if p.extension().is_some_and(|e| e == "slt") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    Ok(out)
+}

@@ -1,0 +1,64 @@
+//! Result formats: table, csv, tsv, json, ndjson.
+
+use anyhow::Result;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+
+/// Output format of query results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Boxed table (default in the REPL).
+    Table,
+    /// Comma-separated, with a header line.
+    Csv,
+    /// Tab-separated, with a header line.
+    Tsv,
+    /// One JSON array of row objects.
+    Json,
+    /// One JSON object per line.
+    Ndjson,
+}
+
+/// Renders batches (all of one schema) in `format`.
+pub fn render(schema: &SchemaRef, batches: &[RecordBatch], format: Format) -> Result<String> {
+    let mut out = Vec::new();
+    match format {
+        Format::Table => {
+            if batches.is_empty() {
+                let empty = RecordBatch::new_empty(schema.clone());
+                return Ok(format!("{}\n", pretty_format_batches(&[empty])?));
+            }
+            return Ok(format!("{}\n", pretty_format_batches(batches)?));
+        }
+        Format::Csv | Format::Tsv => {
+            let delim = if format == Format::Csv { b',' } else { b'\t' };
+            let mut w = datafusion::arrow::csv::WriterBuilder::new().with_header(true).with_delimiter(delim).build(&mut out);
+            if batches.is_empty() {
+                w.write(&RecordBatch::new_empty(schema.clone()))?;
+            }
+            for b in batches {
+                w.write(b)?;
+            }
+        }
+        Format::Json => {
+            let mut w = datafusion::arrow::json::ArrayWriter::new(&mut out);
+            for b in batches {
+                w.write(b)?;
+            }
+            w.finish()?;
+            if batches.iter().all(|b| b.num_rows() == 0) {
+                out = b"[]".to_vec();
+            }
+            out.push(b'\n');
+        }
+        Format::Ndjson => {
+            let mut w = datafusion::arrow::json::LineDelimitedWriter::new(&mut out);
+            for b in batches {
+                w.write(b)?;
+            }
+            w.finish()?;
+        }
+    }
+    Ok(String::from_utf8(out)?)
+}

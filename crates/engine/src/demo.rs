@@ -1,0 +1,258 @@
+//! `clearice demo init DIR`: a demo lake written by ClearIce itself (SQLite Iceberg
+//! catalog, keyring, config), with PME per-column keys.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+use crate::error::Error;
+use clearice_crypto::{KeyringKms, SecretKey};
+use clearice_table::write::{EncryptionSpec, append_encrypted};
+use datafusion::arrow::array::{
+    ArrayRef, Date32Array, Decimal128Array, Int64Array, ListBuilder, RecordBatch, StringArray, StringBuilder,
+    TimestampMicrosecondArray,
+};
+use iceberg::spec::{ListType, NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
+use iceberg::{NamespaceIdent, TableCreation};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Rows in `lake.sales.customers`.
+pub const CUSTOMERS: usize = 100_000;
+/// Rows in `lake.sales.orders`.
+pub const ORDERS: usize = 200_000;
+
+/// Writes a demo lake into `dir` (absent or empty) and returns its config path.
+pub async fn init(dir: &Path) -> Result<PathBuf, Error> {
+    let fail = |reason: String| Error::DemoInit { dir: dir.display().to_string(), reason };
+    match dir.read_dir().map(|mut entries| entries.next().is_some()) {
+        Ok(true) => return Err(fail("the directory is not empty; choose a new one".into())),
+        Ok(false) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e.to_string())),
+    }
+    write_lake(dir).await.map_err(|e| fail(e.to_string()))
+}
+
+async fn write_lake(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir.join("warehouse"))?;
+    let dir = dir.canonicalize()?;
+    let keyring = KeyringKms::from_keys([
+        ("footer_key".to_string(), SecretKey::from_bytes(rand::random::<[u8; 32]>().to_vec())),
+        ("pii_key".to_string(), SecretKey::from_bytes(rand::random::<[u8; 16]>().to_vec())),
+        ("finance_key".to_string(), SecretKey::from_bytes(rand::random::<[u8; 24]>().to_vec())),
+    ]);
+    write_private(&dir.join("keyring.json"), &keyring.to_json())?;
+    let db = dir.join("catalog.db");
+    let warehouse = format!("file://{}", dir.join("warehouse").display());
+    let config = format!(
+        "# ClearIce demo lake (written by `clearice demo init`)\n\
+         [catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{}\"\nwarehouse = \"{warehouse}\"\n\n\
+         [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n",
+        db.display()
+    );
+    let catalog = clearice_table::open_sql_catalog("lake", &format!("sqlite://{}?mode=rwc", db.display()), &warehouse).await?;
+    let ns = NamespaceIdent::new("sales".into());
+    catalog.create_namespace(&ns, HashMap::new()).await?;
+
+    let customers = catalog
+        .create_table(
+            &ns,
+            TableCreation::builder()
+                .name("customers".into())
+                .schema(customers_schema()?)
+                .properties([("clearice.demo".to_string(), "true".to_string())])
+                .build(),
+        )
+        .await?;
+    let spec = EncryptionSpec {
+        footer_key_id: "footer_key".into(),
+        column_keys: BTreeMap::from([
+            ("ssn".into(), "pii_key".into()),
+            ("email".into(), "pii_key".into()),
+            ("phone".into(), "pii_key".into()),
+            ("balance".into(), "finance_key".into()),
+        ]),
+        plaintext_footer: false,
+    };
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut table = customers;
+    let chunk = CUSTOMERS / 4;
+    for part in 0..4 {
+        let batch = customers_batch(&mut rng, part * chunk, chunk)?;
+        table = append_encrypted(catalog.as_ref(), &table, &[batch], &spec, &keyring).await?;
+    }
+
+    let orders_schema = orders_schema()?;
+    let partition = UnboundPartitionSpec::builder().add_partition_field(3, "order_date_day", Transform::Day)?.build();
+    let orders = catalog
+        .create_table(
+            &ns,
+            TableCreation::builder().name("orders".into()).schema(orders_schema).partition_spec(partition).build(),
+        )
+        .await?;
+    let spec = EncryptionSpec {
+        footer_key_id: "footer_key".into(),
+        column_keys: BTreeMap::from([
+            ("amount".into(), "finance_key".into()),
+            ("card_number".into(), "finance_key".into()),
+        ]),
+        plaintext_footer: false,
+    };
+    let batch = orders_batch(&mut rng)?;
+    append_encrypted(catalog.as_ref(), &orders, &[batch], &spec, &keyring).await?;
+
+    let config_path = dir.join("clearice.toml");
+    std::fs::write(&config_path, config)?;
+    Ok(config_path)
+}
+
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    o.mode(0o600);
+    o.open(path)?.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+fn prim(t: PrimitiveType) -> Type {
+    Type::Primitive(t)
+}
+
+fn customers_schema() -> Result<Schema> {
+    let dec = PrimitiveType::Decimal { precision: 12, scale: 2 };
+    Ok(Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", prim(PrimitiveType::Long)).into(),
+            NestedField::optional(2, "name", prim(PrimitiveType::String)).into(),
+            NestedField::optional(3, "email", prim(PrimitiveType::String)).into(),
+            NestedField::optional(4, "ssn", prim(PrimitiveType::String)).into(),
+            NestedField::optional(5, "phone", prim(PrimitiveType::String)).into(),
+            NestedField::optional(6, "birth_date", prim(PrimitiveType::Date)).into(),
+            NestedField::optional(7, "balance", prim(dec)).into(),
+            NestedField::optional(8, "signup_ts", prim(PrimitiveType::Timestamptz)).into(),
+            NestedField::optional(9, "country", prim(PrimitiveType::String)).into(),
+            NestedField::optional(
+                10,
+                "tags",
+                Type::List(ListType::new(NestedField::list_element(11, prim(PrimitiveType::String), false).into())),
+            )
+            .into(),
+        ])
+        .build()?)
+}
+
+fn orders_schema() -> Result<Schema> {
+    let dec = PrimitiveType::Decimal { precision: 12, scale: 2 };
+    Ok(Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "order_id", prim(PrimitiveType::Long)).into(),
+            NestedField::required(2, "customer_id", prim(PrimitiveType::Long)).into(),
+            NestedField::required(3, "order_date", prim(PrimitiveType::Date)).into(),
+            NestedField::optional(4, "amount", prim(dec)).into(),
+            NestedField::optional(5, "card_number", prim(PrimitiveType::String)).into(),
+            NestedField::optional(6, "status", prim(PrimitiveType::String)).into(),
+        ])
+        .build()?)
+}
+
+const FIRST: &[&str] = &["Alice", "Bob", "Carol", "David", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory", "Zoë", "José", "Łukasz", "Søren"];
+const LAST: &[&str] = &["Smith", "Johnson", "Williams", "Brown", "Jones", "Garcia", "Miller", "Davis", "Martinez", "Wilson", "Müller"];
+const COUNTRIES: &[&str] = &["US", "DE", "FR", "GB", "ES", "IT", "NL", "PL", "SE", "JP", "BR", "CA"];
+const TAGS: &[&str] = &["newsletter", "b2b", "beta", "vip", "churn-risk"];
+
+fn maybe<T>(rng: &mut StdRng, null_pct: u32, v: T) -> Option<T> {
+    if rng.random_range(0..100) < null_pct { None } else { Some(v) }
+}
+
+fn customers_batch(rng: &mut StdRng, start: usize, n: usize) -> Result<RecordBatch> {
+    let mut ids = Vec::with_capacity(n);
+    let (mut names, mut emails, mut ssns, mut phones, mut births, mut balances, mut signups, mut countries) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut tags = ListBuilder::new(StringBuilder::new());
+    for i in start..start + n {
+        ids.push(1_000_000 + i as i64);
+        let (f, l) = (FIRST[rng.random_range(0..FIRST.len())], LAST[rng.random_range(0..LAST.len())]);
+        names.push(maybe(rng, 2, format!("{f} {l}")));
+        let email = format!("{}.{}{i}@example.com", f.to_lowercase(), l.to_lowercase());
+        emails.push(maybe(rng, 3, email));
+        let ssn = format!("{:03}-{:02}-{:04}", rng.random_range(100..900), rng.random_range(10..100), rng.random_range(0..10000));
+        ssns.push(maybe(rng, 4, ssn));
+        let phone = format!("+1-{:03}-555-{:04}", rng.random_range(200..999), rng.random_range(0..10000));
+        phones.push(maybe(rng, 5, phone));
+        let birth = rng.random_range(-10957..13148); // 1940-01-01 .. 2005-12-31
+        births.push(maybe(rng, 3, birth));
+        let bal: i128 = rng.random_range(-1_000_000..50_000_000);
+        balances.push(maybe(rng, 5, bal));
+        let ts: i64 = rng.random_range(1_420_070_400_000_000..1_735_689_600_000_000);
+        signups.push(maybe(rng, 2, ts));
+        let country = COUNTRIES[rng.random_range(0..COUNTRIES.len())];
+        countries.push(maybe(rng, 2, country));
+        match rng.random_range(0..10) {
+            0 => tags.append_null(),
+            1 => tags.append(true),
+            _ => {
+                for _ in 0..rng.random_range(1..4) {
+                    tags.values().append_value(TAGS[rng.random_range(0..TAGS.len())]);
+                }
+                tags.append(true)
+            }
+        }
+    }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids)),
+        Arc::new(StringArray::from(names)),
+        Arc::new(StringArray::from(emails)),
+        Arc::new(StringArray::from(ssns)),
+        Arc::new(StringArray::from(phones)),
+        Arc::new(Date32Array::from(births)),
+        Arc::new(Decimal128Array::from(balances).with_precision_and_scale(12, 2)?),
+        Arc::new(TimestampMicrosecondArray::from(signups).with_timezone("+00:00")),
+        Arc::new(StringArray::from(countries)),
+        Arc::new(tags.finish()),
+    ];
+    batch_for(&customers_schema()?, cols)
+}
+
+fn orders_batch(rng: &mut StdRng) -> Result<RecordBatch> {
+    let days = 20089..20089 + 60; // 2025-01-01, 60 days
+    let mut cols: (Vec<i64>, Vec<i64>, Vec<i32>, Vec<Option<i128>>, Vec<Option<String>>, Vec<Option<&str>>) =
+        Default::default();
+    for i in 0..ORDERS {
+        cols.0.push(10_000_000 + i as i64);
+        cols.1.push(1_000_000 + rng.random_range(0..CUSTOMERS as i64));
+        cols.2.push(rng.random_range(days.clone()));
+        let amount = rng.random_range(100..2_000_000);
+        cols.3.push(maybe(rng, 1, amount));
+        let card = format!("4{:03}-{:04}-{:04}-{:04}", rng.random_range(0..1000), rng.random_range(0..10000), rng.random_range(0..10000), rng.random_range(0..10000));
+        cols.4.push(maybe(rng, 1, card));
+        cols.5.push(Some(["placed", "shipped", "delivered", "returned"][rng.random_range(0..4)]));
+    }
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(cols.0)),
+        Arc::new(Int64Array::from(cols.1)),
+        Arc::new(Date32Array::from(cols.2)),
+        Arc::new(Decimal128Array::from(cols.3).with_precision_and_scale(12, 2)?),
+        Arc::new(StringArray::from(cols.4)),
+        Arc::new(StringArray::from(cols.5)),
+    ];
+    batch_for(&orders_schema()?, arrays)
+}
+
+fn batch_for(schema: &Schema, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
+    let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(schema)?);
+    // Rebuild list arrays with the schema's element field (name and field id).
+    let cols = cols
+        .into_iter()
+        .zip(arrow.fields())
+        .map(|(c, f)| datafusion::arrow::compute::cast(&c, f.data_type()))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(arrow, cols)?)
+}
