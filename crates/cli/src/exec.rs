@@ -6,7 +6,7 @@ use anyhow::{Result, anyhow};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::prelude::SessionContext;
-use datafusion::sql::parser::DFParser;
+use datafusion::sql::parser::{DFParser, Statement};
 use futures::TryStreamExt;
 
 use crate::output::{Format, render};
@@ -30,15 +30,26 @@ impl StatementResult {
 }
 
 /// Splits SQL text into statements with DataFusion's parser (`;`-separated).
-pub fn split_statements(sql: &str) -> Result<Vec<String>> {
-    let stmts = DFParser::parse_sql(sql).map_err(|e| anyhow!("{e}"))?;
-    Ok(stmts.into_iter().map(|s| s.to_string()).collect())
+pub fn split_statements(sql: &str) -> Result<Vec<Statement>> {
+    Ok(DFParser::parse_sql(sql).map_err(|e| anyhow!("{e}"))?.into())
 }
 
-/// Runs one statement (SQL, already split) to completion.
+/// Runs one SQL statement to completion.
 pub async fn run_statement(ctx: &SessionContext, sql: &str) -> Result<StatementResult> {
     let start = Instant::now();
     let df = ctx.sql(sql).await?;
+    collect(df, start).await
+}
+
+/// Runs one parsed statement to completion (no round trip through SQL text).
+pub async fn run_parsed(ctx: &SessionContext, stmt: Statement) -> Result<StatementResult> {
+    let start = Instant::now();
+    let plan = ctx.state().statement_to_plan(stmt).await?;
+    let df = ctx.execute_logical_plan(plan).await?;
+    collect(df, start).await
+}
+
+async fn collect(df: datafusion::dataframe::DataFrame, start: Instant) -> Result<StatementResult> {
     let schema = SchemaRef::new(df.schema().as_arrow().clone());
     let batches: Vec<RecordBatch> = df.execute_stream().await?.try_collect().await?;
     Ok(StatementResult { schema, batches, elapsed: start.elapsed() })
@@ -70,6 +81,13 @@ Statements end with ';' and may span lines. Ctrl-C cancels a running query.";
 
 /// Prints a result in `format`; the summary line goes to stderr unless `quiet`.
 pub fn print_result(r: &StatementResult, format: Format, quiet: bool) -> Result<()> {
+    if r.schema.fields().is_empty() {
+        // DDL and SET: nothing to show
+        if !quiet {
+            eprintln!("OK in {:.3}s", r.elapsed.as_secs_f64());
+        }
+        return Ok(());
+    }
     print!("{}", render(&r.schema, &r.batches, format)?);
     if !quiet {
         let n = r.rows();
@@ -99,7 +117,7 @@ async fn run_sql_text(ctx: &SessionContext, sql: &str, format: Format, quiet: bo
         return Ok(());
     }
     for stmt in split_statements(sql)? {
-        print_result(&run_statement(ctx, &stmt).await?, format, quiet)?;
+        print_result(&run_parsed(ctx, stmt).await?, format, quiet)?;
     }
     Ok(())
 }

@@ -13,7 +13,9 @@ use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
 use rustyline::{Context, Editor, Helper, Highlighter, Hinter, Validator};
 
-use crate::exec::{HELP, backslash_sql, print_result, run_statement, split_statements};
+use datafusion::sql::parser::Statement;
+
+use crate::exec::{HELP, backslash_sql, print_result, run_parsed, run_statement, split_statements};
 use crate::output::Format;
 
 const KEYWORDS: &[&str] = &[
@@ -124,7 +126,7 @@ pub async fn run(ctx: &SessionContext, banner: &str, format: Format, quiet: bool
                 "\\?" | "\\h" | "\\help" => println!("{HELP}"),
                 _ => match backslash_sql(trimmed).expect("backslash") {
                     Ok(sql) => {
-                        execute(ctx, &sql, format, quiet).await;
+                        execute(ctx, Query::Sql(sql), format, quiet).await;
                     }
                     Err(e) => eprintln!("Error: {e}"),
                 },
@@ -144,7 +146,7 @@ pub async fn run(ctx: &SessionContext, banner: &str, format: Format, quiet: bool
         match split_statements(&text) {
             Ok(stmts) => {
                 for s in stmts {
-                    if !execute(ctx, &s, format, quiet).await {
+                    if !execute(ctx, Query::Parsed(s), format, quiet).await {
                         break;
                     }
                 }
@@ -158,11 +160,21 @@ pub async fn run(ctx: &SessionContext, banner: &str, format: Format, quiet: bool
     Ok(())
 }
 
+enum Query {
+    Sql(String),
+    Parsed(Statement),
+}
+
 /// Runs one statement with Ctrl-C cancellation and a progress indicator after 1 s.
 /// Returns false when it failed or was cancelled.
-async fn execute(ctx: &SessionContext, sql: &str, format: Format, quiet: bool) -> bool {
+async fn execute(ctx: &SessionContext, q: Query, format: Format, quiet: bool) -> bool {
     let start = Instant::now();
-    let query = run_statement(ctx, sql);
+    let query = async {
+        match q {
+            Query::Sql(sql) => run_statement(ctx, &sql).await,
+            Query::Parsed(stmt) => run_parsed(ctx, stmt).await,
+        }
+    };
     tokio::pin!(query);
     let show_progress = std::io::stderr().is_terminal();
     let mut ticker = tokio::time::interval(Duration::from_millis(200));
@@ -206,6 +218,17 @@ async fn execute(ctx: &SessionContext, sql: &str, format: Format, quiet: bool) -
 
 /// The error as one line (DataFusion nests causes on several lines).
 pub fn one_line(e: &anyhow::Error) -> Cow<'static, str> {
-    let s = format!("{e:#}");
-    Cow::Owned(s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" "))
+    // DataFusion errors already include their sources in Display: skip repeats.
+    let mut out = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        let msg = msg.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+        if !out.contains(&msg) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&msg);
+        }
+    }
+    Cow::Owned(out)
 }

@@ -187,7 +187,9 @@ impl FileKeyRetriever {
 
 impl KeyRetriever for FileKeyRetriever {
     fn retrieve_key(&self, key_metadata: &[u8]) -> parquet::errors::Result<Vec<u8>> {
-        self.resolve(key_metadata).map(|k| k.expose().to_vec()).map_err(|e| ParquetError::External(Box::new(e)))
+        self.resolve(key_metadata)
+            .map(|k| k.expose().to_vec())
+            .map_err(|e| ParquetError::General(format!("file '{}': {e}", self.file)))
     }
 }
 

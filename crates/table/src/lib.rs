@@ -16,6 +16,7 @@ mod error;
 pub mod field_id;
 mod filter;
 mod provider;
+mod reader;
 mod schema;
 pub mod write;
 

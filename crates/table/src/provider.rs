@@ -27,6 +27,7 @@ use iceberg::table::Table;
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
+use crate::reader::NamedFileReaderFactory;
 use crate::schema::arrow_schema;
 
 /// A table of an Iceberg catalog, at its current snapshot.
@@ -160,7 +161,9 @@ impl TableProvider for IcebergTableProvider {
             files.push(f);
         }
         let options = state.config_options();
+        let store = state.runtime_env().object_store(store_url.as_ref().expect("non-empty"))?;
         let source = ParquetSource::new(Arc::clone(&self.schema))
+            .with_parquet_file_reader_factory(Arc::new(NamedFileReaderFactory::new(store)))
             .with_table_parquet_options(TableParquetOptions { global: options.execution.parquet.clone(), ..Default::default() })
             .with_encryption_factory(Arc::clone(&self.encryption))
             // The page index holds every column's index; decrypting it needs every

@@ -1,0 +1,7 @@
+//! Integration tests of the engine against real files: the PyArrow/PyIceberg interop
+//! lake, parquet-testing's encrypted files, and demo lakes written by ClearIce.
+
+mod common;
+mod demo;
+mod interop;
+mod parquet_testing;
