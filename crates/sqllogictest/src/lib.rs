@@ -118,8 +118,9 @@ pub struct FileResult {
     pub records: usize,
 }
 
-/// Runs one file with a fresh session per connection.
-pub async fn run_file(engine: Arc<Engine>, path: &Path, default_principal: &str) -> FileResult {
+/// Runs one file with a fresh session per connection. `vars` are available to
+/// `control substitution on` blocks as `$NAME`.
+pub async fn run_file(engine: Arc<Engine>, path: &Path, default_principal: &str, vars: &[(String, String)]) -> FileResult {
     let principal = Arc::new(Mutex::new(default_principal.to_owned()));
     let p = Arc::clone(&principal);
     let e = Arc::clone(&engine);
@@ -127,6 +128,9 @@ pub async fn run_file(engine: Arc<Engine>, path: &Path, default_principal: &str)
         let ctx = e.session(&p.lock().expect("principal"));
         async move { Ok::<_, SqlError>(ClearIceDb::new(ctx)) }
     });
+    for (k, v) in vars {
+        runner.set_var(k.clone(), v.clone());
+    }
     let mut result = FileResult { path: path.to_owned(), failures: vec![], records: 0 };
     let records = match sqllogictest::parse_file::<DefaultColumnType>(path) {
         Ok(r) => r,
@@ -155,23 +159,42 @@ pub async fn run_file(engine: Arc<Engine>, path: &Path, default_principal: &str)
 /// Runs files in order, printing one line per file and a closing `N passed, N failed`.
 /// Returns the number of failed files.
 pub async fn run_files(engine: Arc<Engine>, files: &[PathBuf], default_principal: &str) -> usize {
-    let (mut passed, mut failed) = (0, 0);
+    let mut summary = Summary::default();
     for f in files {
         let start = Instant::now();
-        let r = run_file(Arc::clone(&engine), f, default_principal).await;
+        let r = run_file(Arc::clone(&engine), f, default_principal, &[]).await;
+        summary.report(&r, start);
+    }
+    summary.finish()
+}
+
+/// Per-file reporting and the closing line.
+#[derive(Debug, Default)]
+pub struct Summary {
+    passed: usize,
+    failed: usize,
+}
+
+impl Summary {
+    /// Prints one file's outcome.
+    pub fn report(&mut self, r: &FileResult, start: Instant) {
         if r.failures.is_empty() {
-            passed += 1;
-            println!("ok    {} ({} records, {:.2}s)", f.display(), r.records, start.elapsed().as_secs_f64());
+            self.passed += 1;
+            println!("ok    {} ({} records, {:.2}s)", r.path.display(), r.records, start.elapsed().as_secs_f64());
         } else {
-            failed += 1;
-            println!("FAIL  {} ({} of {} records failed)", f.display(), r.failures.len(), r.records);
+            self.failed += 1;
+            println!("FAIL  {} ({} of {} records failed)", r.path.display(), r.failures.len(), r.records);
             for msg in &r.failures {
                 println!("{msg}\n");
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
-    failed
+
+    /// Prints `N passed, N failed`; returns the failed count.
+    pub fn finish(&self) -> usize {
+        println!("{} passed, {} failed", self.passed, self.failed);
+        self.failed
+    }
 }
 
 /// `.slt` files under `path` (itself if a file), sorted.

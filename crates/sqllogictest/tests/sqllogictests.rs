@@ -1,0 +1,99 @@
+//! Runs `sql-tests/**/*.slt` (harness = false). The first directory level picks the lake:
+//! `demo/` a demo lake written by ClearIce, `interop/` the PyArrow/PyIceberg lake
+//! (`CLEARICE_INTEROP_DIR`), `parquet_testing/` parquet-testing's files with their
+//! explicit keys. Each file runs in fresh sessions.
+//!
+//! `cargo test -p clearice-sqllogictest --test sqllogictests [-- FILTER...]`
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use clearice_engine::{Config, Engine};
+use clearice_sqllogictest::{Summary, collect_files, run_file};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sql-tests").canonicalize().expect("sql-tests")
+}
+
+fn env_dir(var: &str, default: Option<PathBuf>) -> Option<PathBuf> {
+    std::env::var_os(var).map(PathBuf::from).or(default).filter(|p| p.exists())
+}
+
+async fn open(dir: &Path, toml: &str) -> Arc<Engine> {
+    let path = dir.join("clearice.toml");
+    std::fs::write(&path, toml).expect("write config");
+    Arc::new(Engine::open(Config::load(&path).expect("config")).await.expect("engine"))
+}
+
+#[tokio::main]
+async fn main() {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let require = std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_some();
+    let files: Vec<PathBuf> = collect_files(&root())
+        .expect("sql-tests")
+        .into_iter()
+        .filter(|f| filters.is_empty() || filters.iter().any(|x| f.to_string_lossy().contains(x.as_str())))
+        .collect();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut summary = Summary::default();
+    let mut skipped = Vec::new();
+    let mut engines: std::collections::HashMap<String, Option<(Arc<Engine>, Vec<(String, String)>)>> = Default::default();
+    for f in &files {
+        let rel = f.strip_prefix(root()).unwrap_or(f);
+        let suite = rel.components().next().map(|c| c.as_os_str().to_string_lossy().into_owned()).unwrap_or_default();
+        if !engines.contains_key(&suite) {
+            let e = make_engine(&suite, tmp.path()).await;
+            if e.is_none() {
+                assert!(!require, "suite '{suite}' needs fixtures that are missing, but CLEARICE_REQUIRE_FIXTURES is set");
+            }
+            engines.insert(suite.clone(), e);
+        }
+        let Some((engine, vars)) = engines[&suite].clone() else {
+            skipped.push(rel.display().to_string());
+            continue;
+        };
+        let start = Instant::now();
+        let r = run_file(engine, f, "admin", &vars).await;
+        summary.report(&r, start);
+    }
+    for s in &skipped {
+        println!("*** SKIPPED {s}: its fixtures are missing; run ./scripts/test.sh ***");
+    }
+    if summary.finish() > 0 {
+        std::process::exit(1);
+    }
+}
+
+async fn make_engine(suite: &str, tmp: &Path) -> Option<(Arc<Engine>, Vec<(String, String)>)> {
+    let dir = tmp.join(suite);
+    std::fs::create_dir_all(&dir).expect("suite dir");
+    match suite {
+        "demo" => {
+            let config = clearice_engine::demo::init(&dir.join("lake")).await.expect("demo init");
+            let engine = Arc::new(Engine::open(Config::load(&config).expect("config")).await.expect("engine"));
+            Some((engine, vec![]))
+        }
+        "interop" => {
+            let i = env_dir("CLEARICE_INTEROP_DIR", None)?;
+            let toml = format!(
+                "[catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{i}/catalog.db\"\nwarehouse = \"file://{i}/warehouse\"\n\
+                 [kms]\ntype = \"keyring\"\npath = \"{i}/keyring.json\"\n",
+                i = i.display()
+            );
+            Some((open(&dir, &toml).await, vec![("INTEROP_DIR".into(), i.display().to_string())]))
+        }
+        "parquet_testing" => {
+            let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/parquet-testing");
+            let p = env_dir("CLEARICE_PARQUET_TESTING_DIR", Some(default))?.canonicalize().ok()?;
+            std::fs::write(
+                dir.join("explicit.json"),
+                r#"{"kf": "MDEyMzQ1Njc4OTAxMjM0NQ==", "kc1": "MTIzNDU2Nzg5MDEyMzQ1MA==", "kc2": "MTIzNDU2Nzg5MDEyMzQ1MQ=="}"#,
+            )
+            .expect("keys");
+            let toml = "[explicit_keys]\npath = \"explicit.json\"\n";
+            Some((open(&dir, toml).await, vec![("PARQUET_TESTING_DIR".into(), p.display().to_string())]))
+        }
+        other => panic!("sql-tests/{other}: unknown suite (expected demo, interop or parquet_testing)"),
+    }
+}
