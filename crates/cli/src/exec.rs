@@ -52,7 +52,11 @@ pub async fn run_parsed(ctx: &SessionContext, stmt: Statement) -> Result<Stateme
 async fn collect(df: datafusion::dataframe::DataFrame, start: Instant) -> Result<StatementResult> {
     let schema = SchemaRef::new(df.schema().as_arrow().clone());
     let batches: Vec<RecordBatch> = df.execute_stream().await?.try_collect().await?;
-    Ok(StatementResult { schema, batches, elapsed: start.elapsed() })
+    Ok(StatementResult {
+        schema,
+        batches,
+        elapsed: start.elapsed(),
+    })
 }
 
 /// Expands a backslash command into SQL, or `None` if `line` is not one.
@@ -61,12 +65,16 @@ pub fn backslash_sql(line: &str) -> Option<Result<String>> {
     let rest = line.strip_prefix('\\')?;
     let mut parts = rest.split_whitespace();
     Some(match (parts.next(), parts.next()) {
-        (Some("d"), None) => Ok("SELECT table_catalog, table_schema, table_name, table_type \
+        (Some("d"), None) => Ok(
+            "SELECT table_catalog, table_schema, table_name, table_type \
              FROM information_schema.tables WHERE table_schema <> 'information_schema' \
              ORDER BY table_catalog, table_schema, table_name"
-            .into()),
+                .into(),
+        ),
         (Some("d"), Some(t)) => Ok(format!("DESCRIBE {t}")),
-        (Some(other), _) => Err(anyhow!("unknown command '\\{other}'; \\? lists the commands")),
+        (Some(other), _) => Err(anyhow!(
+            "unknown command '\\{other}'; \\? lists the commands"
+        )),
         (None, _) => Err(anyhow!("empty command; \\? lists the commands")),
     })
 }
@@ -91,13 +99,22 @@ pub fn print_result(r: &StatementResult, format: Format, quiet: bool) -> Result<
     print!("{}", render(&r.schema, &r.batches, format)?);
     if !quiet {
         let n = r.rows();
-        eprintln!("{n} row{} in {:.3}s", if n == 1 { "" } else { "s" }, r.elapsed.as_secs_f64());
+        eprintln!(
+            "{n} row{} in {:.3}s",
+            if n == 1 { "" } else { "s" },
+            r.elapsed.as_secs_f64()
+        );
     }
     Ok(())
 }
 
 /// Runs a script (statements and backslash commands) in order; stops at the first error.
-pub async fn run_script(ctx: &SessionContext, text: &str, format: Format, quiet: bool) -> Result<()> {
+pub async fn run_script(
+    ctx: &SessionContext,
+    text: &str,
+    format: Format,
+    quiet: bool,
+) -> Result<()> {
     let mut sql = String::new();
     for line in text.lines() {
         if line.trim_start().starts_with('\\') {

@@ -73,12 +73,17 @@ pub enum DemoAction {
 }
 
 fn os_user() -> String {
-    std::env::var("USER").or_else(|_| std::env::var("USERNAME")).unwrap_or_else(|_| "unknown".into())
+    std::env::var("USER")
+        .or_else(|_| std::env::var("USERNAME"))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// The default demo lake's directory.
 pub fn default_demo_dir() -> Result<PathBuf> {
-    Ok(dirs::data_dir().context("no user data directory (set HOME or use --config)")?.join("clearice").join("demo"))
+    Ok(dirs::data_dir()
+        .context("no user data directory (set HOME or use --config)")?
+        .join("clearice")
+        .join("demo"))
 }
 
 async fn config_or_demo(config: Option<&Path>, quiet: bool) -> Result<Config> {
@@ -103,16 +108,23 @@ async fn config_or_demo(config: Option<&Path>, quiet: bool) -> Result<Config> {
 pub async fn run(cli: Cli) -> Result<i32> {
     let user = cli.user.clone().unwrap_or_else(os_user);
     match &cli.command {
-        Some(Command::Demo { action: DemoAction::Init { dir } }) => {
+        Some(Command::Demo {
+            action: DemoAction::Init { dir },
+        }) => {
             let path = clearice_engine::demo::init(dir).await?;
-            println!("Demo lake written. Query it with:\n  clearice --config {}", path.display());
+            println!(
+                "Demo lake written. Query it with:\n  clearice --config {}",
+                path.display()
+            );
             return Ok(0);
         }
         Some(Command::Slt { paths }) => {
-            let engine = Arc::new(Engine::open(config_or_demo(cli.config.as_deref(), true).await?).await?);
+            let engine =
+                Arc::new(Engine::open(config_or_demo(cli.config.as_deref(), true).await?).await?);
             let mut files = Vec::new();
             for p in paths {
-                let found = clearice_sqllogictest::collect_files(p).with_context(|| format!("'{}'", p.display()))?;
+                let found = clearice_sqllogictest::collect_files(p)
+                    .with_context(|| format!("'{}'", p.display()))?;
                 if found.is_empty() {
                     bail!("no .slt files in '{}'", p.display());
                 }
@@ -126,7 +138,11 @@ pub async fn run(cli: Cli) -> Result<i32> {
     let engine = Engine::open(config_or_demo(cli.config.as_deref(), cli.quiet).await?).await?;
     let ctx = engine.session(&user);
     if cli.commands.is_empty() && cli.file.is_none() {
-        let banner = format!("ClearIce {} — {} as '{user}'", env!("CARGO_PKG_VERSION"), engine.config().source);
+        let banner = format!(
+            "ClearIce {} — {} as '{user}'",
+            env!("CARGO_PKG_VERSION"),
+            engine.config().source
+        );
         repl::run(&ctx, &banner, cli.format, cli.quiet).await?;
         return Ok(0);
     }
@@ -134,7 +150,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         exec::run_script(&ctx, c, cli.format, cli.quiet).await?;
     }
     if let Some(f) = &cli.file {
-        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read '{}'", f.display()))?;
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("cannot read '{}'", f.display()))?;
         exec::run_script(&ctx, &text, cli.format, cli.quiet).await?;
     }
     Ok(0)

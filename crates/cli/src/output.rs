@@ -33,7 +33,10 @@ pub fn render(schema: &SchemaRef, batches: &[RecordBatch], format: Format) -> Re
         }
         Format::Csv | Format::Tsv => {
             let delim = if format == Format::Csv { b',' } else { b'\t' };
-            let mut w = datafusion::arrow::csv::WriterBuilder::new().with_header(true).with_delimiter(delim).build(&mut out);
+            let mut w = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .with_delimiter(delim)
+                .build(&mut out);
             if batches.is_empty() {
                 w.write(&flatten_nested(&RecordBatch::new_empty(schema.clone()))?)?;
             }
@@ -69,7 +72,12 @@ fn flatten_nested(batch: &RecordBatch) -> Result<RecordBatch> {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
     use std::sync::Arc;
-    if !batch.schema().fields().iter().any(|f| f.data_type().is_nested()) {
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| f.data_type().is_nested())
+    {
         return Ok(batch.clone());
     }
     let options = FormatOptions::default();
@@ -78,7 +86,9 @@ fn flatten_nested(batch: &RecordBatch) -> Result<RecordBatch> {
     for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
         if f.data_type().is_nested() {
             let fmt = ArrayFormatter::try_new(c.as_ref(), &options)?;
-            let v: StringArray = (0..c.len()).map(|i| (!c.is_null(i)).then(|| fmt.value(i).to_string())).collect();
+            let v: StringArray = (0..c.len())
+                .map(|i| (!c.is_null(i)).then(|| fmt.value(i).to_string()))
+                .collect();
             fields.push(Field::new(f.name(), DataType::Utf8, true));
             cols.push(Arc::new(v));
         } else {

@@ -19,11 +19,62 @@ use crate::exec::{HELP, backslash_sql, print_result, run_parsed, run_statement, 
 use crate::output::Format;
 
 const KEYWORDS: &[&str] = &[
-    "SELECT", "FROM", "WHERE", "GROUP", "BY", "ORDER", "LIMIT", "HAVING", "JOIN", "LEFT", "RIGHT", "INNER",
-    "OUTER", "ON", "AS", "AND", "OR", "NOT", "NULL", "IS", "IN", "LIKE", "BETWEEN", "DISTINCT", "COUNT", "SUM",
-    "AVG", "MIN", "MAX", "CASE", "WHEN", "THEN", "ELSE", "END", "WITH", "UNION", "ALL", "DESCRIBE", "SHOW",
-    "TABLES", "EXPLAIN", "ANALYZE", "CREATE", "EXTERNAL", "TABLE", "STORED", "PARQUET", "LOCATION", "SET",
-    "DESC", "ASC", "NULLS", "FIRST", "LAST", "CAST", "information_schema",
+    "SELECT",
+    "FROM",
+    "WHERE",
+    "GROUP",
+    "BY",
+    "ORDER",
+    "LIMIT",
+    "HAVING",
+    "JOIN",
+    "LEFT",
+    "RIGHT",
+    "INNER",
+    "OUTER",
+    "ON",
+    "AS",
+    "AND",
+    "OR",
+    "NOT",
+    "NULL",
+    "IS",
+    "IN",
+    "LIKE",
+    "BETWEEN",
+    "DISTINCT",
+    "COUNT",
+    "SUM",
+    "AVG",
+    "MIN",
+    "MAX",
+    "CASE",
+    "WHEN",
+    "THEN",
+    "ELSE",
+    "END",
+    "WITH",
+    "UNION",
+    "ALL",
+    "DESCRIBE",
+    "SHOW",
+    "TABLES",
+    "EXPLAIN",
+    "ANALYZE",
+    "CREATE",
+    "EXTERNAL",
+    "TABLE",
+    "STORED",
+    "PARQUET",
+    "LOCATION",
+    "SET",
+    "DESC",
+    "ASC",
+    "NULLS",
+    "FIRST",
+    "LAST",
+    "CAST",
+    "information_schema",
 ];
 
 #[derive(Helper, Hinter, Highlighter, Validator)]
@@ -34,7 +85,12 @@ struct ReplHelper {
 impl Completer for ReplHelper {
     type Candidate = Pair;
 
-    fn complete(&self, line: &str, pos: usize, _ctx: &Context<'_>) -> rustyline::Result<(usize, Vec<Pair>)> {
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _ctx: &Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
         let start = line[..pos]
             .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
             .map(|i| i + 1)
@@ -50,12 +106,17 @@ impl Completer for ReplHelper {
             .filter(|w| w.to_lowercase().starts_with(&lower))
             .map(|w| {
                 // keep the user's case for keywords
-                let text = if w.chars().all(|c| c.is_ascii_uppercase()) && word.chars().any(|c| c.is_lowercase()) {
+                let text = if w.chars().all(|c| c.is_ascii_uppercase())
+                    && word.chars().any(|c| c.is_lowercase())
+                {
                     w.to_lowercase()
                 } else {
                     w.clone()
                 };
-                Pair { display: text.clone(), replacement: text }
+                Pair {
+                    display: text.clone(),
+                    replacement: text,
+                }
             })
             .collect();
         out.dedup_by(|a, b| a.replacement == b.replacement);
@@ -69,13 +130,24 @@ async fn completion_words(ctx: &SessionContext) -> Vec<String> {
                WHERE table_schema <> 'information_schema'";
     if let Ok(r) = run_statement(ctx, sql).await {
         for b in &r.batches {
-            let col = |i: usize| datafusion::arrow::compute::cast(b.column(i), &datafusion::arrow::datatypes::DataType::Utf8);
-            let (Ok(c), Ok(s), Ok(t), Ok(n)) = (col(0), col(1), col(2), col(3)) else { continue };
+            let col = |i: usize| {
+                datafusion::arrow::compute::cast(
+                    b.column(i),
+                    &datafusion::arrow::datatypes::DataType::Utf8,
+                )
+            };
+            let (Ok(c), Ok(s), Ok(t), Ok(n)) = (col(0), col(1), col(2), col(3)) else {
+                continue;
+            };
             let get = |a: &datafusion::arrow::array::ArrayRef, i: usize| {
-                a.as_any().downcast_ref::<datafusion::arrow::array::StringArray>().map(|a| a.value(i).to_owned())
+                a.as_any()
+                    .downcast_ref::<datafusion::arrow::array::StringArray>()
+                    .map(|a| a.value(i).to_owned())
             };
             for i in 0..b.num_rows() {
-                if let (Some(c), Some(s), Some(t), Some(n)) = (get(&c, i), get(&s, i), get(&t, i), get(&n, i)) {
+                if let (Some(c), Some(s), Some(t), Some(n)) =
+                    (get(&c, i), get(&s, i), get(&t, i), get(&n, i))
+                {
                     words.push(format!("{c}.{s}.{t}"));
                     words.push(format!("{s}.{t}"));
                     words.push(t);
@@ -98,7 +170,9 @@ fn history_path() -> Option<PathBuf> {
 /// Runs the REPL until `\q` or end of input.
 pub async fn run(ctx: &SessionContext, banner: &str, format: Format, quiet: bool) -> Result<()> {
     let mut editor: Editor<ReplHelper, FileHistory> = Editor::new()?;
-    editor.set_helper(Some(ReplHelper { words: completion_words(ctx).await }));
+    editor.set_helper(Some(ReplHelper {
+        words: completion_words(ctx).await,
+    }));
     let history = history_path();
     if let Some(h) = &history {
         let _ = editor.load_history(h);
@@ -108,7 +182,11 @@ pub async fn run(ctx: &SessionContext, banner: &str, format: Format, quiet: bool
     }
     let mut buffer = String::new();
     loop {
-        let prompt = if buffer.is_empty() { "clearice> " } else { "      ..> " };
+        let prompt = if buffer.is_empty() {
+            "clearice> "
+        } else {
+            "      ..> "
+        };
         let line = match editor.readline(prompt) {
             Ok(l) => l,
             Err(ReadlineError::Interrupted) => {
@@ -210,7 +288,10 @@ async fn execute(ctx: &SessionContext, q: Query, format: Format, quiet: bool) ->
             false
         }
         None => {
-            eprintln!("Query cancelled after {:.1}s", start.elapsed().as_secs_f64());
+            eprintln!(
+                "Query cancelled after {:.1}s",
+                start.elapsed().as_secs_f64()
+            );
             false
         }
     }
@@ -222,7 +303,12 @@ pub fn one_line(e: &anyhow::Error) -> Cow<'static, str> {
     let mut out = String::new();
     for cause in e.chain() {
         let msg = cause.to_string();
-        let msg = msg.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+        let msg = msg
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
         if !out.contains(&msg) {
             if !out.is_empty() {
                 out.push_str(": ");

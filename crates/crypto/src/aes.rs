@@ -19,13 +19,27 @@ pub enum AesError {
 }
 
 /// Encrypts `plaintext`, returning `nonce || ciphertext || tag`.
-pub fn encrypt(key: &[u8], nonce: &[u8; NONCE_LEN], plaintext: &[u8], aad: &[u8]) -> Result<Vec<u8>, AesError> {
+pub fn encrypt(
+    key: &[u8],
+    nonce: &[u8; NONCE_LEN],
+    plaintext: &[u8],
+    aad: &[u8],
+) -> Result<Vec<u8>, AesError> {
     let nonce_ga = Nonce::from_slice(nonce);
-    let payload = Payload { msg: plaintext, aad };
+    let payload = Payload {
+        msg: plaintext,
+        aad,
+    };
     let ct = match key.len() {
-        16 => Aes128Gcm::new_from_slice(key).map_err(|_| AesError::KeyLength)?.encrypt(nonce_ga, payload),
-        24 => Aes192Gcm::new_from_slice(key).map_err(|_| AesError::KeyLength)?.encrypt(nonce_ga, payload),
-        32 => Aes256Gcm::new_from_slice(key).map_err(|_| AesError::KeyLength)?.encrypt(nonce_ga, payload),
+        16 => Aes128Gcm::new_from_slice(key)
+            .map_err(|_| AesError::KeyLength)?
+            .encrypt(nonce_ga, payload),
+        24 => Aes192Gcm::new_from_slice(key)
+            .map_err(|_| AesError::KeyLength)?
+            .encrypt(nonce_ga, payload),
+        32 => Aes256Gcm::new_from_slice(key)
+            .map_err(|_| AesError::KeyLength)?
+            .encrypt(nonce_ga, payload),
         _ => return Err(AesError::KeyLength),
     }
     .map_err(|_| AesError::Authentication)?;
@@ -44,9 +58,15 @@ pub fn decrypt(key: &[u8], data: &[u8], aad: &[u8]) -> Result<Vec<u8>, AesError>
     let nonce = Nonce::from_slice(nonce);
     let payload = Payload { msg: ct, aad };
     match key.len() {
-        16 => Aes128Gcm::new_from_slice(key).map_err(|_| AesError::KeyLength)?.decrypt(nonce, payload),
-        24 => Aes192Gcm::new_from_slice(key).map_err(|_| AesError::KeyLength)?.decrypt(nonce, payload),
-        32 => Aes256Gcm::new_from_slice(key).map_err(|_| AesError::KeyLength)?.decrypt(nonce, payload),
+        16 => Aes128Gcm::new_from_slice(key)
+            .map_err(|_| AesError::KeyLength)?
+            .decrypt(nonce, payload),
+        24 => Aes192Gcm::new_from_slice(key)
+            .map_err(|_| AesError::KeyLength)?
+            .decrypt(nonce, payload),
+        32 => Aes256Gcm::new_from_slice(key)
+            .map_err(|_| AesError::KeyLength)?
+            .decrypt(nonce, payload),
         _ => return Err(AesError::KeyLength),
     }
     .map_err(|_| AesError::Authentication)

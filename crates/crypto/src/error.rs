@@ -16,7 +16,9 @@ pub enum Error {
         key_id: String,
     },
     /// Unwrapping failed: wrong master key, wrong key id, or tampered wrapped key.
-    #[error("KMS '{kms}' failed to unwrap a key under master key '{key_id}': authentication failed (wrong or tampered key)")]
+    #[error(
+        "KMS '{kms}' failed to unwrap a key under master key '{key_id}': authentication failed (wrong or tampered key)"
+    )]
     Unwrap {
         /// KMS name.
         kms: String,
@@ -48,13 +50,17 @@ pub enum Error {
         reason: String,
     },
     /// The DEK could not be decrypted with its KEK.
-    #[error("data key under master key '{key_id}' does not decrypt with its key-encryption key (tampered key material)")]
+    #[error(
+        "data key under master key '{key_id}' does not decrypt with its key-encryption key (tampered key material)"
+    )]
     DataKey {
         /// Master key id.
         key_id: String,
     },
     /// No explicit key is configured for a key id found in a file.
-    #[error("no key for key id '{key_id}' (the file's key metadata is not PME key material and no explicit key has this id)")]
+    #[error(
+        "no key for key id '{key_id}' (the file's key metadata is not PME key material and no explicit key has this id)"
+    )]
     NoExplicitKey {
         /// The key id from the file's key metadata.
         key_id: String,

@@ -45,12 +45,16 @@ impl KeyMaterial {
     /// Parses key metadata bytes; `Ok(None)` when they are not JSON key material
     /// (parquet-testing's explicit-key files store a short key id instead).
     pub fn parse(metadata: &[u8], file: Option<&str>) -> Result<Option<Self>> {
-        let Ok(text) = std::str::from_utf8(metadata) else { return Ok(None) };
+        let Ok(text) = std::str::from_utf8(metadata) else {
+            return Ok(None);
+        };
         if !text.trim_start().starts_with('{') {
             return Ok(None);
         }
-        let m: KeyMaterial = serde_json::from_str(text)
-            .map_err(|e| Error::KeyMaterial { file: file.map(Into::into), reason: e.to_string() })?;
+        let m: KeyMaterial = serde_json::from_str(text).map_err(|e| Error::KeyMaterial {
+            file: file.map(Into::into),
+            reason: e.to_string(),
+        })?;
         if m.key_material_type != "PKMT1" {
             return Err(Error::KeyMaterial {
                 file: file.map(Into::into),
@@ -62,7 +66,10 @@ impl KeyMaterial {
 
     /// Validates that the fields needed to unwrap are present.
     pub fn check_complete(&self, file: Option<&str>) -> Result<()> {
-        let bad = |reason: &str| Error::KeyMaterial { file: file.map(Into::into), reason: reason.into() };
+        let bad = |reason: &str| Error::KeyMaterial {
+            file: file.map(Into::into),
+            reason: reason.into(),
+        };
         if self.master_key_id.is_empty() {
             return Err(bad("masterKeyID missing"));
         }
@@ -101,7 +108,9 @@ mod tests {
 
     #[test]
     fn malformed_json_names_the_file() {
-        let e = KeyMaterial::parse(b"{\"keyMaterialType\":", Some("f.parquet")).unwrap_err().to_string();
+        let e = KeyMaterial::parse(b"{\"keyMaterialType\":", Some("f.parquet"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("f.parquet"), "{e}");
     }
 }

@@ -36,7 +36,9 @@ impl std::fmt::Debug for KeyringKms {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut ids: Vec<_> = self.keys.keys().collect();
         ids.sort();
-        f.debug_struct("KeyringKms").field("master_key_ids", &ids).finish()
+        f.debug_struct("KeyringKms")
+            .field("master_key_ids", &ids)
+            .finish()
     }
 }
 
@@ -47,20 +49,26 @@ impl KeyringKms {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        Self::from_json(&text).map_err(|reason| Error::Keyring { path: path.display().to_string(), reason })
+        Self::from_json(&text).map_err(|reason| Error::Keyring {
+            path: path.display().to_string(),
+            reason,
+        })
     }
 
     /// Parses keyring JSON; the error names the key id, never the key.
     pub fn from_json(text: &str) -> std::result::Result<Self, String> {
-        let map: HashMap<String, String> =
-            serde_json::from_str(text).map_err(|e| format!("not a JSON object of base64 strings: {e}"))?;
+        let map: HashMap<String, String> = serde_json::from_str(text)
+            .map_err(|e| format!("not a JSON object of base64 strings: {e}"))?;
         let mut keys = HashMap::with_capacity(map.len());
         for (id, b64) in map {
             let bytes = BASE64_STANDARD
                 .decode(b64.trim())
                 .map_err(|_| format!("master key '{id}' is not valid base64"))?;
             if !matches!(bytes.len(), 16 | 24 | 32) {
-                return Err(format!("master key '{id}' has {} bytes; expected 16, 24 or 32", bytes.len()));
+                return Err(format!(
+                    "master key '{id}' has {} bytes; expected 16, 24 or 32",
+                    bytes.len()
+                ));
             }
             keys.insert(id, SecretKey::from_bytes(bytes));
         }
@@ -69,13 +77,18 @@ impl KeyringKms {
 
     /// Builds a keyring from id/key pairs (tests, demo).
     pub fn from_keys(keys: impl IntoIterator<Item = (String, SecretKey)>) -> Self {
-        Self { keys: keys.into_iter().collect() }
+        Self {
+            keys: keys.into_iter().collect(),
+        }
     }
 
     /// Serializes the keyring as its JSON file format.
     pub fn to_json(&self) -> String {
-        let map: std::collections::BTreeMap<_, _> =
-            self.keys.iter().map(|(k, v)| (k.clone(), BASE64_STANDARD.encode(v.expose()))).collect();
+        let map: std::collections::BTreeMap<_, _> = self
+            .keys
+            .iter()
+            .map(|(k, v)| (k.clone(), BASE64_STANDARD.encode(v.expose())))
+            .collect();
         serde_json::to_string_pretty(&map).expect("string map serializes")
     }
 
@@ -85,7 +98,10 @@ impl KeyringKms {
     }
 
     fn master(&self, id: &str) -> Result<&SecretKey> {
-        self.keys.get(id).ok_or_else(|| Error::UnknownMasterKey { kms: self.name().into(), key_id: id.into() })
+        self.keys.get(id).ok_or_else(|| Error::UnknownMasterKey {
+            kms: self.name().into(),
+            key_id: id.into(),
+        })
     }
 }
 
@@ -96,16 +112,29 @@ impl Kms for KeyringKms {
 
     fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String> {
         let master = self.master(master_key_id)?;
-        let out = aes::encrypt(master.expose(), &aes::random_nonce(), key, master_key_id.as_bytes())
-            .map_err(|_| Error::Wrap { kms: self.name().into(), key_id: master_key_id.into() })?;
+        let out = aes::encrypt(
+            master.expose(),
+            &aes::random_nonce(),
+            key,
+            master_key_id.as_bytes(),
+        )
+        .map_err(|_| Error::Wrap {
+            kms: self.name().into(),
+            key_id: master_key_id.into(),
+        })?;
         Ok(BASE64_STANDARD.encode(out))
     }
 
     fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
         let master = self.master(master_key_id)?;
-        let err = || Error::Unwrap { kms: self.name().into(), key_id: master_key_id.into() };
+        let err = || Error::Unwrap {
+            kms: self.name().into(),
+            key_id: master_key_id.into(),
+        };
         let data = BASE64_STANDARD.decode(wrapped.trim()).map_err(|_| err())?;
-        aes::decrypt(master.expose(), &data, master_key_id.as_bytes()).map(SecretKey::from_bytes).map_err(|_| err())
+        aes::decrypt(master.expose(), &data, master_key_id.as_bytes())
+            .map(SecretKey::from_bytes)
+            .map_err(|_| err())
     }
 }
 
@@ -114,7 +143,10 @@ mod tests {
     use super::*;
 
     fn keyring() -> KeyringKms {
-        KeyringKms::from_json(r#"{"k16":"MDEyMzQ1Njc4OTAxMjM0NQ==","k24":"MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz"}"#).unwrap()
+        KeyringKms::from_json(
+            r#"{"k16":"MDEyMzQ1Njc4OTAxMjM0NQ==","k24":"MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz"}"#,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -122,13 +154,19 @@ mod tests {
         let kms = keyring();
         for id in ["k16", "k24"] {
             let w = kms.wrap_key(b"0123456789abcdef", id).unwrap();
-            assert_eq!(kms.unwrap_key(&w, id).unwrap().expose(), b"0123456789abcdef");
+            assert_eq!(
+                kms.unwrap_key(&w, id).unwrap().expose(),
+                b"0123456789abcdef"
+            );
         }
     }
 
     #[test]
     fn unwrap_under_other_master_key_id_fails() {
-        let kms = KeyringKms::from_json(r#"{"a":"MDEyMzQ1Njc4OTAxMjM0NQ==","b":"MDEyMzQ1Njc4OTAxMjM0NQ=="}"#).unwrap();
+        let kms = KeyringKms::from_json(
+            r#"{"a":"MDEyMzQ1Njc4OTAxMjM0NQ==","b":"MDEyMzQ1Njc4OTAxMjM0NQ=="}"#,
+        )
+        .unwrap();
         let w = kms.wrap_key(b"0123456789abcdef", "a").unwrap();
         // same key bytes, different id: the AAD differs
         assert!(matches!(kms.unwrap_key(&w, "b"), Err(Error::Unwrap { .. })));
@@ -136,7 +174,10 @@ mod tests {
 
     #[test]
     fn unknown_master_key_is_named() {
-        let err = keyring().unwrap_key("AAAA", "nope").unwrap_err().to_string();
+        let err = keyring()
+            .unwrap_key("AAAA", "nope")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("'nope'"), "{err}");
     }
 

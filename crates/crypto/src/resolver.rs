@@ -52,8 +52,18 @@ impl std::fmt::Debug for KeyResolver {
 
 impl KeyResolver {
     /// A resolver over `kms` (None: only explicit keys) with KEK cache lifetime `ttl`.
-    pub fn new(kms: Option<Arc<dyn Kms>>, explicit: HashMap<String, SecretKey>, ttl: Duration) -> Self {
-        Self { kms, explicit, ttl, keks: Mutex::default(), kms_unwraps: AtomicU64::new(0) }
+    pub fn new(
+        kms: Option<Arc<dyn Kms>>,
+        explicit: HashMap<String, SecretKey>,
+        ttl: Duration,
+    ) -> Self {
+        Self {
+            kms,
+            explicit,
+            ttl,
+            keks: Mutex::default(),
+            kms_unwraps: AtomicU64::new(0),
+        }
     }
 
     /// Number of KMS unwrap calls made so far (cache misses).
@@ -72,15 +82,18 @@ impl KeyResolver {
             key_id: master_key_id.into(),
         })?;
         let cache_key = (master_key_id.to_owned(), wrapped.to_owned());
-        if let Some((key, at)) = self.keks.lock().expect("kek cache").get(&cache_key) {
-            if at.elapsed() < self.ttl {
-                return Ok(key.clone());
-            }
+        if let Some((key, at)) = self.keks.lock().expect("kek cache").get(&cache_key)
+            && at.elapsed() < self.ttl
+        {
+            return Ok(key.clone());
         }
         self.kms_unwraps.fetch_add(1, Ordering::Relaxed);
         let key = kms.unwrap_key(wrapped, master_key_id)?;
         tracing::debug!(master_key_id, "KMS unwrapped a key");
-        self.keks.lock().expect("kek cache").insert(cache_key, (key.clone(), Instant::now()));
+        self.keks
+            .lock()
+            .expect("kek cache")
+            .insert(cache_key, (key.clone(), Instant::now()));
         Ok(key)
     }
 
@@ -94,12 +107,21 @@ impl KeyResolver {
             unreachable!("checked by check_complete")
         };
         let kek = self.kms_unwrap(wrapped_kek, &m.master_key_id)?;
-        let bad = |reason: &str| Error::KeyMaterial { file: file.map(Into::into), reason: reason.into() };
-        let aad = BASE64_STANDARD.decode(kek_id).map_err(|_| bad("keyEncryptionKeyID is not base64"))?;
-        let wrapped_dek = BASE64_STANDARD.decode(&m.wrapped_dek).map_err(|_| bad("wrappedDEK is not base64"))?;
+        let bad = |reason: &str| Error::KeyMaterial {
+            file: file.map(Into::into),
+            reason: reason.into(),
+        };
+        let aad = BASE64_STANDARD
+            .decode(kek_id)
+            .map_err(|_| bad("keyEncryptionKeyID is not base64"))?;
+        let wrapped_dek = BASE64_STANDARD
+            .decode(&m.wrapped_dek)
+            .map_err(|_| bad("wrappedDEK is not base64"))?;
         aes::decrypt(kek.expose(), &wrapped_dek, &aad)
             .map(SecretKey::from_bytes)
-            .map_err(|_| Error::DataKey { key_id: m.master_key_id.clone() })
+            .map_err(|_| Error::DataKey {
+                key_id: m.master_key_id.clone(),
+            })
     }
 
     /// A key retriever for one data file. `side_files` reads external key material.
@@ -130,7 +152,9 @@ pub struct FileKeyRetriever {
 
 impl std::fmt::Debug for FileKeyRetriever {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileKeyRetriever").field("file", &self.file).finish_non_exhaustive()
+        f.debug_struct("FileKeyRetriever")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
     }
 }
 
@@ -145,18 +169,31 @@ impl FileKeyRetriever {
     fn external_material(&self, reference: &str) -> Result<KeyMaterial> {
         let path = self.side_file_path();
         let map = self.external.get_or_init(|| {
-            let reader = self.side_files.as_ref().ok_or("no reader for side files on this store")?;
-            let bytes = reader(&path).map_err(|e| e.to_string())?.ok_or("file not found")?;
-            serde_json::from_slice::<HashMap<String, String>>(&bytes).map_err(|e| format!("not a JSON object: {e}"))
+            let reader = self
+                .side_files
+                .as_ref()
+                .ok_or("no reader for side files on this store")?;
+            let bytes = reader(&path)
+                .map_err(|e| e.to_string())?
+                .ok_or("file not found")?;
+            serde_json::from_slice::<HashMap<String, String>>(&bytes)
+                .map_err(|e| format!("not a JSON object: {e}"))
         });
-        let map = map.as_ref().map_err(|reason| Error::ExternalKeyMaterial { path: path.clone(), reason: reason.clone() })?;
-        let text = map.get(reference).ok_or_else(|| Error::ExternalKeyMaterial {
+        let map = map.as_ref().map_err(|reason| Error::ExternalKeyMaterial {
             path: path.clone(),
-            reason: format!("no key material for reference '{reference}'"),
+            reason: reason.clone(),
         })?;
-        KeyMaterial::parse(text.as_bytes(), Some(&path))?.ok_or_else(|| Error::ExternalKeyMaterial {
-            path,
-            reason: format!("entry '{reference}' is not key material"),
+        let text = map
+            .get(reference)
+            .ok_or_else(|| Error::ExternalKeyMaterial {
+                path: path.clone(),
+                reason: format!("no key material for reference '{reference}'"),
+            })?;
+        KeyMaterial::parse(text.as_bytes(), Some(&path))?.ok_or_else(|| {
+            Error::ExternalKeyMaterial {
+                path,
+                reason: format!("entry '{reference}' is not key material"),
+            }
         })
     }
 
@@ -177,10 +214,17 @@ impl FileKeyRetriever {
             Some(m) => self.resolver.data_key(&m, Some(&self.file))?,
             None => {
                 let id = String::from_utf8_lossy(key_metadata).into_owned();
-                self.resolver.explicit.get(&id).cloned().ok_or(Error::NoExplicitKey { key_id: id })?
+                self.resolver
+                    .explicit
+                    .get(&id)
+                    .cloned()
+                    .ok_or(Error::NoExplicitKey { key_id: id })?
             }
         };
-        self.deks.lock().expect("dek cache").insert(key_metadata.to_vec(), key.clone());
+        self.deks
+            .lock()
+            .expect("dek cache")
+            .insert(key_metadata.to_vec(), key.clone());
         Ok(key)
     }
 }
@@ -200,7 +244,11 @@ mod tests {
 
     fn resolver() -> Arc<KeyResolver> {
         let kms = KeyringKms::from_json(r#"{"m":"MDEyMzQ1Njc4OTAxMjM0NQ=="}"#).unwrap();
-        Arc::new(KeyResolver::new(Some(Arc::new(kms)), HashMap::new(), DEFAULT_KEY_CACHE_TTL))
+        Arc::new(KeyResolver::new(
+            Some(Arc::new(kms)),
+            HashMap::new(),
+            DEFAULT_KEY_CACHE_TTL,
+        ))
     }
 
     fn material(r: &KeyResolver, dek: &[u8]) -> String {
@@ -253,14 +301,20 @@ mod tests {
             .resolve(br#"{"keyMaterialType":"PKMT1","internalStorage":false,"keyReference":"k"}"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("_KEY_MATERIAL_FOR_x.parquet.json") && e.contains("not found"), "{e}");
+        assert!(
+            e.contains("_KEY_MATERIAL_FOR_x.parquet.json") && e.contains("not found"),
+            "{e}"
+        );
     }
 
     #[test]
     fn explicit_key_ids_resolve_and_unknown_ids_are_named() {
         let r = Arc::new(KeyResolver::new(
             None,
-            HashMap::from([("kf".to_string(), SecretKey::from_bytes(b"0123456789012345".to_vec()))]),
+            HashMap::from([(
+                "kf".to_string(),
+                SecretKey::from_bytes(b"0123456789012345".to_vec()),
+            )]),
             DEFAULT_KEY_CACHE_TTL,
         ));
         let ret = r.retriever_for_file("f", None);

@@ -83,8 +83,10 @@ impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::ConfigRead { path: shown.clone(), reason: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::ConfigRead {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::parse(&text, &shown, &base)
     }
@@ -93,13 +95,21 @@ impl Config {
     pub fn parse(text: &str, source: &str, base_dir: &Path) -> Result<Self> {
         let mut c: Config = toml::from_str(text).map_err(|e| Error::ConfigParse {
             path: source.into(),
-            message: e.to_string().lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" "),
+            message: e
+                .to_string()
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .collect::<Vec<_>>()
+                .join(" "),
         })?;
         c.base_dir = base_dir.to_path_buf();
         c.source = source.into();
         for (name, cat) in &c.catalogs {
             let CatalogConfig::Sql { uri, warehouse } = cat;
-            if !(uri.starts_with("sqlite:") || uri.starts_with("postgres://") || uri.starts_with("postgresql://")) {
+            if !(uri.starts_with("sqlite:")
+                || uri.starts_with("postgres://")
+                || uri.starts_with("postgresql://"))
+            {
                 return Err(Error::ConfigValue {
                     path: source.into(),
                     key: format!("catalogs.{name}.uri"),
@@ -119,7 +129,11 @@ impl Config {
 
     /// A path from the config, resolved against the config's directory.
     pub fn resolve(&self, p: &Path) -> PathBuf {
-        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
     }
 }
 
@@ -129,24 +143,42 @@ mod tests {
 
     #[test]
     fn unknown_key_is_reported_with_its_line() {
-        let e = Config::parse("[kms]\ntype = \"keyring\"\npath = \"k.json\"\nbogus = 1\n", "c.toml", Path::new("/"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("c.toml") && e.contains("line 4") && e.contains("bogus"), "{e}");
+        let e = Config::parse(
+            "[kms]\ntype = \"keyring\"\npath = \"k.json\"\nbogus = 1\n",
+            "c.toml",
+            Path::new("/"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("c.toml") && e.contains("line 4") && e.contains("bogus"),
+            "{e}"
+        );
     }
 
     #[test]
     fn bad_catalog_uri_names_the_key() {
-        let e = Config::parse("[catalogs.lake]\ntype=\"sql\"\nuri=\"mysql://x\"\nwarehouse=\"file:///w\"\n", "c.toml", Path::new("/"))
-            .unwrap_err()
-            .to_string();
+        let e = Config::parse(
+            "[catalogs.lake]\ntype=\"sql\"\nuri=\"mysql://x\"\nwarehouse=\"file:///w\"\n",
+            "c.toml",
+            Path::new("/"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("catalogs.lake.uri"), "{e}");
     }
 
     #[test]
     fn relative_paths_resolve_against_the_config_dir() {
-        let c = Config::parse("[kms]\ntype=\"keyring\"\npath=\"k.json\"\n", "c", Path::new("/etc/ci")).unwrap();
-        let Some(KmsConfig::Keyring { path, .. }) = &c.kms else { panic!() };
+        let c = Config::parse(
+            "[kms]\ntype=\"keyring\"\npath=\"k.json\"\n",
+            "c",
+            Path::new("/etc/ci"),
+        )
+        .unwrap();
+        let Some(KmsConfig::Keyring { path, .. }) = &c.kms else {
+            panic!()
+        };
         assert_eq!(c.resolve(path), Path::new("/etc/ci/k.json"));
     }
 }

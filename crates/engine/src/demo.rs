@@ -12,10 +12,12 @@ use crate::error::Error;
 use clearice_crypto::{KeyringKms, SecretKey};
 use clearice_table::write::{EncryptionSpec, append_encrypted};
 use datafusion::arrow::array::{
-    ArrayRef, Date32Array, Decimal128Array, Int64Array, ListBuilder, RecordBatch, StringArray, StringBuilder,
-    TimestampMicrosecondArray,
+    ArrayRef, Date32Array, Decimal128Array, Int64Array, ListBuilder, RecordBatch, StringArray,
+    StringBuilder, TimestampMicrosecondArray,
 };
-use iceberg::spec::{ListType, NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
+use iceberg::spec::{
+    ListType, NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec,
+};
 use iceberg::{NamespaceIdent, TableCreation};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -27,7 +29,10 @@ pub const ORDERS: usize = 200_000;
 
 /// Writes a demo lake into `dir` (absent or empty) and returns its config path.
 pub async fn init(dir: &Path) -> Result<PathBuf, Error> {
-    let fail = |reason: String| Error::DemoInit { dir: dir.display().to_string(), reason };
+    let fail = |reason: String| Error::DemoInit {
+        dir: dir.display().to_string(),
+        reason,
+    };
     match dir.read_dir().map(|mut entries| entries.next().is_some()) {
         Ok(true) => return Err(fail("the directory is not empty; choose a new one".into())),
         Ok(false) => {}
@@ -41,9 +46,18 @@ async fn write_lake(dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir.join("warehouse"))?;
     let dir = dir.canonicalize()?;
     let keyring = KeyringKms::from_keys([
-        ("footer_key".to_string(), SecretKey::from_bytes(rand::random::<[u8; 32]>().to_vec())),
-        ("pii_key".to_string(), SecretKey::from_bytes(rand::random::<[u8; 16]>().to_vec())),
-        ("finance_key".to_string(), SecretKey::from_bytes(rand::random::<[u8; 24]>().to_vec())),
+        (
+            "footer_key".to_string(),
+            SecretKey::from_bytes(rand::random::<[u8; 32]>().to_vec()),
+        ),
+        (
+            "pii_key".to_string(),
+            SecretKey::from_bytes(rand::random::<[u8; 16]>().to_vec()),
+        ),
+        (
+            "finance_key".to_string(),
+            SecretKey::from_bytes(rand::random::<[u8; 24]>().to_vec()),
+        ),
     ]);
     write_private(&dir.join("keyring.json"), &keyring.to_json())?;
     let db = dir.join("catalog.db");
@@ -54,7 +68,12 @@ async fn write_lake(dir: &Path) -> Result<PathBuf> {
          [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n",
         db.display()
     );
-    let catalog = clearice_table::open_sql_catalog("lake", &format!("sqlite://{}?mode=rwc", db.display()), &warehouse).await?;
+    let catalog = clearice_table::open_sql_catalog(
+        "lake",
+        &format!("sqlite://{}?mode=rwc", db.display()),
+        &warehouse,
+    )
+    .await?;
     let ns = NamespaceIdent::new("sales".into());
     catalog.create_namespace(&ns, HashMap::new()).await?;
 
@@ -87,11 +106,17 @@ async fn write_lake(dir: &Path) -> Result<PathBuf> {
     }
 
     let orders_schema = orders_schema()?;
-    let partition = UnboundPartitionSpec::builder().add_partition_field(3, "order_date_day", Transform::Day)?.build();
+    let partition = UnboundPartitionSpec::builder()
+        .add_partition_field(3, "order_date_day", Transform::Day)?
+        .build();
     let orders = catalog
         .create_table(
             &ns,
-            TableCreation::builder().name("orders".into()).schema(orders_schema).partition_spec(partition).build(),
+            TableCreation::builder()
+                .name("orders".into())
+                .schema(orders_schema)
+                .partition_spec(partition)
+                .build(),
         )
         .await?;
     let spec = EncryptionSpec {
@@ -127,7 +152,10 @@ fn prim(t: PrimitiveType) -> Type {
 }
 
 fn customers_schema() -> Result<Schema> {
-    let dec = PrimitiveType::Decimal { precision: 12, scale: 2 };
+    let dec = PrimitiveType::Decimal {
+        precision: 12,
+        scale: 2,
+    };
     Ok(Schema::builder()
         .with_fields(vec![
             NestedField::required(1, "id", prim(PrimitiveType::Long)).into(),
@@ -142,7 +170,9 @@ fn customers_schema() -> Result<Schema> {
             NestedField::optional(
                 10,
                 "tags",
-                Type::List(ListType::new(NestedField::list_element(11, prim(PrimitiveType::String), false).into())),
+                Type::List(ListType::new(
+                    NestedField::list_element(11, prim(PrimitiveType::String), false).into(),
+                )),
             )
             .into(),
         ])
@@ -150,7 +180,10 @@ fn customers_schema() -> Result<Schema> {
 }
 
 fn orders_schema() -> Result<Schema> {
-    let dec = PrimitiveType::Decimal { precision: 12, scale: 2 };
+    let dec = PrimitiveType::Decimal {
+        precision: 12,
+        scale: 2,
+    };
     Ok(Schema::builder()
         .with_fields(vec![
             NestedField::required(1, "order_id", prim(PrimitiveType::Long)).into(),
@@ -163,29 +196,70 @@ fn orders_schema() -> Result<Schema> {
         .build()?)
 }
 
-const FIRST: &[&str] = &["Alice", "Bob", "Carol", "David", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory", "Zoë", "José", "Łukasz", "Søren"];
-const LAST: &[&str] = &["Smith", "Johnson", "Williams", "Brown", "Jones", "Garcia", "Miller", "Davis", "Martinez", "Wilson", "Müller"];
-const COUNTRIES: &[&str] = &["US", "DE", "FR", "GB", "ES", "IT", "NL", "PL", "SE", "JP", "BR", "CA"];
+const FIRST: &[&str] = &[
+    "Alice", "Bob", "Carol", "David", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory",
+    "Zoë", "José", "Łukasz", "Søren",
+];
+const LAST: &[&str] = &[
+    "Smith", "Johnson", "Williams", "Brown", "Jones", "Garcia", "Miller", "Davis", "Martinez",
+    "Wilson", "Müller",
+];
+const COUNTRIES: &[&str] = &[
+    "US", "DE", "FR", "GB", "ES", "IT", "NL", "PL", "SE", "JP", "BR", "CA",
+];
 const TAGS: &[&str] = &["newsletter", "b2b", "beta", "vip", "churn-risk"];
 
 fn maybe<T>(rng: &mut StdRng, null_pct: u32, v: T) -> Option<T> {
-    if rng.random_range(0..100) < null_pct { None } else { Some(v) }
+    if rng.random_range(0..100) < null_pct {
+        None
+    } else {
+        Some(v)
+    }
 }
 
 fn customers_batch(rng: &mut StdRng, start: usize, n: usize) -> Result<RecordBatch> {
     let mut ids = Vec::with_capacity(n);
-    let (mut names, mut emails, mut ssns, mut phones, mut births, mut balances, mut signups, mut countries) =
-        (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (
+        mut names,
+        mut emails,
+        mut ssns,
+        mut phones,
+        mut births,
+        mut balances,
+        mut signups,
+        mut countries,
+    ) = (
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+    );
     let mut tags = ListBuilder::new(StringBuilder::new());
     for i in start..start + n {
         ids.push(1_000_000 + i as i64);
-        let (f, l) = (FIRST[rng.random_range(0..FIRST.len())], LAST[rng.random_range(0..LAST.len())]);
+        let (f, l) = (
+            FIRST[rng.random_range(0..FIRST.len())],
+            LAST[rng.random_range(0..LAST.len())],
+        );
         names.push(maybe(rng, 2, format!("{f} {l}")));
         let email = format!("{}.{}{i}@example.com", f.to_lowercase(), l.to_lowercase());
         emails.push(maybe(rng, 3, email));
-        let ssn = format!("{:03}-{:02}-{:04}", rng.random_range(100..900), rng.random_range(10..100), rng.random_range(0..10000));
+        let ssn = format!(
+            "{:03}-{:02}-{:04}",
+            rng.random_range(100..900),
+            rng.random_range(10..100),
+            rng.random_range(0..10000)
+        );
         ssns.push(maybe(rng, 4, ssn));
-        let phone = format!("+1-{:03}-555-{:04}", rng.random_range(200..999), rng.random_range(0..10000));
+        let phone = format!(
+            "+1-{:03}-555-{:04}",
+            rng.random_range(200..999),
+            rng.random_range(0..10000)
+        );
         phones.push(maybe(rng, 5, phone));
         let birth = rng.random_range(-10957..13148); // 1940-01-01 .. 2005-12-31
         births.push(maybe(rng, 3, birth));
@@ -200,7 +274,8 @@ fn customers_batch(rng: &mut StdRng, start: usize, n: usize) -> Result<RecordBat
             1 => tags.append(true),
             _ => {
                 for _ in 0..rng.random_range(1..4) {
-                    tags.values().append_value(TAGS[rng.random_range(0..TAGS.len())]);
+                    tags.values()
+                        .append_value(TAGS[rng.random_range(0..TAGS.len())]);
                 }
                 tags.append(true)
             }
@@ -223,25 +298,33 @@ fn customers_batch(rng: &mut StdRng, start: usize, n: usize) -> Result<RecordBat
 
 fn orders_batch(rng: &mut StdRng) -> Result<RecordBatch> {
     let days = 20089..20089 + 60; // 2025-01-01, 60 days
-    let mut cols: (Vec<i64>, Vec<i64>, Vec<i32>, Vec<Option<i128>>, Vec<Option<String>>, Vec<Option<&str>>) =
-        Default::default();
+    let (mut ids, mut customers, mut dates) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut amounts, mut cards, mut statuses) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..ORDERS {
-        cols.0.push(10_000_000 + i as i64);
-        cols.1.push(1_000_000 + rng.random_range(0..CUSTOMERS as i64));
-        cols.2.push(rng.random_range(days.clone()));
-        let amount = rng.random_range(100..2_000_000);
-        cols.3.push(maybe(rng, 1, amount));
-        let card = format!("4{:03}-{:04}-{:04}-{:04}", rng.random_range(0..1000), rng.random_range(0..10000), rng.random_range(0..10000), rng.random_range(0..10000));
-        cols.4.push(maybe(rng, 1, card));
-        cols.5.push(Some(["placed", "shipped", "delivered", "returned"][rng.random_range(0..4)]));
+        ids.push(10_000_000 + i as i64);
+        customers.push(1_000_000 + rng.random_range(0..CUSTOMERS as i64));
+        dates.push(rng.random_range(days.clone()));
+        let amount: i128 = rng.random_range(100..2_000_000);
+        amounts.push(maybe(rng, 1, amount));
+        let card = format!(
+            "4{:03}-{:04}-{:04}-{:04}",
+            rng.random_range(0..1000),
+            rng.random_range(0..10000),
+            rng.random_range(0..10000),
+            rng.random_range(0..10000)
+        );
+        cards.push(maybe(rng, 1, card));
+        statuses.push(Some(
+            ["placed", "shipped", "delivered", "returned"][rng.random_range(0..4)],
+        ));
     }
     let arrays: Vec<ArrayRef> = vec![
-        Arc::new(Int64Array::from(cols.0)),
-        Arc::new(Int64Array::from(cols.1)),
-        Arc::new(Date32Array::from(cols.2)),
-        Arc::new(Decimal128Array::from(cols.3).with_precision_and_scale(12, 2)?),
-        Arc::new(StringArray::from(cols.4)),
-        Arc::new(StringArray::from(cols.5)),
+        Arc::new(Int64Array::from(ids)),
+        Arc::new(Int64Array::from(customers)),
+        Arc::new(Date32Array::from(dates)),
+        Arc::new(Decimal128Array::from(amounts).with_precision_and_scale(12, 2)?),
+        Arc::new(StringArray::from(cards)),
+        Arc::new(StringArray::from(statuses)),
     ];
     batch_for(&orders_schema()?, arrays)
 }

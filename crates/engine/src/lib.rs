@@ -23,7 +23,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, SecretKey};
-use clearice_table::{ENCRYPTION_FACTORY_ID, IcebergCatalogProvider, PmeEncryptionFactory, open_sql_catalog};
+use clearice_table::{
+    ENCRYPTION_FACTORY_ID, IcebergCatalogProvider, PmeEncryptionFactory, open_sql_catalog,
+};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -44,9 +46,14 @@ impl Engine {
     /// Opens every configured catalog and the KMS.
     pub async fn open(config: Config) -> Result<Self> {
         let (kms, ttl): (Option<Arc<dyn Kms>>, Duration) = match &config.kms {
-            Some(KmsConfig::Keyring { path, key_cache_ttl_s }) => (
+            Some(KmsConfig::Keyring {
+                path,
+                key_cache_ttl_s,
+            }) => (
                 Some(Arc::new(KeyringKms::from_file(&config.resolve(path))?)),
-                key_cache_ttl_s.map(Duration::from_secs).unwrap_or(DEFAULT_KEY_CACHE_TTL),
+                key_cache_ttl_s
+                    .map(Duration::from_secs)
+                    .unwrap_or(DEFAULT_KEY_CACHE_TTL),
             ),
             None => (None, DEFAULT_KEY_CACHE_TTL),
         };
@@ -57,17 +64,26 @@ impl Engine {
         let resolver = Arc::new(KeyResolver::new(kms, explicit, ttl));
         let factory = Arc::new(PmeEncryptionFactory::new(resolver));
         let runtime = Arc::new(RuntimeEnv::default());
-        runtime.register_parquet_encryption_factory(ENCRYPTION_FACTORY_ID, Arc::clone(&factory) as _);
+        runtime
+            .register_parquet_encryption_factory(ENCRYPTION_FACTORY_ID, Arc::clone(&factory) as _);
         let mut catalogs = Vec::new();
         let mut iceberg = HashMap::new();
         for (name, cat) in &config.catalogs {
             let CatalogConfig::Sql { uri, warehouse } = cat;
             let ice = open_sql_catalog(name, &resolve_sqlite_uri(&config, uri), warehouse).await?;
-            let provider = IcebergCatalogProvider::try_new(name, Arc::clone(&ice), Arc::clone(&factory) as _).await?;
+            let provider =
+                IcebergCatalogProvider::try_new(name, Arc::clone(&ice), Arc::clone(&factory) as _)
+                    .await?;
             catalogs.push((name.clone(), Arc::new(provider)));
             iceberg.insert(name.clone(), ice);
         }
-        Ok(Self { config, catalogs, iceberg, factory, runtime })
+        Ok(Self {
+            config,
+            catalogs,
+            iceberg,
+            factory,
+            runtime,
+        })
     }
 
     /// The config this engine was opened with.
@@ -94,7 +110,8 @@ impl Engine {
         {
             let state = ctx.state_ref();
             let mut state = state.write();
-            state.table_options_mut().parquet.crypto.factory_id = Some(ENCRYPTION_FACTORY_ID.to_owned());
+            state.table_options_mut().parquet.crypto.factory_id =
+                Some(ENCRYPTION_FACTORY_ID.to_owned());
         }
         for (name, provider) in &self.catalogs {
             ctx.register_catalog(name, Arc::clone(provider) as _);
@@ -114,16 +131,33 @@ fn resolve_sqlite_uri(config: &Config, uri: &str) -> String {
     }
 }
 
-fn load_explicit_keys(config: &Config, path: &std::path::Path) -> Result<HashMap<String, SecretKey>> {
-    let bad = |reason: String| Error::ConfigValue { path: config.source.clone(), key: "explicit_keys.path".into(), reason };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("'{}': {e}", path.display())))?;
-    let map: HashMap<String, String> =
-        serde_json::from_str(&text).map_err(|e| bad(format!("'{}' is not a JSON object of base64 keys: {e}", path.display())))?;
+fn load_explicit_keys(
+    config: &Config,
+    path: &std::path::Path,
+) -> Result<HashMap<String, SecretKey>> {
+    let bad = |reason: String| Error::ConfigValue {
+        path: config.source.clone(),
+        key: "explicit_keys.path".into(),
+        reason,
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| bad(format!("'{}': {e}", path.display())))?;
+    let map: HashMap<String, String> = serde_json::from_str(&text).map_err(|e| {
+        bad(format!(
+            "'{}' is not a JSON object of base64 keys: {e}",
+            path.display()
+        ))
+    })?;
     map.into_iter()
         .map(|(id, b64)| {
-            let key = BASE64_STANDARD.decode(b64.trim()).map_err(|_| bad(format!("key '{id}' is not base64")))?;
+            let key = BASE64_STANDARD
+                .decode(b64.trim())
+                .map_err(|_| bad(format!("key '{id}' is not base64")))?;
             if !matches!(key.len(), 16 | 24 | 32) {
-                return Err(bad(format!("key '{id}' has {} bytes; expected 16, 24 or 32", key.len())));
+                return Err(bad(format!(
+                    "key '{id}' has {} bytes; expected 16, 24 or 32",
+                    key.len()
+                )));
             }
             Ok((id, SecretKey::from_bytes(key)))
         })

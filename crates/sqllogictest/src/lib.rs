@@ -38,14 +38,25 @@ impl ClearIceDb {
 }
 
 fn one_line(e: impl std::fmt::Display) -> String {
-    e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+    e.to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn column_type(dt: &DataType) -> DefaultColumnType {
     match dt {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => DefaultColumnType::Integer,
-        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => DefaultColumnType::Integer,
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => DefaultColumnType::FloatingPoint,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+            DefaultColumnType::Integer
+        }
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
+            DefaultColumnType::Integer
+        }
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+            DefaultColumnType::FloatingPoint
+        }
         DataType::Decimal128(..) | DataType::Decimal256(..) => DefaultColumnType::FloatingPoint,
         DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => DefaultColumnType::Text,
         _ => DefaultColumnType::Any,
@@ -69,7 +80,11 @@ pub fn batches_to_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, SqlE
                     .zip(b.columns())
                     .map(|(f, c)| {
                         let s = f.value(r).to_string();
-                        if s.is_empty() && !c.is_null(r) { "(empty)".to_string() } else { s }
+                        if s.is_empty() && !c.is_null(r) {
+                            "(empty)".to_string()
+                        } else {
+                            s
+                        }
                     })
                     .collect(),
             );
@@ -85,7 +100,12 @@ impl sqllogictest::AsyncDB for ClearIceDb {
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
         let df = self.ctx.sql(sql).await.map_err(|e| SqlError(one_line(e)))?;
-        let types: Vec<_> = df.schema().fields().iter().map(|f| column_type(f.data_type())).collect();
+        let types: Vec<_> = df
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| column_type(f.data_type()))
+            .collect();
         let is_query = !types.is_empty();
         let batches: Vec<RecordBatch> = df
             .execute_stream()
@@ -97,7 +117,10 @@ impl sqllogictest::AsyncDB for ClearIceDb {
         if !is_query {
             return Ok(DBOutput::StatementComplete(0));
         }
-        Ok(DBOutput::Rows { types, rows: batches_to_rows(&batches)? })
+        Ok(DBOutput::Rows {
+            types,
+            rows: batches_to_rows(&batches)?,
+        })
     }
 
     async fn shutdown(&mut self) {}
@@ -120,7 +143,12 @@ pub struct FileResult {
 
 /// Runs one file with a fresh session per connection. `vars` are available to
 /// `control substitution on` blocks as `$NAME`.
-pub async fn run_file(engine: Arc<Engine>, path: &Path, default_principal: &str, vars: &[(String, String)]) -> FileResult {
+pub async fn run_file(
+    engine: Arc<Engine>,
+    path: &Path,
+    default_principal: &str,
+    vars: &[(String, String)],
+) -> FileResult {
     let principal = Arc::new(Mutex::new(default_principal.to_owned()));
     let p = Arc::clone(&principal);
     let e = Arc::clone(&engine);
@@ -131,7 +159,11 @@ pub async fn run_file(engine: Arc<Engine>, path: &Path, default_principal: &str,
     for (k, v) in vars {
         runner.set_var(k.clone(), v.clone());
     }
-    let mut result = FileResult { path: path.to_owned(), failures: vec![], records: 0 };
+    let mut result = FileResult {
+        path: path.to_owned(),
+        failures: vec![],
+        records: 0,
+    };
     let records = match sqllogictest::parse_file::<DefaultColumnType>(path) {
         Ok(r) => r,
         Err(e) => {
@@ -142,7 +174,9 @@ pub async fn run_file(engine: Arc<Engine>, path: &Path, default_principal: &str,
     for record in records {
         match &record {
             Record::Halt { .. } => break,
-            Record::Connection(Connection::Named(name)) => *principal.lock().expect("principal") = name.clone(),
+            Record::Connection(Connection::Named(name)) => {
+                *principal.lock().expect("principal") = name.clone()
+            }
             Record::Connection(Connection::Default) => {
                 *principal.lock().expect("principal") = default_principal.to_owned()
             }
@@ -180,10 +214,20 @@ impl Summary {
     pub fn report(&mut self, r: &FileResult, start: Instant) {
         if r.failures.is_empty() {
             self.passed += 1;
-            println!("ok    {} ({} records, {:.2}s)", r.path.display(), r.records, start.elapsed().as_secs_f64());
+            println!(
+                "ok    {} ({} records, {:.2}s)",
+                r.path.display(),
+                r.records,
+                start.elapsed().as_secs_f64()
+            );
         } else {
             self.failed += 1;
-            println!("FAIL  {} ({} of {} records failed)", r.path.display(), r.failures.len(), r.records);
+            println!(
+                "FAIL  {} ({} of {} records failed)",
+                r.path.display(),
+                r.failures.len(),
+                r.records
+            );
             for msg in &r.failures {
                 println!("{msg}\n");
             }

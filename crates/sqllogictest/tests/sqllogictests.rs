@@ -13,39 +13,64 @@ use clearice_engine::{Config, Engine};
 use clearice_sqllogictest::{Summary, collect_files, run_file};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sql-tests").canonicalize().expect("sql-tests")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../sql-tests")
+        .canonicalize()
+        .expect("sql-tests")
 }
 
 fn env_dir(var: &str, default: Option<PathBuf>) -> Option<PathBuf> {
-    std::env::var_os(var).map(PathBuf::from).or(default).filter(|p| p.exists())
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .or(default)
+        .filter(|p| p.exists())
 }
 
 async fn open(dir: &Path, toml: &str) -> Arc<Engine> {
     let path = dir.join("clearice.toml");
     std::fs::write(&path, toml).expect("write config");
-    Arc::new(Engine::open(Config::load(&path).expect("config")).await.expect("engine"))
+    Arc::new(
+        Engine::open(Config::load(&path).expect("config"))
+            .await
+            .expect("engine"),
+    )
 }
 
 #[tokio::main]
 async fn main() {
-    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let require = std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_some();
     let files: Vec<PathBuf> = collect_files(&root())
         .expect("sql-tests")
         .into_iter()
-        .filter(|f| filters.is_empty() || filters.iter().any(|x| f.to_string_lossy().contains(x.as_str())))
+        .filter(|f| {
+            filters.is_empty()
+                || filters
+                    .iter()
+                    .any(|x| f.to_string_lossy().contains(x.as_str()))
+        })
         .collect();
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut summary = Summary::default();
     let mut skipped = Vec::new();
-    let mut engines: std::collections::HashMap<String, Option<(Arc<Engine>, Vec<(String, String)>)>> = Default::default();
+    let mut engines: std::collections::HashMap<String, Option<Suite>> = Default::default();
     for f in &files {
         let rel = f.strip_prefix(root()).unwrap_or(f);
-        let suite = rel.components().next().map(|c| c.as_os_str().to_string_lossy().into_owned()).unwrap_or_default();
+        let suite = rel
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .unwrap_or_default();
         if !engines.contains_key(&suite) {
             let e = make_engine(&suite, tmp.path()).await;
             if e.is_none() {
-                assert!(!require, "suite '{suite}' needs fixtures that are missing, but CLEARICE_REQUIRE_FIXTURES is set");
+                assert!(
+                    !require,
+                    "suite '{suite}' needs fixtures that are missing, but CLEARICE_REQUIRE_FIXTURES is set"
+                );
             }
             engines.insert(suite.clone(), e);
         }
@@ -65,13 +90,22 @@ async fn main() {
     }
 }
 
-async fn make_engine(suite: &str, tmp: &Path) -> Option<(Arc<Engine>, Vec<(String, String)>)> {
+/// An engine for a suite and the `$VARS` its files may use.
+type Suite = (Arc<Engine>, Vec<(String, String)>);
+
+async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
     let dir = tmp.join(suite);
     std::fs::create_dir_all(&dir).expect("suite dir");
     match suite {
         "demo" => {
-            let config = clearice_engine::demo::init(&dir.join("lake")).await.expect("demo init");
-            let engine = Arc::new(Engine::open(Config::load(&config).expect("config")).await.expect("engine"));
+            let config = clearice_engine::demo::init(&dir.join("lake"))
+                .await
+                .expect("demo init");
+            let engine = Arc::new(
+                Engine::open(Config::load(&config).expect("config"))
+                    .await
+                    .expect("engine"),
+            );
             Some((engine, vec![]))
         }
         "interop" => {
@@ -81,19 +115,30 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<(Arc<Engine>, Vec<(Strin
                  [kms]\ntype = \"keyring\"\npath = \"{i}/keyring.json\"\n",
                 i = i.display()
             );
-            Some((open(&dir, &toml).await, vec![("INTEROP_DIR".into(), i.display().to_string())]))
+            Some((
+                open(&dir, &toml).await,
+                vec![("INTEROP_DIR".into(), i.display().to_string())],
+            ))
         }
         "parquet_testing" => {
-            let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/parquet-testing");
-            let p = env_dir("CLEARICE_PARQUET_TESTING_DIR", Some(default))?.canonicalize().ok()?;
+            let default = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/interop/parquet-testing");
+            let p = env_dir("CLEARICE_PARQUET_TESTING_DIR", Some(default))?
+                .canonicalize()
+                .ok()?;
             std::fs::write(
                 dir.join("explicit.json"),
                 r#"{"kf": "MDEyMzQ1Njc4OTAxMjM0NQ==", "kc1": "MTIzNDU2Nzg5MDEyMzQ1MA==", "kc2": "MTIzNDU2Nzg5MDEyMzQ1MQ=="}"#,
             )
             .expect("keys");
             let toml = "[explicit_keys]\npath = \"explicit.json\"\n";
-            Some((open(&dir, toml).await, vec![("PARQUET_TESTING_DIR".into(), p.display().to_string())]))
+            Some((
+                open(&dir, toml).await,
+                vec![("PARQUET_TESTING_DIR".into(), p.display().to_string())],
+            ))
         }
-        other => panic!("sql-tests/{other}: unknown suite (expected demo, interop or parquet_testing)"),
+        other => {
+            panic!("sql-tests/{other}: unknown suite (expected demo, interop or parquet_testing)")
+        }
     }
 }

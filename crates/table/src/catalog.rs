@@ -23,7 +23,11 @@ pub async fn open_sql_catalog(name: &str, uri: &str, warehouse: &str) -> Result<
         .warehouse_location(warehouse)
         .load(name, HashMap::new())
         .await
-        .map_err(|source| Error::CatalogOpen { catalog: name.into(), uri: redact_uri(uri), source })?;
+        .map_err(|source| Error::CatalogOpen {
+            catalog: name.into(),
+            uri: redact_uri(uri),
+            source: Box::new(source),
+        })?;
     Ok(Arc::new(catalog))
 }
 
@@ -53,7 +57,10 @@ impl IcebergCatalogProvider {
         catalog: Arc<dyn Catalog>,
         encryption: Arc<dyn EncryptionFactory>,
     ) -> Result<Self> {
-        let err = |source| Error::Iceberg { table: name.to_owned(), source };
+        let err = |source: iceberg::Error| Error::Iceberg {
+            table: name.to_owned(),
+            source: Box::new(source),
+        };
         let mut pending = catalog.list_namespaces(None).await.map_err(err)?;
         let mut schemas = BTreeMap::new();
         while let Some(ns) = pending.pop() {
@@ -130,7 +137,10 @@ impl SchemaProvider for IcebergSchemaProvider {
             .catalog
             .load_table(&ident)
             .await
-            .map_err(|source| Error::Iceberg { table: full.clone(), source })?;
+            .map_err(|source| Error::Iceberg {
+                table: full.clone(),
+                source: Box::new(source),
+            })?;
         let provider = IcebergTableProvider::try_new(full, table, Arc::clone(&self.encryption))?;
         Ok(Some(Arc::new(provider)))
     }

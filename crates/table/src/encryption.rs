@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use clearice_crypto::{KeyResolver, SideFileReader};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::config::EncryptionFactoryOptions;
 use datafusion::error::Result;
 use datafusion::execution::parquet_encryption::EncryptionFactory;
-use datafusion::arrow::datatypes::SchemaRef;
 use object_store::path::Path;
 use parquet::encryption::decrypt::FileDecryptionProperties;
 use parquet::encryption::encrypt::FileEncryptionProperties;
@@ -62,7 +62,11 @@ impl EncryptionFactory for PmeEncryptionFactory {
     ) -> Result<Option<Arc<FileDecryptionProperties>>> {
         // Object store paths are relative to the store root; on the local store that is `/`.
         let file = format!("/{file_path}");
-        let retriever = self.resolver.retriever_for_file(file, Some(local_side_file_reader()));
-        Ok(Some(FileDecryptionProperties::with_key_retriever(retriever).build()?))
+        let retriever = self
+            .resolver
+            .retriever_for_file(file, Some(local_side_file_reader()));
+        Ok(Some(
+            FileDecryptionProperties::with_key_retriever(retriever).build()?,
+        ))
     }
 }

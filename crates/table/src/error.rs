@@ -15,7 +15,7 @@ pub enum Error {
         uri: String,
         /// Cause.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// An Iceberg operation on a table failed.
     #[error("table '{table}': {source}")]
@@ -24,10 +24,12 @@ pub enum Error {
         table: String,
         /// Cause.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// The table's snapshot has delete files, which the scan does not apply yet.
-    #[error("table '{table}': snapshot {snapshot_id} has delete files ({file}); reading tables with row-level deletes is not supported yet")]
+    #[error(
+        "table '{table}': snapshot {snapshot_id} has delete files ({file}); reading tables with row-level deletes is not supported yet"
+    )]
     DeletesNotSupported {
         /// Table.
         table: String,

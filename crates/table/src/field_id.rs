@@ -16,7 +16,11 @@ use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
 /// Field id of an Arrow field, from its `PARQUET:field_id` metadata.
 pub fn field_id(field: &Field) -> Option<i32> {
-    field.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok()
+    field
+        .metadata()
+        .get(PARQUET_FIELD_ID_META_KEY)?
+        .parse()
+        .ok()
 }
 
 /// Adapts table-schema expressions to each file's schema, matching fields by id.
@@ -24,9 +28,16 @@ pub fn field_id(field: &Field) -> Option<i32> {
 pub struct FieldIdExprAdapterFactory;
 
 impl PhysicalExprAdapterFactory for FieldIdExprAdapterFactory {
-    fn create(&self, logical: SchemaRef, physical: SchemaRef) -> Result<Arc<dyn PhysicalExprAdapter>> {
-        let by_id: HashMap<i32, &str> =
-            logical.fields().iter().filter_map(|f| Some((field_id(f)?, f.name().as_str()))).collect();
+    fn create(
+        &self,
+        logical: SchemaRef,
+        physical: SchemaRef,
+    ) -> Result<Arc<dyn PhysicalExprAdapter>> {
+        let by_id: HashMap<i32, &str> = logical
+            .fields()
+            .iter()
+            .filter_map(|f| Some((field_id(f)?, f.name().as_str())))
+            .collect();
         let has_ids = physical.fields().iter().any(|f| field_id(f).is_some());
         // Files without field ids (not written for Iceberg) resolve by name.
         let renamed = if has_ids && !by_id.is_empty() {
@@ -42,7 +53,10 @@ impl PhysicalExprAdapterFactory for FieldIdExprAdapterFactory {
                     f.as_ref().clone().with_name(name)
                 })
                 .collect();
-            Arc::new(Schema::new_with_metadata(fields, physical.metadata().clone()))
+            Arc::new(Schema::new_with_metadata(
+                fields,
+                physical.metadata().clone(),
+            ))
         } else {
             Arc::clone(&physical)
         };
@@ -63,12 +77,13 @@ impl PhysicalExprAdapter for FieldIdExprAdapter {
         // The inner adapter resolved columns against the renamed schema: put back the
         // file's own names (the reader projects and rebases by name).
         expr.transform(|e| {
-            if let Some(c) = e.as_any().downcast_ref::<Column>() {
-                if let Some(f) = self.physical.fields().get(c.index()) {
-                    if f.name() != c.name() {
-                        return Ok(Transformed::yes(Arc::new(Column::new(f.name(), c.index())) as _));
-                    }
-                }
+            if let Some(c) = e.as_any().downcast_ref::<Column>()
+                && let Some(f) = self.physical.fields().get(c.index())
+                && f.name() != c.name()
+            {
+                return Ok(Transformed::yes(
+                    Arc::new(Column::new(f.name(), c.index())) as _
+                ));
             }
             Ok(Transformed::no(e))
         })
@@ -82,8 +97,10 @@ mod tests {
     use datafusion::arrow::datatypes::DataType;
 
     fn f(name: &str, id: i32) -> Field {
-        Field::new(name, DataType::Int64, true)
-            .with_metadata(HashMap::from([(PARQUET_FIELD_ID_META_KEY.to_string(), id.to_string())]))
+        Field::new(name, DataType::Int64, true).with_metadata(HashMap::from([(
+            PARQUET_FIELD_ID_META_KEY.to_string(),
+            id.to_string(),
+        )]))
     }
 
     #[test]
@@ -91,7 +108,9 @@ mod tests {
         let logical = Arc::new(Schema::new(vec![f("a", 1), f("renamed", 2)]));
         let physical = Arc::new(Schema::new(vec![f("old_name", 2), f("a", 1)]));
         let adapter = FieldIdExprAdapterFactory.create(logical, physical).unwrap();
-        let out = adapter.rewrite(Arc::new(Column::new("renamed", 1))).unwrap();
+        let out = adapter
+            .rewrite(Arc::new(Column::new("renamed", 1)))
+            .unwrap();
         let c = out.as_any().downcast_ref::<Column>().expect("plain column");
         assert_eq!((c.name(), c.index()), ("old_name", 0));
     }

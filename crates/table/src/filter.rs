@@ -13,12 +13,19 @@ pub fn to_iceberg_predicate(filters: &[Expr], schema: &Schema) -> Option<Predica
     for f in filters {
         split_and(f, &mut conjuncts);
     }
-    conjuncts.into_iter().filter_map(|e| convert(e, schema)).reduce(Predicate::and)
+    conjuncts
+        .into_iter()
+        .filter_map(|e| convert(e, schema))
+        .reduce(Predicate::and)
 }
 
 fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
     match e {
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::And,
+            right,
+        }) => {
             split_and(left, out);
             split_and(right, out);
         }
@@ -46,9 +53,16 @@ fn datum(v: &ScalarValue, ty: &PrimitiveType) -> Option<Datum> {
         (PrimitiveType::Double, S::Float64(Some(f))) => Datum::double(*f),
         (PrimitiveType::Float, S::Float32(Some(f))) => Datum::float(*f),
         (PrimitiveType::Date, S::Date32(Some(d))) => Datum::date(*d),
-        (PrimitiveType::String, S::Utf8(Some(s)) | S::Utf8View(Some(s)) | S::LargeUtf8(Some(s))) => Datum::string(s),
-        (PrimitiveType::Timestamptz, S::TimestampMicrosecond(Some(t), Some(_))) => Datum::timestamptz_micros(*t),
-        (PrimitiveType::Timestamp, S::TimestampMicrosecond(Some(t), None)) => Datum::timestamp_micros(*t),
+        (
+            PrimitiveType::String,
+            S::Utf8(Some(s)) | S::Utf8View(Some(s)) | S::LargeUtf8(Some(s)),
+        ) => Datum::string(s),
+        (PrimitiveType::Timestamptz, S::TimestampMicrosecond(Some(t), Some(_))) => {
+            Datum::timestamptz_micros(*t)
+        }
+        (PrimitiveType::Timestamp, S::TimestampMicrosecond(Some(t), None)) => {
+            Datum::timestamp_micros(*t)
+        }
         _ => return None,
     })
 }
@@ -91,7 +105,11 @@ fn convert(e: &Expr, schema: &Schema) -> Option<Predicate> {
             let (name, ty) = column_type(&l.expr, schema)?;
             let data: Option<Vec<Datum>> = l.list.iter().map(|x| datum(literal(x)?, ty)).collect();
             let r = Reference::new(name);
-            Some(if l.negated { r.is_not_in(data?) } else { r.is_in(data?) })
+            Some(if l.negated {
+                r.is_not_in(data?)
+            } else {
+                r.is_in(data?)
+            })
         }
         _ => None,
     }
@@ -107,8 +125,16 @@ mod tests {
     fn schema() -> Schema {
         Schema::builder()
             .with_fields(vec![
-                Arc::new(NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long))),
-                Arc::new(NestedField::optional(2, "name", Type::Primitive(PrimitiveType::String))),
+                Arc::new(NestedField::required(
+                    1,
+                    "id",
+                    Type::Primitive(PrimitiveType::Long),
+                )),
+                Arc::new(NestedField::optional(
+                    2,
+                    "name",
+                    Type::Primitive(PrimitiveType::String),
+                )),
             ])
             .build()
             .unwrap()
@@ -116,8 +142,13 @@ mod tests {
 
     #[test]
     fn supported_conjuncts_convert_and_unsupported_ones_are_dropped() {
-        let filters = [col("id").gt(lit(5i64)).and(col("name").like(lit("a%"))), col("name").eq(lit("x"))];
-        let p = to_iceberg_predicate(&filters, &schema()).unwrap().to_string();
+        let filters = [
+            col("id").gt(lit(5i64)).and(col("name").like(lit("a%"))),
+            col("name").eq(lit("x")),
+        ];
+        let p = to_iceberg_predicate(&filters, &schema())
+            .unwrap()
+            .to_string();
         assert!(p.contains("id > 5") && p.contains("name = \"x\""), "{p}");
         assert!(!p.contains("a%"), "{p}");
     }

@@ -40,15 +40,26 @@ pub struct IcebergTableProvider {
 
 impl std::fmt::Debug for IcebergTableProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IcebergTableProvider").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("IcebergTableProvider")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
 impl IcebergTableProvider {
     /// Wraps a loaded table.
-    pub fn try_new(name: String, table: Table, encryption: Arc<dyn EncryptionFactory>) -> Result<Self> {
+    pub fn try_new(
+        name: String,
+        table: Table,
+        encryption: Arc<dyn EncryptionFactory>,
+    ) -> Result<Self> {
         let schema = arrow_schema(&name, table.metadata().current_schema())?;
-        Ok(Self { name, table, schema, encryption })
+        Ok(Self {
+            name,
+            table,
+            schema,
+            encryption,
+        })
     }
 
     /// The Iceberg table.
@@ -57,16 +68,31 @@ impl IcebergTableProvider {
     }
 
     async fn plan_files(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
-        let err = |source| Error::Iceberg { table: self.name.clone(), source };
+        let err = |source: iceberg::Error| Error::Iceberg {
+            table: self.name.clone(),
+            source: Box::new(source),
+        };
         let mut scan = self.table.scan().select_all();
         if let Some(p) = to_iceberg_predicate(filters, self.table.metadata().current_schema()) {
             scan = scan.with_filter(p);
         }
-        let tasks: Vec<FileScanTask> = scan.build().map_err(err)?.plan_files().await.map_err(err)?.try_collect().await.map_err(err)?;
+        let tasks: Vec<FileScanTask> = scan
+            .build()
+            .map_err(err)?
+            .plan_files()
+            .await
+            .map_err(err)?
+            .try_collect()
+            .await
+            .map_err(err)?;
         if let Some(t) = tasks.iter().find(|t| !t.deletes.is_empty()) {
             return Err(Error::DeletesNotSupported {
                 table: self.name.clone(),
-                snapshot_id: self.table.metadata().current_snapshot_id().unwrap_or_default(),
+                snapshot_id: self
+                    .table
+                    .metadata()
+                    .current_snapshot_id()
+                    .unwrap_or_default(),
                 file: t.deletes[0].file_path.clone(),
             });
         }
@@ -85,10 +111,17 @@ impl IcebergTableProvider {
         let url = url::Url::parse(location).map_err(|e| unsupported(e.to_string()))?;
         match url.scheme() {
             "file" => {
-                let path = url.to_file_path().map_err(|()| unsupported("not a local path".into()))?;
-                Ok((ObjectStoreUrl::local_filesystem(), path.to_string_lossy().into_owned()))
+                let path = url
+                    .to_file_path()
+                    .map_err(|()| unsupported("not a local path".into()))?;
+                Ok((
+                    ObjectStoreUrl::local_filesystem(),
+                    path.to_string_lossy().into_owned(),
+                ))
             }
-            other => Err(unsupported(format!("scheme '{other}' is not supported yet"))),
+            other => Err(unsupported(format!(
+                "scheme '{other}' is not supported yet"
+            ))),
         }
     }
 }
@@ -103,7 +136,11 @@ fn split_groups(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
         g.0 += f.object_meta.size;
         g.1.push(f);
     }
-    groups.into_iter().filter(|g| !g.1.is_empty()).map(|g| FileGroup::new(g.1)).collect()
+    groups
+        .into_iter()
+        .filter(|g| !g.1.is_empty())
+        .map(|g| FileGroup::new(g.1))
+        .collect()
 }
 
 #[async_trait::async_trait]
@@ -120,7 +157,10 @@ impl TableProvider for IcebergTableProvider {
         TableType::Base
     }
 
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
         // Used for Iceberg file pruning only; DataFusion still evaluates every filter
         // (and pushes it into the Parquet scan itself).
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
@@ -134,11 +174,17 @@ impl TableProvider for IcebergTableProvider {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         if self.table.metadata().current_snapshot().is_none() {
-            return Ok(Arc::new(EmptyExec::new(project_schema(&self.schema, projection)?)));
+            return Ok(Arc::new(EmptyExec::new(project_schema(
+                &self.schema,
+                projection,
+            )?)));
         }
         let tasks = self.plan_files(filters).await?;
         if tasks.is_empty() {
-            return Ok(Arc::new(EmptyExec::new(project_schema(&self.schema, projection)?)));
+            return Ok(Arc::new(EmptyExec::new(project_schema(
+                &self.schema,
+                projection,
+            )?)));
         }
         let mut store_url = None;
         let mut files = Vec::with_capacity(tasks.len());
@@ -161,10 +207,15 @@ impl TableProvider for IcebergTableProvider {
             files.push(f);
         }
         let options = state.config_options();
-        let store = state.runtime_env().object_store(store_url.as_ref().expect("non-empty"))?;
+        let store = state
+            .runtime_env()
+            .object_store(store_url.as_ref().expect("non-empty"))?;
         let source = ParquetSource::new(Arc::clone(&self.schema))
             .with_parquet_file_reader_factory(Arc::new(NamedFileReaderFactory::new(store)))
-            .with_table_parquet_options(TableParquetOptions { global: options.execution.parquet.clone(), ..Default::default() })
+            .with_table_parquet_options(TableParquetOptions {
+                global: options.execution.parquet.clone(),
+                ..Default::default()
+            })
             .with_encryption_factory(Arc::clone(&self.encryption))
             // The page index holds every column's index; decrypting it needs every
             // column key, so one withheld key would fail queries that never touch it.

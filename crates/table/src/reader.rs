@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::parquet::{DefaultParquetFileReaderFactory, ParquetFileReaderFactory};
+use datafusion::datasource::physical_plan::parquet::{
+    DefaultParquetFileReaderFactory, ParquetFileReaderFactory,
+};
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -29,7 +31,9 @@ pub struct NamedFileReaderFactory {
 impl NamedFileReaderFactory {
     /// A factory reading from `store`.
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
-        Self { inner: DefaultParquetFileReaderFactory::new(store) }
+        Self {
+            inner: DefaultParquetFileReaderFactory::new(store),
+        }
     }
 }
 
@@ -42,7 +46,9 @@ impl ParquetFileReaderFactory for NamedFileReaderFactory {
         metrics: &ExecutionPlanMetricsSet,
     ) -> datafusion::error::Result<Box<dyn AsyncFileReader + Send>> {
         let path = format!("/{}", file.object_meta.location);
-        let inner = self.inner.create_reader(partition_index, file, metadata_size_hint, metrics)?;
+        let inner = self
+            .inner
+            .create_reader(partition_index, file, metadata_size_hint, metrics)?;
         Ok(Box::new(NamedReader { inner, path }))
     }
 }
@@ -54,19 +60,44 @@ struct NamedReader {
 
 fn named(path: &str, e: ParquetError) -> ParquetError {
     let msg = e.to_string();
-    if msg.contains(path) { e } else { ParquetError::General(format!("file '{path}': {msg}")) }
+    if msg.contains(path) {
+        e
+    } else {
+        ParquetError::General(format!("file '{path}': {msg}"))
+    }
 }
 
 impl AsyncFileReader for NamedReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
-        async move { self.inner.get_bytes(range).await.map_err(|e| named(&self.path, e)) }.boxed()
+        async move {
+            self.inner
+                .get_bytes(range)
+                .await
+                .map_err(|e| named(&self.path, e))
+        }
+        .boxed()
     }
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
-        async move { self.inner.get_byte_ranges(ranges).await.map_err(|e| named(&self.path, e)) }.boxed()
+        async move {
+            self.inner
+                .get_byte_ranges(ranges)
+                .await
+                .map_err(|e| named(&self.path, e))
+        }
+        .boxed()
     }
 
-    fn get_metadata<'a>(&'a mut self, options: Option<&'a ArrowReaderOptions>) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
-        async move { self.inner.get_metadata(options).await.map_err(|e| named(&self.path, e)) }.boxed()
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
+        async move {
+            self.inner
+                .get_metadata(options)
+                .await
+                .map_err(|e| named(&self.path, e))
+        }
+        .boxed()
     }
 }

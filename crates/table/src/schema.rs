@@ -10,8 +10,11 @@ use crate::error::{Error, Result};
 /// strings and binaries are view types, as DataFusion's Parquet reader produces them,
 /// so scans need no per-batch cast.
 pub fn arrow_schema(table: &str, schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
-    let arrow = iceberg::arrow::schema_to_arrow_schema(schema)
-        .map_err(|source| Error::Iceberg { table: table.into(), source })?;
+    let arrow =
+        iceberg::arrow::schema_to_arrow_schema(schema).map_err(|source| Error::Iceberg {
+            table: table.into(),
+            source: Box::new(source),
+        })?;
     let fields: Vec<Field> = arrow
         .fields()
         .iter()
@@ -24,5 +27,8 @@ pub fn arrow_schema(table: &str, schema: &iceberg::spec::Schema) -> Result<Schem
             f.as_ref().clone().with_data_type(dt)
         })
         .collect();
-    Ok(Arc::new(Schema::new_with_metadata(fields, arrow.metadata().clone())))
+    Ok(Arc::new(Schema::new_with_metadata(
+        fields,
+        arrow.metadata().clone(),
+    )))
 }

@@ -11,13 +11,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use clearice_crypto::{KeyMaterialWriter, Kms};
-use datafusion::arrow::array::{Array, ArrayRef, Date32Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, Date32Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array,
+};
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use iceberg::Catalog;
 use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, Literal, Struct};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::Catalog;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::encryption::encrypt::FileEncryptionProperties;
@@ -45,13 +47,21 @@ pub async fn append_encrypted(
     kms: &dyn Kms,
 ) -> Result<Table> {
     let name = table.identifier().to_string();
-    let werr = |reason: String| Error::Write { table: name.clone(), reason };
+    let werr = |reason: String| Error::Write {
+        table: name.clone(),
+        reason,
+    };
     let schema = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-        .map_err(|source| Error::Iceberg { table: name.clone(), source })?;
+        .map_err(|source| Error::Iceberg {
+            table: name.clone(),
+            source: Box::new(source),
+        })?;
     let schema: SchemaRef = Arc::new(schema);
     for c in spec.column_keys.keys() {
         if schema.field_with_name(c).is_err() {
-            return Err(werr(format!("encryption spec names column '{c}', which the table does not have")));
+            return Err(werr(format!(
+                "encryption spec names column '{c}', which the table does not have"
+            )));
         }
     }
     let location = table.metadata().location().trim_end_matches('/').to_owned();
@@ -60,19 +70,31 @@ pub async fn append_encrypted(
     let result = async {
         let mut data_files = Vec::new();
         for (partition, batch) in partition_batches(table, &schema, batches).map_err(werr)? {
-            let uri = format!("{location}/data/{commit_id}-{:05}.parquet", data_files.len());
+            let uri = format!(
+                "{location}/data/{commit_id}-{:05}.parquet",
+                data_files.len()
+            );
             let path = local_path(&uri).map_err(werr)?;
             written.push(path.clone());
-            let size = write_file(&path, &schema, &batch, spec, kms).map_err(|e| werr(format!("'{uri}': {e}")))?;
-            data_files.push(data_file(table, uri, partition, batch.num_rows() as u64, size).map_err(werr)?);
+            let size = write_file(&path, &schema, &batch, spec, kms)
+                .map_err(|e| werr(format!("'{uri}': {e}")))?;
+            data_files.push(
+                data_file(table, uri, partition, batch.num_rows() as u64, size).map_err(werr)?,
+            );
         }
         let tx = Transaction::new(table);
         let tx = tx
             .fast_append()
             .add_data_files(data_files)
             .apply(tx)
-            .map_err(|source| Error::Iceberg { table: name.clone(), source })?;
-        tx.commit(catalog).await.map_err(|source| Error::Iceberg { table: name.clone(), source })
+            .map_err(|source| Error::Iceberg {
+                table: name.clone(),
+                source: Box::new(source),
+            })?;
+        tx.commit(catalog).await.map_err(|source| Error::Iceberg {
+            table: name.clone(),
+            source: Box::new(source),
+        })
     }
     .await;
     if result.is_err() {
@@ -89,9 +111,13 @@ fn local_path(uri: &str) -> std::result::Result<std::path::PathBuf, String> {
     }
     let url = url::Url::parse(uri).map_err(|e| format!("bad location '{uri}': {e}"))?;
     if url.scheme() != "file" {
-        return Err(format!("writing to '{}' storage is not supported yet", url.scheme()));
+        return Err(format!(
+            "writing to '{}' storage is not supported yet",
+            url.scheme()
+        ));
     }
-    url.to_file_path().map_err(|()| format!("'{uri}' is not a local path"))
+    url.to_file_path()
+        .map_err(|()| format!("'{uri}' is not a local path"))
 }
 
 fn write_file(
@@ -110,7 +136,9 @@ fn write_file(
         .set_bloom_filter_enabled(false);
     if !spec.footer_key_id.is_empty() {
         let mut keys = KeyMaterialWriter::new(kms);
-        let (footer, footer_md) = keys.data_key(&spec.footer_key_id, true).map_err(|e| e.to_string())?;
+        let (footer, footer_md) = keys
+            .data_key(&spec.footer_key_id, true)
+            .map_err(|e| e.to_string())?;
         let mut b = FileEncryptionProperties::builder(footer.expose().to_vec())
             .with_footer_key_metadata(footer_md)
             .with_plaintext_footer(spec.plaintext_footer);
@@ -121,14 +149,22 @@ fn write_file(
         props = props.with_file_encryption_properties(b.build().map_err(|e| e.to_string())?);
     }
     let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
-    let batch = RecordBatch::try_new(Arc::clone(schema), batch.columns().to_vec()).map_err(|e| e.to_string())?;
-    let mut w = ArrowWriter::try_new(file, Arc::clone(schema), Some(props.build())).map_err(|e| e.to_string())?;
+    let batch = RecordBatch::try_new(Arc::clone(schema), batch.columns().to_vec())
+        .map_err(|e| e.to_string())?;
+    let mut w = ArrowWriter::try_new(file, Arc::clone(schema), Some(props.build()))
+        .map_err(|e| e.to_string())?;
     w.write(&batch).map_err(|e| e.to_string())?;
     w.close().map_err(|e| e.to_string())?;
     Ok(std::fs::metadata(path).map_err(|e| e.to_string())?.len())
 }
 
-fn data_file(table: &Table, uri: String, partition: Struct, rows: u64, size: u64) -> std::result::Result<DataFile, String> {
+fn data_file(
+    table: &Table,
+    uri: String,
+    partition: Struct,
+    rows: u64,
+    size: u64,
+) -> std::result::Result<DataFile, String> {
     DataFileBuilder::default()
         .content(DataContentType::Data)
         .file_path(uri)
@@ -164,16 +200,28 @@ fn partition_batches(
     }
     let mut keys: Vec<ArrayRef> = Vec::new();
     for f in spec.fields() {
-        let source = ischema.field_by_id(f.source_id).ok_or("partition source column missing")?;
-        let col = batch.column_by_name(&source.name).ok_or("partition source column missing")?;
-        let func = iceberg::transform::create_transform_function(&f.transform).map_err(|e| e.to_string())?;
+        let source = ischema
+            .field_by_id(f.source_id)
+            .ok_or("partition source column missing")?;
+        let col = batch
+            .column_by_name(&source.name)
+            .ok_or("partition source column missing")?;
+        let func = iceberg::transform::create_transform_function(&f.transform)
+            .map_err(|e| e.to_string())?;
         keys.push(func.transform(Arc::clone(col)).map_err(|e| e.to_string())?);
     }
-    let mut groups: HashMap<Vec<Option<String>>, (Vec<Option<Literal>>, Vec<u32>)> = HashMap::new();
+    type Group = (Vec<Option<Literal>>, Vec<u32>);
+    let mut groups: HashMap<Vec<Option<String>>, Group> = HashMap::new();
     let mut order = Vec::new();
     for row in 0..batch.num_rows() {
-        let lits: Vec<Option<Literal>> = keys.iter().map(|k| literal(k, row)).collect::<std::result::Result<_, _>>()?;
-        let key: Vec<Option<String>> = lits.iter().map(|l| l.as_ref().map(|l| format!("{l:?}"))).collect();
+        let lits: Vec<Option<Literal>> = keys
+            .iter()
+            .map(|k| literal(k, row))
+            .collect::<std::result::Result<_, _>>()?;
+        let key: Vec<Option<String>> = lits
+            .iter()
+            .map(|l| l.as_ref().map(|l| format!("{l:?}")))
+            .collect();
         let entry = groups.entry(key.clone()).or_insert_with(|| {
             order.push(key);
             (lits, Vec::new())
@@ -184,7 +232,8 @@ fn partition_batches(
         .into_iter()
         .map(|k| {
             let (lits, rows) = groups.remove(&k).expect("present");
-            let b = take_record_batch(&batch, &UInt32Array::from(rows)).map_err(|e| e.to_string())?;
+            let b =
+                take_record_batch(&batch, &UInt32Array::from(rows)).map_err(|e| e.to_string())?;
             Ok((Struct::from_iter(lits), b))
         })
         .collect()
@@ -195,10 +244,34 @@ fn literal(a: &ArrayRef, row: usize) -> std::result::Result<Option<Literal>, Str
         return Ok(None);
     }
     Ok(Some(match a.data_type() {
-        DataType::Int32 => Literal::int(a.as_any().downcast_ref::<Int32Array>().expect("int32").value(row)),
-        DataType::Int64 => Literal::long(a.as_any().downcast_ref::<Int64Array>().expect("int64").value(row)),
-        DataType::Date32 => Literal::date(a.as_any().downcast_ref::<Date32Array>().expect("date32").value(row)),
-        DataType::Utf8 => Literal::string(a.as_any().downcast_ref::<StringArray>().expect("utf8").value(row)),
-        other => return Err(format!("partition values of type {other} are not supported yet")),
+        DataType::Int32 => Literal::int(
+            a.as_any()
+                .downcast_ref::<Int32Array>()
+                .expect("int32")
+                .value(row),
+        ),
+        DataType::Int64 => Literal::long(
+            a.as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("int64")
+                .value(row),
+        ),
+        DataType::Date32 => Literal::date(
+            a.as_any()
+                .downcast_ref::<Date32Array>()
+                .expect("date32")
+                .value(row),
+        ),
+        DataType::Utf8 => Literal::string(
+            a.as_any()
+                .downcast_ref::<StringArray>()
+                .expect("utf8")
+                .value(row),
+        ),
+        other => {
+            return Err(format!(
+                "partition values of type {other} are not supported yet"
+            ));
+        }
     }))
 }

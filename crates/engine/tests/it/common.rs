@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use clearice_engine::{Config, Engine};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Date32Type, Decimal128Type, Int32Type, Int64Type, TimeUnit, TimestampMicrosecondType};
+use datafusion::arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Int32Type, Int64Type, TimeUnit, TimestampMicrosecondType,
+};
 use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
 use serde_json::Value;
@@ -18,12 +20,16 @@ pub fn interop_dir() -> Option<PathBuf> {
 
 /// parquet-testing's encrypted files with KEYS.md.
 pub fn parquet_testing_dir() -> Option<PathBuf> {
-    let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/parquet-testing");
+    let default =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/parquet-testing");
     fixture("CLEARICE_PARQUET_TESTING_DIR", Some(default))
 }
 
 fn fixture(var: &str, default: Option<PathBuf>) -> Option<PathBuf> {
-    let p = std::env::var_os(var).map(PathBuf::from).or(default).filter(|p| p.exists());
+    let p = std::env::var_os(var)
+        .map(PathBuf::from)
+        .or(default)
+        .filter(|p| p.exists());
     if p.is_none() {
         assert!(
             std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
@@ -53,7 +59,12 @@ pub fn interop_config(interop: &Path, keyring: &Path) -> String {
 
 /// Runs SQL and collects batches.
 pub async fn query(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<Vec<RecordBatch>> {
-    ctx.sql(sql).await?.execute_stream().await?.try_collect().await
+    ctx.sql(sql)
+        .await?
+        .execute_stream()
+        .await?
+        .try_collect()
+        .await
 }
 
 /// Runs SQL; the error as one string (panics if it succeeds).
@@ -89,15 +100,29 @@ fn cell(a: &ArrayRef, r: usize) -> Value {
             let s = *scale as u32;
             let (neg, abs) = (v < 0, v.unsigned_abs());
             let p = 10u128.pow(s);
-            format!("{}{}.{:0w$}", if neg { "-" } else { "" }, abs / p, abs % p, w = s as usize).into()
+            format!(
+                "{}{}.{:0w$}",
+                if neg { "-" } else { "" },
+                abs / p,
+                abs % p,
+                w = s as usize
+            )
+            .into()
         }
         DataType::Date32 => {
             let d = a.as_primitive::<Date32Type>().value(r);
-            (chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap() + chrono::Duration::days(d as i64)).to_string().into()
+            (chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+                + chrono::Duration::days(d as i64))
+            .to_string()
+            .into()
         }
         DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => {
             let t = a.as_primitive::<TimestampMicrosecondType>().value(r);
-            chrono::DateTime::from_timestamp_micros(t).unwrap().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string().into()
+            chrono::DateTime::from_timestamp_micros(t)
+                .unwrap()
+                .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+                .to_string()
+                .into()
         }
         DataType::Dictionary(_, _) => {
             let s = datafusion::arrow::compute::cast(a, &DataType::Utf8).unwrap();
@@ -112,7 +137,14 @@ fn cell(a: &ArrayRef, r: usize) -> Value {
 }
 
 /// `CREATE EXTERNAL TABLE name STORED AS PARQUET LOCATION 'path'`.
-pub async fn register(ctx: &SessionContext, name: &str, path: &Path) -> datafusion::error::Result<()> {
-    let sql = format!("CREATE EXTERNAL TABLE {name} STORED AS PARQUET LOCATION '{}'", path.display());
+pub async fn register(
+    ctx: &SessionContext,
+    name: &str,
+    path: &Path,
+) -> datafusion::error::Result<()> {
+    let sql = format!(
+        "CREATE EXTERNAL TABLE {name} STORED AS PARQUET LOCATION '{}'",
+        path.display()
+    );
     ctx.sql(&sql).await?.collect().await.map(|_| ())
 }

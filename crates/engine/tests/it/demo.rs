@@ -33,8 +33,21 @@ fn data_files(dir: &Path, table: &str) -> Vec<PathBuf> {
 async fn demo_lake_reads_decrypted_and_files_hold_no_plaintext() {
     let (_tmp, engine, dir) = demo_engine().await;
     let ctx = engine.session("tester");
-    let n = json_rows(&query(&ctx, "SELECT count(*), count(DISTINCT id) FROM lake.sales.customers").await.unwrap());
-    assert_eq!(n, vec![vec![Value::from(demo::CUSTOMERS as i64), Value::from(demo::CUSTOMERS as i64)]]);
+    let n = json_rows(
+        &query(
+            &ctx,
+            "SELECT count(*), count(DISTINCT id) FROM lake.sales.customers",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(
+        n,
+        vec![vec![
+            Value::from(demo::CUSTOMERS as i64),
+            Value::from(demo::CUSTOMERS as i64)
+        ]]
+    );
     let rows = json_rows(&query(&ctx, "SELECT ssn, email FROM lake.sales.customers WHERE ssn IS NOT NULL AND email IS NOT NULL LIMIT 20").await.unwrap());
     assert_eq!(rows.len(), 20);
     for r in &rows {
@@ -48,11 +61,28 @@ async fn demo_lake_reads_decrypted_and_files_hold_no_plaintext() {
     let ssn = rows[0][0].as_str().unwrap().as_bytes().to_vec();
     for f in &files {
         let bytes = std::fs::read(f).unwrap();
-        assert_eq!(&bytes[bytes.len() - 4..], b"PARE", "{} has an encrypted footer", f.display());
-        assert!(!bytes.windows(ssn.len()).any(|w| w == ssn.as_slice()), "plaintext ssn in {}", f.display());
-        assert!(!bytes.windows(12).any(|w| w == b"@example.com"), "plaintext email in {}", f.display());
+        assert_eq!(
+            &bytes[bytes.len() - 4..],
+            b"PARE",
+            "{} has an encrypted footer",
+            f.display()
+        );
+        assert!(
+            !bytes.windows(ssn.len()).any(|w| w == ssn.as_slice()),
+            "plaintext ssn in {}",
+            f.display()
+        );
+        assert!(
+            !bytes.windows(12).any(|w| w == b"@example.com"),
+            "plaintext email in {}",
+            f.display()
+        );
     }
-    let sum = json_rows(&query(&ctx, "SELECT count(*) FROM lake.sales.orders").await.unwrap());
+    let sum = json_rows(
+        &query(&ctx, "SELECT count(*) FROM lake.sales.orders")
+            .await
+            .unwrap(),
+    );
     assert_eq!(sum, vec![vec![Value::from(demo::ORDERS as i64)]]);
 }
 
@@ -60,12 +90,30 @@ async fn demo_lake_reads_decrypted_and_files_hold_no_plaintext() {
 async fn manifests_carry_no_bounds_for_encrypted_columns() {
     let (_tmp, engine, _dir) = demo_engine().await;
     let catalog = engine.iceberg_catalog("lake").unwrap();
-    for (table, encrypted) in [("customers", vec!["ssn", "email", "phone", "balance"]), ("orders", vec!["amount", "card_number"])] {
-        let t = catalog.load_table(&TableIdent::new(NamespaceIdent::new("sales".into()), table.into())).await.unwrap();
+    for (table, encrypted) in [
+        ("customers", vec!["ssn", "email", "phone", "balance"]),
+        ("orders", vec!["amount", "card_number"]),
+    ] {
+        let t = catalog
+            .load_table(&TableIdent::new(
+                NamespaceIdent::new("sales".into()),
+                table.into(),
+            ))
+            .await
+            .unwrap();
         let schema = t.metadata().current_schema();
-        let ids: Vec<i32> = encrypted.iter().map(|c| schema.field_by_name(c).unwrap().id).collect();
+        let ids: Vec<i32> = encrypted
+            .iter()
+            .map(|c| schema.field_by_name(c).unwrap().id)
+            .collect();
         let snap = t.metadata().current_snapshot().unwrap();
-        let bytes = t.file_io().new_input(snap.manifest_list()).unwrap().read().await.unwrap();
+        let bytes = t
+            .file_io()
+            .new_input(snap.manifest_list())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
         let list = ManifestList::parse_with_version(&bytes, t.metadata().format_version()).unwrap();
         let mut files = 0;
         for mf in list.entries() {
@@ -73,8 +121,14 @@ async fn manifests_carry_no_bounds_for_encrypted_columns() {
             for e in m.entries() {
                 files += 1;
                 for id in &ids {
-                    assert!(!e.data_file().lower_bounds().contains_key(id), "{table}: lower bound for field {id}");
-                    assert!(!e.data_file().upper_bounds().contains_key(id), "{table}: upper bound for field {id}");
+                    assert!(
+                        !e.data_file().lower_bounds().contains_key(id),
+                        "{table}: lower bound for field {id}"
+                    );
+                    assert!(
+                        !e.data_file().upper_bounds().contains_key(id),
+                        "{table}: upper bound for field {id}"
+                    );
                 }
             }
         }
@@ -88,13 +142,36 @@ async fn day_partition_filter_prunes_files() {
     assert_eq!(data_files(&dir, "orders").len(), 60);
     let ctx = engine.session("tester");
     let plan = json_rows(
-        &query(&ctx, "EXPLAIN SELECT count(*) FROM lake.sales.orders WHERE order_date = DATE '2025-01-05'").await.unwrap(),
+        &query(
+            &ctx,
+            "EXPLAIN SELECT count(*) FROM lake.sales.orders WHERE order_date = DATE '2025-01-05'",
+        )
+        .await
+        .unwrap(),
     );
     let text = format!("{plan:?}");
     assert_eq!(text.matches(".parquet").count(), 1, "{text}");
-    let all = json_rows(&query(&ctx, "EXPLAIN SELECT count(*) FROM lake.sales.orders WHERE amount > 5").await.unwrap());
-    assert!(format!("{all:?}").contains("file_groups={2 groups") || format!("{all:?}").contains("groups"), "{all:?}");
-    let by_day = json_rows(&query(&ctx, "SELECT count(*) FROM lake.sales.orders WHERE order_date = DATE '2025-01-05'").await.unwrap());
+    let all = json_rows(
+        &query(
+            &ctx,
+            "EXPLAIN SELECT count(*) FROM lake.sales.orders WHERE amount > 5",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(
+        format!("{all:?}").contains("file_groups={2 groups")
+            || format!("{all:?}").contains("groups"),
+        "{all:?}"
+    );
+    let by_day = json_rows(
+        &query(
+            &ctx,
+            "SELECT count(*) FROM lake.sales.orders WHERE order_date = DATE '2025-01-05'",
+        )
+        .await
+        .unwrap(),
+    );
     let direct = json_rows(
         &query(&ctx, "SELECT sum(CASE WHEN order_date = DATE '2025-01-05' THEN 1 ELSE 0 END) FROM lake.sales.orders").await.unwrap(),
     );
@@ -111,7 +188,10 @@ async fn columns_resolve_by_field_id_after_schema_changes() {
     let tx = tx
         .update_schema()
         .delete_column("country")
-        .add_column(iceberg::transaction::AddColumn::optional("loyalty", Type::Primitive(PrimitiveType::Int)))
+        .add_column(iceberg::transaction::AddColumn::optional(
+            "loyalty",
+            Type::Primitive(PrimitiveType::Int),
+        ))
         .apply(tx)
         .unwrap();
     tx.commit(catalog.as_ref()).await.unwrap();
@@ -119,16 +199,26 @@ async fn columns_resolve_by_field_id_after_schema_changes() {
     let tx = Transaction::new(&t);
     let tx = tx
         .update_schema()
-        .add_column(iceberg::transaction::AddColumn::optional("country", Type::Primitive(PrimitiveType::String)))
+        .add_column(iceberg::transaction::AddColumn::optional(
+            "country",
+            Type::Primitive(PrimitiveType::String),
+        ))
         .apply(tx)
         .unwrap();
     tx.commit(catalog.as_ref()).await.unwrap();
     let _ = NestedField::optional(0, "unused", Type::Primitive(PrimitiveType::Int));
     // Reopen so the session sees the new schema.
-    let engine = Engine::open(Config::load(&dir.join("clearice.toml")).unwrap()).await.unwrap();
+    let engine = Engine::open(Config::load(&dir.join("clearice.toml")).unwrap())
+        .await
+        .unwrap();
     let ctx = engine.session("tester");
     let rows = json_rows(
-        &query(&ctx, "SELECT count(*), count(loyalty), count(country), count(ssn) FROM lake.sales.customers").await.unwrap(),
+        &query(
+            &ctx,
+            "SELECT count(*), count(loyalty), count(country), count(ssn) FROM lake.sales.customers",
+        )
+        .await
+        .unwrap(),
     );
     let n = demo::CUSTOMERS as i64;
     // new columns read as NULL from old files; the re-added `country` is a new field id
@@ -144,7 +234,11 @@ async fn truncated_data_file_fails_naming_the_file() {
     let f = data_files(&dir, "customers").remove(0);
     let bytes = std::fs::read(&f).unwrap();
     std::fs::write(&f, &bytes[..bytes.len() / 3]).unwrap();
-    let e = query_err(&engine.session("t"), "SELECT count(name) FROM lake.sales.customers").await;
+    let e = query_err(
+        &engine.session("t"),
+        "SELECT count(name) FROM lake.sales.customers",
+    )
+    .await;
     assert!(e.contains(&f.display().to_string()), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
 }
@@ -154,5 +248,8 @@ async fn demo_init_refuses_a_non_empty_directory() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("x"), "x").unwrap();
     let e = demo::init(tmp.path()).await.unwrap_err().to_string();
-    assert!(e.contains("not empty") && e.contains(&tmp.path().display().to_string()), "{e}");
+    assert!(
+        e.contains("not empty") && e.contains(&tmp.path().display().to_string()),
+        "{e}"
+    );
 }

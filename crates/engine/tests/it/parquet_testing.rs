@@ -11,9 +11,18 @@ fn explicit_keys_config(dir: &Path, keys: &[(&str, &str)], keyring: Option<&str>
     use base64::Engine as _;
     let json: serde_json::Map<String, Value> = keys
         .iter()
-        .map(|(id, k)| (id.to_string(), base64::prelude::BASE64_STANDARD.encode(k.as_bytes()).into()))
+        .map(|(id, k)| {
+            (
+                id.to_string(),
+                base64::prelude::BASE64_STANDARD.encode(k.as_bytes()).into(),
+            )
+        })
         .collect();
-    std::fs::write(dir.join("explicit.json"), serde_json::to_vec(&json).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("explicit.json"),
+        serde_json::to_vec(&json).unwrap(),
+    )
+    .unwrap();
     let mut c = "[explicit_keys]\npath = \"explicit.json\"\n".to_string();
     if let Some(k) = keyring {
         std::fs::write(dir.join("keyring.json"), k).unwrap();
@@ -22,8 +31,11 @@ fn explicit_keys_config(dir: &Path, keys: &[(&str, &str)], keyring: Option<&str>
     c
 }
 
-const KEYS_128: &[(&str, &str)] =
-    &[("kf", "0123456789012345"), ("kc1", "1234567890123450"), ("kc2", "1234567890123451")];
+const KEYS_128: &[(&str, &str)] = &[
+    ("kf", "0123456789012345"),
+    ("kc1", "1234567890123450"),
+    ("kc2", "1234567890123451"),
+];
 
 const KEYS_256: &[(&str, &str)] = &[
     ("kf", "01234567890123456789012345678901"),
@@ -49,14 +61,22 @@ async fn check_50_row_file(dir: &Path, keys: &[(&str, &str)], file: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path(), &explicit_keys_config(tmp.path(), keys, None)).await;
     let ctx = engine.session("tester");
-    register(&ctx, "f", &dir.join(file)).await.unwrap_or_else(|e| panic!("{file}: {e}"));
-    let rows = json_rows(&query(&ctx, CHECK_50).await.unwrap_or_else(|e| panic!("{file}: {e}")));
+    register(&ctx, "f", &dir.join(file))
+        .await
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    let rows = json_rows(
+        &query(&ctx, CHECK_50)
+            .await
+            .unwrap_or_else(|e| panic!("{file}: {e}")),
+    );
     assert_eq!(rows, vec![vec![Value::from(50); 5]], "{file}");
 }
 
 #[tokio::test]
 async fn explicit_key_files_128_decrypt_every_column() {
-    let Some(dir) = parquet_testing_dir() else { return };
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
     for f in [
         "uniform_encryption.parquet.encrypted",
         "encrypt_columns_and_footer.parquet.encrypted",
@@ -69,7 +89,9 @@ async fn explicit_key_files_128_decrypt_every_column() {
 
 #[tokio::test]
 async fn explicit_key_files_256_decrypt_every_column() {
-    let Some(dir) = parquet_testing_dir() else { return };
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
     for f in [
         "aes256/uniform_encryption.parquet.encrypted",
         "aes256/encrypt_columns_and_footer.parquet.encrypted",
@@ -81,65 +103,148 @@ async fn explicit_key_files_256_decrypt_every_column() {
 
 #[tokio::test]
 async fn bloom_filter_file_reads_with_column_keys() {
-    let Some(dir) = parquet_testing_dir() else { return };
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
-    let engine = engine(tmp.path(), &explicit_keys_config(tmp.path(), KEYS_128, None)).await;
+    let engine = engine(
+        tmp.path(),
+        &explicit_keys_config(tmp.path(), KEYS_128, None),
+    )
+    .await;
     let ctx = engine.session("tester");
-    register(&ctx, "f", &dir.join("encrypt_columns_and_footer_bloom_filter.parquet.encrypted")).await.unwrap();
+    register(
+        &ctx,
+        "f",
+        &dir.join("encrypt_columns_and_footer_bloom_filter.parquet.encrypted"),
+    )
+    .await
+    .unwrap();
     let sql = "SELECT count(*), sum(CASE WHEN name = 'name_' || CAST(int32_field AS VARCHAR) THEN 1 ELSE 0 END), \
          sum(CASE WHEN double_field = int32_field + 0.5 AND float_field = int32_field + 0.25 THEN 1 ELSE 0 END) FROM f";
     let rows = json_rows(&query(&ctx, sql).await.unwrap());
     assert_eq!(rows, vec![vec![Value::from(2000); 3]]);
-    let hit = json_rows(&query(&ctx, "SELECT int32_field FROM f WHERE double_field = 1234.5").await.unwrap());
+    let hit = json_rows(
+        &query(
+            &ctx,
+            "SELECT int32_field FROM f WHERE double_field = 1234.5",
+        )
+        .await
+        .unwrap(),
+    );
     assert_eq!(hit, vec![vec![Value::from(1234)]]);
 }
 
 #[tokio::test]
 async fn external_key_material_side_file_is_unwrapped_by_the_keyring() {
-    let Some(dir) = parquet_testing_dir() else { return };
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let keyring = r#"{"kf": "MDEyMzQ1Njc4OTAxMjM0NQ==", "kc1": "MTIzNDU2Nzg5MDEyMzQ1MA==", "kc2": "MTIzNDU2Nzg5MDEyMzQ1MQ=="}"#;
-    let engine = engine(tmp.path(), &explicit_keys_config(tmp.path(), &[], Some(keyring))).await;
+    let engine = engine(
+        tmp.path(),
+        &explicit_keys_config(tmp.path(), &[], Some(keyring)),
+    )
+    .await;
     let ctx = engine.session("tester");
-    register(&ctx, "f", &dir.join("external_key_material_java.parquet.encrypted")).await.unwrap_or_else(|e| panic!("{e}"));
+    register(
+        &ctx,
+        "f",
+        &dir.join("external_key_material_java.parquet.encrypted"),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     let sql = "SELECT count(*), sum(CASE WHEN strings = substr('abcdefghij', integers % 10 + 1, 1) || CAST(integers AS VARCHAR) THEN 1 ELSE 0 END), \
          min(integers), max(integers) FROM f";
     let rows = json_rows(&query(&ctx, sql).await.unwrap_or_else(|e| panic!("{e}")));
-    assert_eq!(rows, vec![vec![Value::from(100), Value::from(100), Value::from(0), Value::from(99)]]);
+    assert_eq!(
+        rows,
+        vec![vec![
+            Value::from(100),
+            Value::from(100),
+            Value::from(0),
+            Value::from(99)
+        ]]
+    );
 }
 
 #[tokio::test]
 async fn external_key_material_without_side_file_names_it() {
-    let Some(dir) = parquet_testing_dir() else { return };
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
-    let copy = tmp.path().join("external_key_material_java.parquet.encrypted");
-    std::fs::copy(dir.join("external_key_material_java.parquet.encrypted"), &copy).unwrap();
+    let copy = tmp
+        .path()
+        .join("external_key_material_java.parquet.encrypted");
+    std::fs::copy(
+        dir.join("external_key_material_java.parquet.encrypted"),
+        &copy,
+    )
+    .unwrap();
     let keyring = r#"{"kf": "MDEyMzQ1Njc4OTAxMjM0NQ=="}"#;
-    let engine = engine(tmp.path(), &explicit_keys_config(tmp.path(), &[], Some(keyring))).await;
-    let e = register(&engine.session("t"), "f", &copy).await.unwrap_err().to_string();
-    assert!(e.contains("_KEY_MATERIAL_FOR_external_key_material_java.parquet.encrypted.json"), "{e}");
+    let engine = engine(
+        tmp.path(),
+        &explicit_keys_config(tmp.path(), &[], Some(keyring)),
+    )
+    .await;
+    let e = register(&engine.session("t"), "f", &copy)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("_KEY_MATERIAL_FOR_external_key_material_java.parquet.encrypted.json"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
 async fn ctr_files_fail_with_a_clear_not_supported_error() {
-    let Some(dir) = parquet_testing_dir() else { return };
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
-    let engine = engine(tmp.path(), &explicit_keys_config(tmp.path(), KEYS_128, None)).await;
+    let engine = engine(
+        tmp.path(),
+        &explicit_keys_config(tmp.path(), KEYS_128, None),
+    )
+    .await;
     let ctx = engine.session("tester");
     let f = dir.join("encrypt_columns_and_footer_ctr.parquet.encrypted");
     let e = register(&ctx, "f", &f).await.unwrap_err().to_string();
-    assert!(e.contains("AES_GCM_CTR_V1") && (e.contains("not supported yet") || e.contains("not yet supported")), "{e}");
+    assert!(
+        e.contains("AES_GCM_CTR_V1")
+            && (e.contains("not supported yet") || e.contains("not yet supported")),
+        "{e}"
+    );
 }
 
 #[tokio::test]
 async fn missing_explicit_key_is_named() {
-    let Some(dir) = parquet_testing_dir() else { return };
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
-    let engine = engine(tmp.path(), &explicit_keys_config(tmp.path(), &KEYS_128[..1], None)).await;
+    let engine = engine(
+        tmp.path(),
+        &explicit_keys_config(tmp.path(), &KEYS_128[..1], None),
+    )
+    .await;
     let ctx = engine.session("tester");
-    register(&ctx, "f", &dir.join("encrypt_columns_and_footer.parquet.encrypted")).await.unwrap();
+    register(
+        &ctx,
+        "f",
+        &dir.join("encrypt_columns_and_footer.parquet.encrypted"),
+    )
+    .await
+    .unwrap();
     // unencrypted columns read with the footer key alone
-    let rows = json_rows(&query(&ctx, "SELECT count(int32_field) FROM f").await.unwrap());
+    let rows = json_rows(
+        &query(&ctx, "SELECT count(int32_field) FROM f")
+            .await
+            .unwrap(),
+    );
     assert_eq!(rows, vec![vec![Value::from(50)]]);
     let e = query_err(&ctx, "SELECT double_field FROM f").await;
     assert!(e.contains("'kc1'"), "{e}");
