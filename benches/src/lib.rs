@@ -1,1 +1,58 @@
-//! benches
+//! End-to-end benchmark fixtures: the demo lake, encrypted and as its plaintext twin.
+
+use std::sync::Arc;
+
+use clearice_engine::{Config, Engine, demo};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::prelude::SessionContext;
+use futures::TryStreamExt;
+
+/// Two lakes with the same seeded data: PME-encrypted and plaintext.
+pub struct Fixture {
+    _dir: tempfile::TempDir,
+    /// Session over the encrypted lake.
+    pub encrypted: SessionContext,
+    /// Session over the plaintext twin.
+    pub plaintext: SessionContext,
+}
+
+impl Fixture {
+    /// Writes both lakes (seconds) and opens a session on each.
+    pub async fn demo() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let enc = demo::init(&dir.path().join("enc"))
+            .await
+            .expect("encrypted lake");
+        let plain = demo::init_plaintext(&dir.path().join("plain"))
+            .await
+            .expect("plaintext lake");
+        let open = |p: std::path::PathBuf| async move {
+            Arc::new(
+                Engine::open(Config::load(&p).expect("config"))
+                    .await
+                    .expect("engine"),
+            )
+        };
+        let (e, p) = (open(enc).await, open(plain).await);
+        Fixture {
+            encrypted: e.session("bench"),
+            plaintext: p.session("bench"),
+            _dir: dir,
+        }
+    }
+}
+
+/// Runs a query to completion; returns the row count.
+pub async fn run(ctx: &SessionContext, sql: &str) -> usize {
+    let batches: Vec<RecordBatch> = ctx
+        .sql(sql)
+        .await
+        .expect("plan")
+        .execute_stream()
+        .await
+        .expect("exec")
+        .try_collect()
+        .await
+        .expect("run");
+    batches.iter().map(RecordBatch::num_rows).sum()
+}

@@ -46,29 +46,45 @@ pub struct Config {
 
 /// One catalog.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, tag = "type", rename_all = "lowercase")]
-pub enum CatalogConfig {
-    /// Iceberg SQL catalog.
-    Sql {
-        /// `sqlite:///abs/path.db` or `postgres://user@host/db`.
-        uri: String,
-        /// Warehouse root URI, e.g. `file:///abs/path/warehouse`.
-        warehouse: String,
-    },
+#[serde(deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// Catalog kind; `sql` (Iceberg SQL catalog on SQLite or PostgreSQL).
+    #[serde(rename = "type")]
+    pub kind: CatalogKind,
+    /// `sqlite:///abs/path.db`, `sqlite:relative.db` or `postgres://user@host/db`.
+    pub uri: String,
+    /// Warehouse root URI, e.g. `file:///abs/path/warehouse`.
+    pub warehouse: String,
+}
+
+/// Catalog kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatalogKind {
+    /// Iceberg SQL catalog (the JDBC catalog schema, as PyIceberg's `SqlCatalog`).
+    Sql,
 }
 
 /// KMS settings.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, tag = "type", rename_all = "lowercase")]
-pub enum KmsConfig {
+#[serde(deny_unknown_fields)]
+pub struct KmsConfig {
+    /// KMS kind; `keyring` (master keys in a local JSON file).
+    #[serde(rename = "type")]
+    pub kind: KmsKind,
+    /// Keyring file (for `keyring`).
+    pub path: Option<PathBuf>,
+    /// Lifetime of unwrapped keys in the cache, seconds; default 600.
+    #[serde(default)]
+    pub key_cache_ttl_s: Option<u64>,
+}
+
+/// KMS kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KmsKind {
     /// Master keys in a local JSON file (embedded default).
-    Keyring {
-        /// Keyring file.
-        path: PathBuf,
-        /// Lifetime of unwrapped keys in the cache, seconds; default 600.
-        #[serde(default)]
-        key_cache_ttl_s: Option<u64>,
-    },
+    Keyring,
 }
 
 /// Explicit keys: a JSON object `{"<key id>": "<base64 key>"}`.
@@ -104,8 +120,18 @@ impl Config {
         })?;
         c.base_dir = base_dir.to_path_buf();
         c.source = source.into();
+        if let Some(k) = &c.kms
+            && k.kind == KmsKind::Keyring
+            && k.path.is_none()
+        {
+            return Err(Error::ConfigValue {
+                path: source.into(),
+                key: "kms.path".into(),
+                reason: "a keyring KMS needs `path` (the keyring JSON file)".into(),
+            });
+        }
         for (name, cat) in &c.catalogs {
-            let CatalogConfig::Sql { uri, warehouse } = cat;
+            let (uri, warehouse) = (&cat.uri, &cat.warehouse);
             if !(uri.starts_with("sqlite:")
                 || uri.starts_with("postgres://")
                 || uri.starts_with("postgresql://"))
@@ -176,9 +202,7 @@ mod tests {
             Path::new("/etc/ci"),
         )
         .unwrap();
-        let Some(KmsConfig::Keyring { path, .. }) = &c.kms else {
-            panic!()
-        };
+        let path = c.kms.as_ref().and_then(|k| k.path.as_ref()).unwrap();
         assert_eq!(c.resolve(path), Path::new("/etc/ci/k.json"));
     }
 }

@@ -29,6 +29,15 @@ pub const ORDERS: usize = 200_000;
 
 /// Writes a demo lake into `dir` (absent or empty) and returns its config path.
 pub async fn init(dir: &Path) -> Result<PathBuf, Error> {
+    init_with(dir, true).await
+}
+
+/// The same lake with PME off (the plaintext twin, for benchmarks and comparisons).
+pub async fn init_plaintext(dir: &Path) -> Result<PathBuf, Error> {
+    init_with(dir, false).await
+}
+
+async fn init_with(dir: &Path, encrypt: bool) -> Result<PathBuf, Error> {
     let fail = |reason: String| Error::DemoInit {
         dir: dir.display().to_string(),
         reason,
@@ -39,10 +48,12 @@ pub async fn init(dir: &Path) -> Result<PathBuf, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e.to_string())),
     }
-    write_lake(dir).await.map_err(|e| fail(e.to_string()))
+    write_lake(dir, encrypt)
+        .await
+        .map_err(|e| fail(e.to_string()))
 }
 
-async fn write_lake(dir: &Path) -> Result<PathBuf> {
+async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
     std::fs::create_dir_all(dir.join("warehouse"))?;
     let dir = dir.canonicalize()?;
     let keyring = KeyringKms::from_keys([
@@ -97,6 +108,11 @@ async fn write_lake(dir: &Path) -> Result<PathBuf> {
         ]),
         plaintext_footer: false,
     };
+    let spec = if encrypt {
+        spec
+    } else {
+        EncryptionSpec::default()
+    };
     let mut rng = StdRng::seed_from_u64(42);
     let mut table = customers;
     let chunk = CUSTOMERS / 4;
@@ -126,6 +142,11 @@ async fn write_lake(dir: &Path) -> Result<PathBuf> {
             ("card_number".into(), "finance_key".into()),
         ]),
         plaintext_footer: false,
+    };
+    let spec = if encrypt {
+        spec
+    } else {
+        EncryptionSpec::default()
     };
     let batch = orders_batch(&mut rng)?;
     append_encrypted(catalog.as_ref(), &orders, &[batch], &spec, &keyring).await?;

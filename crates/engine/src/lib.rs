@@ -29,7 +29,7 @@ use clearice_table::{
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-pub use config::{CatalogConfig, Config, ExplicitKeysConfig, KmsConfig};
+pub use config::{CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind};
 pub use error::{Error, Result};
 
 /// Process-wide state shared by all sessions: catalogs, keys, runtime.
@@ -46,15 +46,15 @@ impl Engine {
     /// Opens every configured catalog and the KMS.
     pub async fn open(config: Config) -> Result<Self> {
         let (kms, ttl): (Option<Arc<dyn Kms>>, Duration) = match &config.kms {
-            Some(KmsConfig::Keyring {
-                path,
-                key_cache_ttl_s,
-            }) => (
-                Some(Arc::new(KeyringKms::from_file(&config.resolve(path))?)),
-                key_cache_ttl_s
-                    .map(Duration::from_secs)
-                    .unwrap_or(DEFAULT_KEY_CACHE_TTL),
-            ),
+            Some(k) => {
+                let KmsKind::Keyring = k.kind;
+                let path = k.path.as_ref().expect("validated at load");
+                let ttl = k.key_cache_ttl_s.map(Duration::from_secs);
+                (
+                    Some(Arc::new(KeyringKms::from_file(&config.resolve(path))?)),
+                    ttl.unwrap_or(DEFAULT_KEY_CACHE_TTL),
+                )
+            }
             None => (None, DEFAULT_KEY_CACHE_TTL),
         };
         let explicit = match &config.explicit_keys {
@@ -69,8 +69,10 @@ impl Engine {
         let mut catalogs = Vec::new();
         let mut iceberg = HashMap::new();
         for (name, cat) in &config.catalogs {
-            let CatalogConfig::Sql { uri, warehouse } = cat;
-            let ice = open_sql_catalog(name, &resolve_sqlite_uri(&config, uri), warehouse).await?;
+            let CatalogKind::Sql = cat.kind;
+            let ice =
+                open_sql_catalog(name, &resolve_sqlite_uri(&config, &cat.uri), &cat.warehouse)
+                    .await?;
             let provider =
                 IcebergCatalogProvider::try_new(name, Arc::clone(&ice), Arc::clone(&factory) as _)
                     .await?;

@@ -5,3 +5,4 @@ mod common;
 mod demo;
 mod interop;
 mod parquet_testing;
+mod pyarrow;

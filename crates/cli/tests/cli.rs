@@ -1,0 +1,217 @@
+//! The real `clearice` binary: demo init, `-c`/`-f`, formats, errors, `slt`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_clearice"));
+    c.env_remove("CLEARICE_CONFIG").env("CLEARICE_LOG", "warn");
+    c
+}
+
+/// One demo lake shared by the tests of this binary (writing it takes seconds).
+fn lake() -> &'static Path {
+    static LAKE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &LAKE
+        .get_or_init(|| {
+            let tmp = tempfile::tempdir().unwrap();
+            let out = bin()
+                .args(["demo", "init"])
+                .arg(tmp.path().join("lake"))
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let config = tmp.path().join("lake/clearice.toml");
+            (tmp, config)
+        })
+        .1
+}
+
+fn run(args: &[&str]) -> Output {
+    bin()
+        .arg("--config")
+        .arg(lake())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn count_prints_as_csv() {
+    let o = run(&[
+        "--format",
+        "csv",
+        "-c",
+        "SELECT count(*) FROM lake.sales.customers",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "count(*)\n100000\n");
+    assert!(stderr(&o).contains("1 row in"), "{}", stderr(&o));
+}
+
+#[test]
+fn several_commands_and_statements_run_in_order_with_quiet_json() {
+    let o = run(&[
+        "-q",
+        "--format",
+        "ndjson",
+        "-c",
+        "SELECT 1 AS a; SELECT 2 AS a",
+        "-c",
+        "SELECT ssn FROM lake.sales.customers WHERE id = 1000001",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "{\"a\":1}\n{\"a\":2}\n{\"ssn\":\"609-11-1603\"}\n"
+    );
+    assert_eq!(stderr(&o), "");
+}
+
+#[test]
+fn file_with_ddl_backslash_and_queries_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("q.sql");
+    std::fs::write(&f, "\\d\nSELECT count(*) AS n\n  FROM lake.sales.orders;\n").unwrap();
+    let o = run(&["-q", "--format", "tsv", "-f", f.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(s.contains("lake\tsales\tcustomers\tBASE TABLE"), "{s}");
+    assert!(s.ends_with("n\n200000\n"), "{s}");
+}
+
+#[test]
+fn nested_columns_render_in_csv() {
+    let o = run(&[
+        "-q",
+        "--format",
+        "csv",
+        "-c",
+        "SELECT tags FROM lake.sales.customers WHERE id = 1000000",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "tags\n\"[b2b, vip, newsletter]\"\n");
+}
+
+#[test]
+fn errors_are_one_line_and_exit_non_zero() {
+    let o = run(&["-c", "SELECT * FROM lake.sales.nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.starts_with("Error: ") && e.contains("lake.sales.nope"),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_config_names_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = tmp.path().join("bad.toml");
+    std::fs::write(&c, "[catalogs.lake]\ntype = \"sql\"\nuri = 5\n").unwrap();
+    let o = bin()
+        .arg("--config")
+        .arg(&c)
+        .args(["-c", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("bad.toml") && e.contains("line 3") && e.lines().count() == 1,
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_keyring_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = tmp.path().join("c.toml");
+    std::fs::write(&c, "[kms]\ntype = \"keyring\"\npath = \"nowhere.json\"\n").unwrap();
+    let o = bin()
+        .arg("--config")
+        .arg(&c)
+        .args(["-c", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("nowhere.json"), "{}", stderr(&o));
+}
+
+#[test]
+fn slt_reports_each_file_and_a_closing_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("a_pass.slt"),
+        "query I\nSELECT count(*) FROM lake.sales.customers\n----\n100000\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.path().join("b_fail.slt"),
+        "query I\nSELECT 1\n----\n2\n",
+    )
+    .unwrap();
+    let o = bin()
+        .arg("--config")
+        .arg(lake())
+        .arg("slt")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let s = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{s}");
+    assert!(s.contains("ok    ") && s.contains("a_pass.slt"), "{s}");
+    assert!(s.contains("FAIL  ") && s.contains("b_fail.slt"), "{s}");
+    assert!(s.trim_end().ends_with("1 passed, 1 failed"), "{s}");
+    std::fs::remove_file(tmp.path().join("b_fail.slt")).unwrap();
+    let o = bin()
+        .arg("--config")
+        .arg(lake())
+        .arg("slt")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stdout(&o));
+}
+
+#[test]
+fn no_config_creates_the_default_demo_lake_on_first_run() {
+    let home = tempfile::tempdir().unwrap();
+    let o = bin()
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .args([
+            "--format",
+            "csv",
+            "-c",
+            "SELECT count(*) FROM lake.sales.orders",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "count(*)\n200000\n");
+    assert!(
+        stderr(&o).contains("Creating the demo lake"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        home.path()
+            .join("data/clearice/demo/clearice.toml")
+            .exists()
+    );
+}
