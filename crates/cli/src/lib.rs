@@ -104,8 +104,8 @@ async fn config_or_demo(config: Option<&Path>, quiet: bool) -> Result<Config> {
     Ok(Config::load(&path)?)
 }
 
-/// Runs the CLI; returns the process exit code.
-pub async fn run(cli: Cli) -> Result<i32> {
+/// Runs the CLI; returns the process exit code. Interactive queries run on `cpu`.
+pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
     let user = cli.user.clone().unwrap_or_else(os_user);
     match &cli.command {
         Some(Command::Demo {
@@ -143,7 +143,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             env!("CARGO_PKG_VERSION"),
             engine.config().source
         );
-        repl::run(&ctx, &banner, cli.format, cli.quiet).await?;
+        repl::run(&ctx, &cpu, &banner, cli.format, cli.quiet).await?;
         return Ok(0);
     }
     for c in &cli.commands {

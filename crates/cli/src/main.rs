@@ -11,22 +11,34 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // Two runtimes: the shell's (input, signals, progress) and the queries' (CPU work).
+    let runtimes = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("clearice-io")
         .enable_all()
         .build()
-    {
+        .and_then(|io| {
+            let cpu = tokio::runtime::Builder::new_multi_thread()
+                .thread_name("clearice-cpu")
+                .enable_all()
+                .build()?;
+            Ok((io, cpu))
+        });
+    let (io, cpu) = match runtimes {
         Ok(r) => r,
         Err(e) => {
             eprintln!("Error: cannot start the runtime: {e}");
             std::process::exit(2);
         }
     };
-    let code = match runtime.block_on(run(cli)) {
+    let code = match io.block_on(run(cli, cpu.handle().clone())) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("Error: {}", clearice_cli::repl::one_line(&e));
             1
         }
     };
+    cpu.shutdown_background();
+    io.shutdown_background();
     std::process::exit(code);
 }

@@ -167,8 +167,15 @@ fn history_path() -> Option<PathBuf> {
     Some(dir.join("history"))
 }
 
-/// Runs the REPL until `\q` or end of input.
-pub async fn run(ctx: &SessionContext, banner: &str, format: Format, quiet: bool) -> Result<()> {
+/// Runs the REPL until `\q` or end of input. Queries run on `cpu`, so the shell's own
+/// runtime stays free to show progress and to catch Ctrl-C while they compute.
+pub async fn run(
+    ctx: &SessionContext,
+    cpu: &tokio::runtime::Handle,
+    banner: &str,
+    format: Format,
+    quiet: bool,
+) -> Result<()> {
     let mut editor: Editor<ReplHelper, FileHistory> = Editor::new()?;
     editor.set_helper(Some(ReplHelper {
         words: completion_words(ctx).await,
@@ -204,7 +211,7 @@ pub async fn run(ctx: &SessionContext, banner: &str, format: Format, quiet: bool
                 "\\?" | "\\h" | "\\help" => println!("{HELP}"),
                 _ => match backslash_sql(trimmed).expect("backslash") {
                     Ok(sql) => {
-                        execute(ctx, Query::Sql(sql), format, quiet).await;
+                        execute(ctx, cpu, Query::Sql(sql), format, quiet).await;
                     }
                     Err(e) => eprintln!("Error: {e}"),
                 },
@@ -224,7 +231,7 @@ pub async fn run(ctx: &SessionContext, banner: &str, format: Format, quiet: bool
         match split_statements(&text) {
             Ok(stmts) => {
                 for s in stmts {
-                    if !execute(ctx, Query::Parsed(s), format, quiet).await {
+                    if !execute(ctx, cpu, Query::Parsed(s), format, quiet).await {
                         break;
                     }
                 }
@@ -245,22 +252,40 @@ enum Query {
 
 /// Runs one statement with Ctrl-C cancellation and a progress indicator after 1 s.
 /// Returns false when it failed or was cancelled.
-async fn execute(ctx: &SessionContext, q: Query, format: Format, quiet: bool) -> bool {
+async fn execute(
+    ctx: &SessionContext,
+    cpu: &tokio::runtime::Handle,
+    q: Query,
+    format: Format,
+    quiet: bool,
+) -> bool {
     let start = Instant::now();
-    let query = async {
+    let ctx = ctx.clone();
+    let task = cpu.spawn(async move {
         match q {
-            Query::Sql(sql) => run_statement(ctx, &sql).await,
-            Query::Parsed(stmt) => run_parsed(ctx, stmt).await,
+            Query::Sql(sql) => run_statement(&ctx, &sql).await,
+            Query::Parsed(stmt) => run_parsed(&ctx, stmt).await,
         }
+    });
+    // Aborting the task on Ctrl-C drops the plan's streams, which cancels its work.
+    let abort = task.abort_handle();
+    let query = async {
+        task.await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("query task failed: {e}")))
     };
     tokio::pin!(query);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
     let show_progress = std::io::stderr().is_terminal();
     let mut ticker = tokio::time::interval(Duration::from_millis(200));
     let mut shown = false;
     let result = loop {
         tokio::select! {
             r = &mut query => break Some(r),
-            _ = tokio::signal::ctrl_c() => break None,
+            _ = &mut ctrl_c => {
+                abort.abort();
+                break None;
+            }
             _ = ticker.tick() => {
                 if show_progress && start.elapsed() > Duration::from_secs(1) {
                     const SPIN: [char; 4] = ['|', '/', '-', '\\'];
