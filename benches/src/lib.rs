@@ -35,8 +35,8 @@ impl Fixture {
         };
         let (e, p) = (open(enc).await, open(plain).await);
         Fixture {
-            encrypted: e.session("bench"),
-            plaintext: p.session("bench"),
+            encrypted: e.session("admin").ctx().clone(),
+            plaintext: p.session("admin").ctx().clone(),
             _dir: dir,
         }
     }

@@ -3,11 +3,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
+use clearice_engine::{QueryOutput, Session};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement};
-use futures::TryStreamExt;
 
 use crate::output::{Format, render};
 
@@ -34,29 +33,24 @@ pub fn split_statements(sql: &str) -> Result<Vec<Statement>> {
     Ok(DFParser::parse_sql(sql).map_err(|e| anyhow!("{e}"))?.into())
 }
 
-/// Runs one SQL statement to completion.
-pub async fn run_statement(ctx: &SessionContext, sql: &str) -> Result<StatementResult> {
+/// Runs one SQL statement to completion (audited).
+pub async fn run_statement(session: &Session, sql: &str) -> Result<StatementResult> {
     let start = Instant::now();
-    let df = ctx.sql(sql).await?;
-    collect(df, start).await
+    Ok(result(session.sql(sql).await?, start))
 }
 
-/// Runs one parsed statement to completion (no round trip through SQL text).
-pub async fn run_parsed(ctx: &SessionContext, stmt: Statement) -> Result<StatementResult> {
+/// Runs one parsed statement to completion (audited; no round trip through SQL text).
+pub async fn run_parsed(session: &Session, stmt: Statement) -> Result<StatementResult> {
     let start = Instant::now();
-    let plan = ctx.state().statement_to_plan(stmt).await?;
-    let df = ctx.execute_logical_plan(plan).await?;
-    collect(df, start).await
+    Ok(result(session.execute(stmt).await?, start))
 }
 
-async fn collect(df: datafusion::dataframe::DataFrame, start: Instant) -> Result<StatementResult> {
-    let schema = SchemaRef::new(df.schema().as_arrow().clone());
-    let batches: Vec<RecordBatch> = df.execute_stream().await?.try_collect().await?;
-    Ok(StatementResult {
-        schema,
-        batches,
+fn result(out: QueryOutput, start: Instant) -> StatementResult {
+    StatementResult {
+        schema: out.schema,
+        batches: out.batches,
         elapsed: start.elapsed(),
-    })
+    }
 }
 
 /// Expands a backslash command into SQL, or `None` if `line` is not one.
@@ -109,12 +103,7 @@ pub fn print_result(r: &StatementResult, format: Format, quiet: bool) -> Result<
 }
 
 /// Runs a script (statements and backslash commands) in order; stops at the first error.
-pub async fn run_script(
-    ctx: &SessionContext,
-    text: &str,
-    format: Format,
-    quiet: bool,
-) -> Result<()> {
+pub async fn run_script(ctx: &Session, text: &str, format: Format, quiet: bool) -> Result<()> {
     let mut sql = String::new();
     for line in text.lines() {
         if line.trim_start().starts_with('\\') {
@@ -129,7 +118,7 @@ pub async fn run_script(
     run_sql_text(ctx, &sql, format, quiet).await
 }
 
-async fn run_sql_text(ctx: &SessionContext, sql: &str, format: Format, quiet: bool) -> Result<()> {
+async fn run_sql_text(ctx: &Session, sql: &str, format: Format, quiet: bool) -> Result<()> {
     if sql.trim().is_empty() {
         return Ok(());
     }

@@ -136,14 +136,15 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
         None => {}
     }
     let engine = Engine::open(config_or_demo(cli.config.as_deref(), cli.quiet).await?).await?;
-    let ctx = engine.session(&user);
-    if cli.commands.is_empty() && cli.file.is_none() {
+    let interactive = cli.commands.is_empty() && cli.file.is_none();
+    let ctx = Arc::new(engine.session_for(&user, if interactive { "repl" } else { "cli" }));
+    if interactive {
         let banner = format!(
             "ClearIce {} — {} as '{user}'",
             env!("CARGO_PKG_VERSION"),
             engine.config().source
         );
-        repl::run(&ctx, &cpu, &banner, cli.format, cli.quiet).await?;
+        repl::run(Arc::clone(&ctx), &cpu, &banner, cli.format, cli.quiet).await?;
         return Ok(0);
     }
     for c in &cli.commands {

@@ -7,11 +7,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use datafusion::prelude::SessionContext;
+use clearice_engine::Session;
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
 use rustyline::{Context, Editor, Helper, Highlighter, Hinter, Validator};
+use std::sync::Arc;
 
 use datafusion::sql::parser::Statement;
 
@@ -124,7 +125,7 @@ impl Completer for ReplHelper {
     }
 }
 
-async fn completion_words(ctx: &SessionContext) -> Vec<String> {
+async fn completion_words(ctx: &Session) -> Vec<String> {
     let mut words: Vec<String> = KEYWORDS.iter().map(|s| s.to_string()).collect();
     let sql = "SELECT table_catalog, table_schema, table_name, column_name FROM information_schema.columns \
                WHERE table_schema <> 'information_schema'";
@@ -170,7 +171,7 @@ fn history_path() -> Option<PathBuf> {
 /// Runs the REPL until `\q` or end of input. Queries run on `cpu`, so the shell's own
 /// runtime stays free to show progress and to catch Ctrl-C while they compute.
 pub async fn run(
-    ctx: &SessionContext,
+    ctx: Arc<Session>,
     cpu: &tokio::runtime::Handle,
     banner: &str,
     format: Format,
@@ -178,7 +179,7 @@ pub async fn run(
 ) -> Result<()> {
     let mut editor: Editor<ReplHelper, FileHistory> = Editor::new()?;
     editor.set_helper(Some(ReplHelper {
-        words: completion_words(ctx).await,
+        words: completion_words(&ctx).await,
     }));
     let history = history_path();
     if let Some(h) = &history {
@@ -211,7 +212,7 @@ pub async fn run(
                 "\\?" | "\\h" | "\\help" => println!("{HELP}"),
                 _ => match backslash_sql(trimmed).expect("backslash") {
                     Ok(sql) => {
-                        execute(ctx, cpu, Query::Sql(sql), format, quiet).await;
+                        execute(&ctx, cpu, Query::Sql(sql), format, quiet).await;
                     }
                     Err(e) => eprintln!("Error: {e}"),
                 },
@@ -231,7 +232,7 @@ pub async fn run(
         match split_statements(&text) {
             Ok(stmts) => {
                 for s in stmts {
-                    if !execute(ctx, cpu, Query::Parsed(s), format, quiet).await {
+                    if !execute(&ctx, cpu, Query::Parsed(s), format, quiet).await {
                         break;
                     }
                 }
@@ -253,14 +254,14 @@ enum Query {
 /// Runs one statement with Ctrl-C cancellation and a progress indicator after 1 s.
 /// Returns false when it failed or was cancelled.
 async fn execute(
-    ctx: &SessionContext,
+    ctx: &Arc<Session>,
     cpu: &tokio::runtime::Handle,
     q: Query,
     format: Format,
     quiet: bool,
 ) -> bool {
     let start = Instant::now();
-    let ctx = ctx.clone();
+    let ctx = Arc::clone(ctx);
     let task = cpu.spawn(async move {
         match q {
             Query::Sql(sql) => run_statement(&ctx, &sql).await,

@@ -36,6 +36,7 @@ fn run(args: &[&str]) -> Output {
     bin()
         .arg("--config")
         .arg(lake())
+        .args(["--user", "admin"])
         .args(args)
         .output()
         .unwrap()
@@ -168,7 +169,7 @@ fn slt_reports_each_file_and_a_closing_line() {
     let o = bin()
         .arg("--config")
         .arg(lake())
-        .arg("slt")
+        .args(["--user", "admin", "slt"])
         .arg(tmp.path())
         .output()
         .unwrap();
@@ -181,7 +182,7 @@ fn slt_reports_each_file_and_a_closing_line() {
     let o = bin()
         .arg("--config")
         .arg(lake())
-        .arg("slt")
+        .args(["--user", "admin", "slt"])
         .arg(tmp.path())
         .output()
         .unwrap();
@@ -193,6 +194,8 @@ fn no_config_creates_the_default_demo_lake_on_first_run() {
     let home = tempfile::tempdir().unwrap();
     let o = bin()
         .env("HOME", home.path())
+        .env("USER", "newcomer")
+        .env_remove("CLEARICE_USER")
         .env("XDG_DATA_HOME", home.path().join("data"))
         .args([
             "--format",

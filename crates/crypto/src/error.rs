@@ -65,6 +65,14 @@ pub enum Error {
         /// The key id from the file's key metadata.
         key_id: String,
     },
+    /// The scan did not request this key: the column is not needed, or policy withholds it.
+    #[error("key under master key '{key_id}' was not requested for this scan ({reason})")]
+    NotRequested {
+        /// Master key id.
+        key_id: String,
+        /// Why.
+        reason: String,
+    },
     /// External key material (a side file) could not be read.
     #[error("external key material '{path}': {reason}")]
     ExternalKeyMaterial {

@@ -25,6 +25,12 @@ pub trait Kms: Send + Sync + std::fmt::Debug {
     fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String>;
     /// Unwraps a key wrapped by [`Kms::wrap_key`].
     fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey>;
+    /// Whether the KMS holds `master_key_id`, when it can tell without a call
+    /// (`None`: unknown until an unwrap is tried).
+    fn has_master_key(&self, master_key_id: &str) -> Option<bool> {
+        let _ = master_key_id;
+        None
+    }
 }
 
 /// Master keys in a JSON object file `{"<id>": "<base64 of 16, 24 or 32 bytes>"}`.
@@ -123,6 +129,10 @@ impl Kms for KeyringKms {
             key_id: master_key_id.into(),
         })?;
         Ok(BASE64_STANDARD.encode(out))
+    }
+
+    fn has_master_key(&self, master_key_id: &str) -> Option<bool> {
+        Some(self.keys.contains_key(master_key_id))
     }
 
     fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {

@@ -30,6 +30,8 @@ mod writer;
 pub use error::{BoxError, Error, Result};
 pub use key_material::{KeyMaterial, side_file_name};
 pub use kms::{KeyringKms, Kms};
-pub use resolver::{DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyResolver, SideFileReader};
+pub use resolver::{
+    DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyResolver, KeyScope, SideFileReader,
+};
 pub use secret::SecretKey;
 pub use writer::KeyMaterialWriter;

@@ -26,6 +26,22 @@ use crate::secret::SecretKey;
 /// Reads a side file next to a data file; `Ok(None)` when it does not exist.
 pub type SideFileReader = Arc<dyn Fn(&str) -> std::io::Result<Option<Vec<u8>>> + Send + Sync>;
 
+/// Which keys a file's retriever may resolve.
+#[derive(Debug, Clone, Default)]
+pub enum KeyScope {
+    /// Every key the file names (no policy, or a principal allowed to decrypt files).
+    #[default]
+    All,
+    /// The footer key and column keys under these master key ids; others are refused
+    /// without asking the KMS (their columns' metadata stays encrypted).
+    MasterKeys(std::collections::BTreeSet<String>),
+    /// Every key except column keys under these master key ids (used only by columns
+    /// the query does not read).
+    Except(std::collections::BTreeSet<String>),
+    /// No key at all, with the reason shown in the error.
+    None(String),
+}
+
 /// Default lifetime of cached KEKs.
 pub const DEFAULT_KEY_CACHE_TTL: Duration = Duration::from_secs(600);
 
@@ -36,6 +52,7 @@ pub struct KeyResolver {
     ttl: Duration,
     keks: Mutex<HashMap<(String, String), (SecretKey, Instant)>>,
     kms_unwraps: AtomicU64,
+    unwraps_by_key: Mutex<HashMap<String, u64>>,
 }
 
 impl std::fmt::Debug for KeyResolver {
@@ -63,12 +80,31 @@ impl KeyResolver {
             ttl,
             keks: Mutex::default(),
             kms_unwraps: AtomicU64::new(0),
+            unwraps_by_key: Mutex::default(),
         }
     }
 
     /// Number of KMS unwrap calls made so far (cache misses).
     pub fn kms_unwrap_count(&self) -> u64 {
         self.kms_unwraps.load(Ordering::Relaxed)
+    }
+
+    /// KMS unwrap calls made so far for one master key id.
+    pub fn kms_unwrap_count_for(&self, master_key_id: &str) -> u64 {
+        self.unwraps_by_key
+            .lock()
+            .expect("counts")
+            .get(master_key_id)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whether the KMS holds a master key (`None` if it cannot tell without a call).
+    pub fn has_master_key(&self, master_key_id: &str) -> Option<bool> {
+        match &self.kms {
+            Some(k) => k.has_master_key(master_key_id),
+            None => Some(false),
+        }
     }
 
     /// The KMS, if any.
@@ -88,6 +124,12 @@ impl KeyResolver {
             return Ok(key.clone());
         }
         self.kms_unwraps.fetch_add(1, Ordering::Relaxed);
+        *self
+            .unwraps_by_key
+            .lock()
+            .expect("counts")
+            .entry(master_key_id.to_owned())
+            .or_default() += 1;
         let key = kms.unwrap_key(wrapped, master_key_id)?;
         tracing::debug!(master_key_id, "KMS unwrapped a key");
         self.keks
@@ -130,10 +172,21 @@ impl KeyResolver {
         file: impl Into<String>,
         side_files: Option<SideFileReader>,
     ) -> Arc<FileKeyRetriever> {
+        self.scoped_retriever(file, side_files, KeyScope::All)
+    }
+
+    /// A key retriever for one data file that resolves only the keys in `scope`.
+    pub fn scoped_retriever(
+        self: &Arc<Self>,
+        file: impl Into<String>,
+        side_files: Option<SideFileReader>,
+        scope: KeyScope,
+    ) -> Arc<FileKeyRetriever> {
         Arc::new(FileKeyRetriever {
             resolver: Arc::clone(self),
             file: file.into(),
             side_files,
+            scope,
             external: OnceLock::new(),
             deks: Mutex::default(),
         })
@@ -146,6 +199,7 @@ pub struct FileKeyRetriever {
     resolver: Arc<KeyResolver>,
     file: String,
     side_files: Option<SideFileReader>,
+    scope: KeyScope,
     external: OnceLock<std::result::Result<HashMap<String, String>, String>>,
     deks: Mutex<HashMap<Vec<u8>, SecretKey>>,
 }
@@ -202,16 +256,43 @@ impl FileKeyRetriever {
         if let Some(k) = self.deks.lock().expect("dek cache").get(key_metadata) {
             return Ok(k.clone());
         }
+        if let KeyScope::None(reason) = &self.scope {
+            return Err(Error::NotRequested {
+                key_id: "any".into(),
+                reason: reason.clone(),
+            });
+        }
         let key = match KeyMaterial::parse(key_metadata, Some(&self.file))? {
-            Some(m) if !m.internal_storage => {
-                let reference = m.key_reference.clone().ok_or_else(|| Error::KeyMaterial {
-                    file: Some(self.file.clone()),
-                    reason: "external key material without keyReference".into(),
-                })?;
-                let ext = self.external_material(&reference)?;
-                self.resolver.data_key(&ext, Some(&self.file))?
+            Some(m) => {
+                let m = if m.internal_storage {
+                    m
+                } else {
+                    let reference = m.key_reference.clone().ok_or_else(|| Error::KeyMaterial {
+                        file: Some(self.file.clone()),
+                        reason: "external key material without keyReference".into(),
+                    })?;
+                    self.external_material(&reference)?
+                };
+                if let KeyScope::MasterKeys(allowed) = &self.scope
+                    && !m.is_footer_key
+                    && !allowed.contains(&m.master_key_id)
+                {
+                    return Err(Error::NotRequested {
+                        key_id: m.master_key_id.clone(),
+                        reason: "no column read by this query needs it".into(),
+                    });
+                }
+                if let KeyScope::Except(refused) = &self.scope
+                    && !m.is_footer_key
+                    && refused.contains(&m.master_key_id)
+                {
+                    return Err(Error::NotRequested {
+                        key_id: m.master_key_id.clone(),
+                        reason: "no column read by this query needs it".into(),
+                    });
+                }
+                self.resolver.data_key(&m, Some(&self.file))?
             }
-            Some(m) => self.resolver.data_key(&m, Some(&self.file))?,
             None => {
                 let id = String::from_utf8_lossy(key_metadata).into_owned();
                 self.resolver
@@ -305,6 +386,28 @@ mod tests {
             e.contains("_KEY_MATERIAL_FOR_x.parquet.json") && e.contains("not found"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn scoped_retriever_refuses_other_master_keys_without_asking_the_kms() {
+        let r = resolver();
+        let m = material(&r, b"fedcba9876543210");
+        let before = r.kms_unwrap_count();
+        let scope = KeyScope::MasterKeys(["other".to_string()].into());
+        let e = r
+            .scoped_retriever("f", None, scope)
+            .resolve(m.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'m'") && e.contains("not requested"), "{e}");
+        assert_eq!(r.kms_unwrap_count(), before);
+        let scope = KeyScope::MasterKeys(["m".to_string()].into());
+        assert!(
+            r.scoped_retriever("f", None, scope)
+                .resolve(m.as_bytes())
+                .is_ok()
+        );
+        assert_eq!(r.kms_unwrap_count_for("m"), before + 1);
     }
 
     #[test]

@@ -36,6 +36,12 @@ pub struct Config {
     /// Explicit keys for files whose key metadata is a bare key id.
     #[serde(default)]
     pub explicit_keys: Option<ExplicitKeysConfig>,
+    /// The column policy (absent: everyone sees plaintext).
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
+    /// The audit log (absent: no audit records).
+    #[serde(default)]
+    pub audit: Option<AuditConfig>,
     /// Directory of the config file (relative paths resolve against it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -85,6 +91,22 @@ pub struct KmsConfig {
 pub enum KmsKind {
     /// Master keys in a local JSON file (embedded default).
     Keyring,
+}
+
+/// `[policy]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Policy file (TOML).
+    pub path: PathBuf,
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// JSON-lines file, appended to.
+    pub path: PathBuf,
 }
 
 /// Explicit keys: a JSON object `{"<key id>": "<base64 key>"}`.

@@ -1,12 +1,14 @@
 //! `clearice demo init DIR`: a demo lake written by ClearIce itself (SQLite Iceberg
 //! catalog, keyring, config), with PME per-column keys.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+use clearice_policy::Policy;
 
 use crate::error::Error;
 use clearice_crypto::{KeyringKms, SecretKey};
@@ -54,6 +56,7 @@ async fn init_with(dir: &Path, encrypt: bool) -> Result<PathBuf, Error> {
 }
 
 async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
+    let owner = std::env::var("USER").ok().filter(|u| !u.is_empty());
     std::fs::create_dir_all(dir.join("warehouse"))?;
     let dir = dir.canonicalize()?;
     let keyring = KeyringKms::from_keys([
@@ -76,9 +79,19 @@ async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
     let config = format!(
         "# ClearIce demo lake (written by `clearice demo init`)\n\
          [catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{}\"\nwarehouse = \"{warehouse}\"\n\n\
-         [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n",
+         [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\n\
+         [policy]\npath = \"policy.toml\"\n\n[audit]\npath = \"audit.jsonl\"\n",
         db.display()
     );
+    let policy_text = demo_policy(owner.as_deref());
+    let policy = Policy::parse(&policy_text, "policy.toml")?;
+    std::fs::write(dir.join("policy.toml"), &policy_text)?;
+    let spec_for = |table: &str| -> EncryptionSpec {
+        match (encrypt, policy.table(table)) {
+            (true, Some(t)) => EncryptionSpec::from(t),
+            _ => EncryptionSpec::default(),
+        }
+    };
     let catalog = clearice_table::open_sql_catalog(
         "lake",
         &format!("sqlite://{}?mode=rwc", db.display()),
@@ -98,21 +111,7 @@ async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
                 .build(),
         )
         .await?;
-    let spec = EncryptionSpec {
-        footer_key_id: "footer_key".into(),
-        column_keys: BTreeMap::from([
-            ("ssn".into(), "pii_key".into()),
-            ("email".into(), "pii_key".into()),
-            ("phone".into(), "pii_key".into()),
-            ("balance".into(), "finance_key".into()),
-        ]),
-        plaintext_footer: false,
-    };
-    let spec = if encrypt {
-        spec
-    } else {
-        EncryptionSpec::default()
-    };
+    let spec = spec_for("lake.sales.customers");
     let mut rng = StdRng::seed_from_u64(42);
     let mut table = customers;
     let chunk = CUSTOMERS / 4;
@@ -135,19 +134,7 @@ async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
                 .build(),
         )
         .await?;
-    let spec = EncryptionSpec {
-        footer_key_id: "footer_key".into(),
-        column_keys: BTreeMap::from([
-            ("amount".into(), "finance_key".into()),
-            ("card_number".into(), "finance_key".into()),
-        ]),
-        plaintext_footer: false,
-    };
-    let spec = if encrypt {
-        spec
-    } else {
-        EncryptionSpec::default()
-    };
+    let spec = spec_for("lake.sales.orders");
     let batch = orders_batch(&mut rng)?;
     append_encrypted(catalog.as_ref(), &orders, &[batch], &spec, &keyring).await?;
 
@@ -359,4 +346,75 @@ fn batch_for(schema: &Schema, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
         .map(|(c, f)| datafusion::arrow::compute::cast(&c, f.data_type()))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RecordBatch::try_new(arrow, cols)?)
+}
+
+/// The demo policy: users `admin`, `analyst`, `support` in roles of the same names, plus
+/// the OS user who ran `demo init` as an admin (so the first run shows plaintext).
+pub fn demo_policy(owner: Option<&str>) -> String {
+    let owner = match owner {
+        Some(o) if !["admin", "analyst", "support"].contains(&o) && !o.contains('"') => {
+            format!(
+                "\"{o}\" = {{ roles = [\"admin\"] }}    # the OS user who ran `clearice demo init`\n"
+            )
+        }
+        _ => String::new(),
+    };
+    format!(
+        r#"# ClearIce demo policy. Who sees what of each column, and how columns are encrypted.
+# Decisions: plaintext, null, fixed, show_last_4, show_first_4, sha256, truncate_to_year,
+# truncate_to_month, hide, deny. Most specific rule wins (user:NAME over role over "*");
+# a protected column (master_key set) with no matching rule is denied.
+
+on_missing_key = "error"
+
+[roles]
+admin = {{ description = "sees everything in plaintext" }}
+analyst = {{ description = "analytics: identifiers masked, money in plaintext" }}
+support = {{ description = "customer support: contact data, no identifiers or money" }}
+
+[users]
+admin = {{ roles = ["admin"] }}
+analyst = {{ roles = ["analyst"] }}
+support = {{ roles = ["support"] }}
+{owner}
+[files]
+decrypt = ["admin"]            # who may decrypt standalone files (SELECT FROM 'file.parquet')
+
+[tables."lake.sales.customers"]
+footer_key = "footer_key"
+
+[tables."lake.sales.customers".columns.ssn]
+master_key = "pii_key"
+access = {{ admin = "plaintext", analyst = "show_last_4", support = "null" }}
+
+[tables."lake.sales.customers".columns.email]
+master_key = "pii_key"
+access = {{ admin = "plaintext", analyst = "sha256", support = "plaintext" }}
+
+[tables."lake.sales.customers".columns.phone]
+master_key = "pii_key"
+access = {{ admin = "plaintext", analyst = "hide", support = "show_last_4" }}
+
+[tables."lake.sales.customers".columns.balance]
+master_key = "finance_key"
+access = {{ admin = "plaintext", analyst = "plaintext", support = "hide" }}
+
+[tables."lake.sales.customers".columns.birth_date]
+access = {{ analyst = "truncate_to_year", support = "hide" }}
+
+[tables."lake.sales.customers".columns.tags]
+access = {{ support = "null" }}
+
+[tables."lake.sales.orders"]
+footer_key = "footer_key"
+
+[tables."lake.sales.orders".columns.amount]
+master_key = "finance_key"
+access = {{ admin = "plaintext", analyst = "plaintext", support = "null" }}
+
+[tables."lake.sales.orders".columns.card_number]
+master_key = "finance_key"
+access = {{ admin = "plaintext", analyst = "deny", support = "show_last_4" }}
+"#
+    )
 }

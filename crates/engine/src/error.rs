@@ -38,6 +38,12 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The policy is invalid.
+    #[error(transparent)]
+    Policy(#[from] clearice_policy::Error),
+    /// The audit log cannot be opened.
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     /// Key setup failed.
     #[error(transparent)]
     Crypto(#[from] clearice_crypto::Error),

@@ -12,9 +12,11 @@
 //! ```
 #![deny(missing_docs)]
 
+mod audit;
 mod config;
 pub mod demo;
 mod error;
+mod session;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,15 +24,25 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
+use clearice_crypto::KeyScope;
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, SecretKey};
+use clearice_policy::Policy;
 use clearice_table::{
-    ENCRYPTION_FACTORY_ID, IcebergCatalogProvider, PmeEncryptionFactory, open_sql_catalog,
+    ENCRYPTION_FACTORY_ID, IcebergCatalogProvider, PmeEncryptionFactory, SessionAccess,
+    SessionCatalogProvider, open_sql_catalog,
 };
+use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
+use datafusion::execution::parquet_encryption::EncryptionFactoryRegistry;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-pub use config::{CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind};
+pub use audit::{AuditError, AuditLog};
+pub use config::{
+    AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
+    PolicyConfig,
+};
 pub use error::{Error, Result};
+pub use session::{QueryOutput, Session, one_line};
 
 /// Process-wide state shared by all sessions: catalogs, keys, runtime.
 #[derive(Debug)]
@@ -38,7 +50,9 @@ pub struct Engine {
     config: Config,
     catalogs: Vec<(String, Arc<IcebergCatalogProvider>)>,
     iceberg: HashMap<String, Arc<dyn iceberg::Catalog>>,
-    factory: Arc<PmeEncryptionFactory>,
+    resolver: Arc<KeyResolver>,
+    policy: Arc<Policy>,
+    audit: Option<Arc<AuditLog>>,
     runtime: Arc<RuntimeEnv>,
 }
 
@@ -62,10 +76,23 @@ impl Engine {
             None => HashMap::new(),
         };
         let resolver = Arc::new(KeyResolver::new(kms, explicit, ttl));
-        let factory = Arc::new(PmeEncryptionFactory::new(resolver));
+        let policy = match &config.policy {
+            Some(p) => {
+                let path = config.resolve(&p.path);
+                let text = std::fs::read_to_string(&path).map_err(|e| Error::ConfigValue {
+                    path: config.source.clone(),
+                    key: "policy.path".into(),
+                    reason: format!("'{}': {e}", path.display()),
+                })?;
+                Policy::parse(&text, &path.display().to_string())?
+            }
+            None => Policy::open("none"),
+        };
+        let audit = match &config.audit {
+            Some(a) => Some(Arc::new(AuditLog::open(&config.resolve(&a.path))?)),
+            None => None,
+        };
         let runtime = Arc::new(RuntimeEnv::default());
-        runtime
-            .register_parquet_encryption_factory(ENCRYPTION_FACTORY_ID, Arc::clone(&factory) as _);
         let mut catalogs = Vec::new();
         let mut iceberg = HashMap::new();
         for (name, cat) in &config.catalogs {
@@ -74,7 +101,7 @@ impl Engine {
                 open_sql_catalog(name, &resolve_sqlite_uri(&config, &cat.uri), &cat.warehouse)
                     .await?;
             let provider =
-                IcebergCatalogProvider::try_new(name, Arc::clone(&ice), Arc::clone(&factory) as _)
+                IcebergCatalogProvider::try_new(name, Arc::clone(&ice), Arc::clone(&resolver))
                     .await?;
             catalogs.push((name.clone(), Arc::new(provider)));
             iceberg.insert(name.clone(), ice);
@@ -83,7 +110,9 @@ impl Engine {
             config,
             catalogs,
             iceberg,
-            factory,
+            resolver,
+            policy: Arc::new(policy),
+            audit,
             runtime,
         })
     }
@@ -100,26 +129,69 @@ impl Engine {
 
     /// The key resolver (metrics: KMS calls).
     pub fn key_resolver(&self) -> &Arc<KeyResolver> {
-        self.factory.resolver()
+        &self.resolver
     }
 
-    /// A new SQL session for `principal`. The principal is fixed for the session's life:
-    /// no SQL statement can change it.
-    pub fn session(&self, principal: &str) -> SessionContext {
+    /// The column policy.
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    /// A new SQL session for `principal`, connected from `client` (for the audit log:
+    /// `repl`, `cli`, `slt`, or a network address). The principal is fixed for the
+    /// session's life: no SQL statement can change it.
+    pub fn session_for(&self, principal: &str, client: &str) -> Session {
         let mut config = SessionConfig::new().with_information_schema(true);
         config.options_mut().execution.parquet.pushdown_filters = true;
-        let ctx = SessionContext::new_with_config_rt(config, Arc::clone(&self.runtime));
+        // Per-session runtime: shares memory, disk and object stores, but not the
+        // metadata cache (decrypted footers must not cross principals) nor the
+        // encryption factory (it is bound to the principal's right to decrypt files).
+        let files_scope = if self.policy.may_decrypt_files(principal) {
+            KeyScope::All
+        } else {
+            KeyScope::None(format!(
+                "principal '{principal}' may not decrypt files outside the catalog (policy [files] decrypt)"
+            ))
+        };
+        let registry = Arc::new(EncryptionFactoryRegistry::default());
+        let factory = PmeEncryptionFactory::new(Arc::clone(&self.resolver)).with_scope(files_scope);
+        registry.register_factory(ENCRYPTION_FACTORY_ID, Arc::new(factory));
+        let runtime = Arc::new(RuntimeEnv {
+            memory_pool: Arc::clone(&self.runtime.memory_pool),
+            disk_manager: Arc::clone(&self.runtime.disk_manager),
+            cache_manager: CacheManager::try_new(&CacheManagerConfig::default())
+                .unwrap_or_else(|_| Arc::clone(&self.runtime.cache_manager)),
+            object_store_registry: Arc::clone(&self.runtime.object_store_registry),
+            parquet_encryption_factory_registry: registry,
+        });
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
         {
             let state = ctx.state_ref();
             let mut state = state.write();
             state.table_options_mut().parquet.crypto.factory_id =
                 Some(ENCRYPTION_FACTORY_ID.to_owned());
         }
+        let access = Arc::new(SessionAccess::new(
+            principal,
+            Arc::clone(&self.policy),
+            Arc::clone(&self.resolver),
+        ));
         for (name, provider) in &self.catalogs {
-            ctx.register_catalog(name, Arc::clone(provider) as _);
+            let catalog = SessionCatalogProvider::new(Arc::clone(provider), Arc::clone(&access));
+            ctx.register_catalog(name, Arc::new(catalog));
         }
-        tracing::debug!(principal, "session opened");
-        ctx.enable_url_table()
+        tracing::debug!(principal, client, "session opened");
+        Session::new(
+            ctx.enable_url_table(),
+            access,
+            self.audit.clone(),
+            client.to_owned(),
+        )
+    }
+
+    /// A new SQL session for `principal` (client `embedded`).
+    pub fn session(&self, principal: &str) -> Session {
+        self.session_for(principal, "embedded")
     }
 }
 

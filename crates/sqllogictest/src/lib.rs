@@ -12,12 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use clearice_engine::Engine;
+use clearice_engine::{Engine, Session};
 use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use datafusion::prelude::SessionContext;
-use futures::TryStreamExt;
 use sqllogictest::{Connection, DBOutput, DefaultColumnType, Record, Runner};
 
 /// An error from a statement, as the `.slt` file sees it (one line).
@@ -27,13 +25,13 @@ pub struct SqlError(String);
 
 /// One ClearIce session as a sqllogictest database.
 pub struct ClearIceDb {
-    ctx: SessionContext,
+    session: Session,
 }
 
 impl ClearIceDb {
     /// Wraps a session.
-    pub fn new(ctx: SessionContext) -> Self {
-        Self { ctx }
+    pub fn new(session: Session) -> Self {
+        Self { session }
     }
 }
 
@@ -99,27 +97,23 @@ impl sqllogictest::AsyncDB for ClearIceDb {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
-        let df = self.ctx.sql(sql).await.map_err(|e| SqlError(one_line(e)))?;
-        let types: Vec<_> = df
-            .schema()
+        let out = self
+            .session
+            .sql(sql)
+            .await
+            .map_err(|e| SqlError(one_line(e)))?;
+        let types: Vec<_> = out
+            .schema
             .fields()
             .iter()
             .map(|f| column_type(f.data_type()))
             .collect();
-        let is_query = !types.is_empty();
-        let batches: Vec<RecordBatch> = df
-            .execute_stream()
-            .await
-            .map_err(|e| SqlError(one_line(e)))?
-            .try_collect()
-            .await
-            .map_err(|e| SqlError(one_line(e)))?;
-        if !is_query {
+        if types.is_empty() {
             return Ok(DBOutput::StatementComplete(0));
         }
         Ok(DBOutput::Rows {
             types,
-            rows: batches_to_rows(&batches)?,
+            rows: batches_to_rows(&out.batches)?,
         })
     }
 
@@ -153,7 +147,7 @@ pub async fn run_file(
     let p = Arc::clone(&principal);
     let e = Arc::clone(&engine);
     let mut runner = Runner::new(move || {
-        let ctx = e.session(&p.lock().expect("principal"));
+        let ctx = e.session_for(&p.lock().expect("principal"), "slt");
         async move { Ok::<_, SqlError>(ClearIceDb::new(ctx)) }
     });
     for (k, v) in vars {

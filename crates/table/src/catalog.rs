@@ -4,13 +4,15 @@ use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use clearice_crypto::KeyResolver;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
-use datafusion::execution::parquet_encryption::EncryptionFactory;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
 use iceberg_catalog_sql::SqlCatalogBuilder;
 
+use crate::access::SessionAccess;
 use crate::error::{Error, Result};
+use crate::policy_provider::PolicyTableProvider;
 use crate::provider::IcebergTableProvider;
 
 /// Opens an Iceberg SQL catalog (SQLite or PostgreSQL, the schema of the Iceberg JDBC
@@ -55,7 +57,7 @@ impl IcebergCatalogProvider {
     pub async fn try_new(
         name: &str,
         catalog: Arc<dyn Catalog>,
-        encryption: Arc<dyn EncryptionFactory>,
+        resolver: Arc<KeyResolver>,
     ) -> Result<Self> {
         let err = |source: iceberg::Error| Error::Iceberg {
             table: name.to_owned(),
@@ -75,7 +77,7 @@ impl IcebergCatalogProvider {
                     namespace: ns,
                     tables: tables.into_iter().map(|t| t.name).collect(),
                     catalog: Arc::clone(&catalog),
-                    encryption: Arc::clone(&encryption),
+                    resolver: Arc::clone(&resolver),
                 }),
             );
         }
@@ -104,7 +106,7 @@ pub struct IcebergSchemaProvider {
     namespace: NamespaceIdent,
     tables: Vec<String>,
     catalog: Arc<dyn Catalog>,
-    encryption: Arc<dyn EncryptionFactory>,
+    resolver: Arc<KeyResolver>,
 }
 
 impl std::fmt::Debug for IcebergSchemaProvider {
@@ -128,6 +130,17 @@ impl SchemaProvider for IcebergSchemaProvider {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(self.load(name).await?.map(|t| Arc::new(t) as _))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.iter().any(|t| t == name)
+    }
+}
+
+impl IcebergSchemaProvider {
+    /// Loads a table fresh from the catalog.
+    pub async fn load(&self, name: &str) -> DfResult<Option<IcebergTableProvider>> {
         if !self.table_exist(name) {
             return Ok(None);
         }
@@ -141,11 +154,74 @@ impl SchemaProvider for IcebergSchemaProvider {
                 table: full.clone(),
                 source: Box::new(source),
             })?;
-        let provider = IcebergTableProvider::try_new(full, table, Arc::clone(&self.encryption))?;
-        Ok(Some(Arc::new(provider)))
+        Ok(Some(IcebergTableProvider::try_new(
+            full,
+            table,
+            Arc::clone(&self.resolver),
+        )?))
+    }
+}
+
+/// A catalog as one session's principal sees it: every table goes through the policy.
+#[derive(Debug)]
+pub struct SessionCatalogProvider {
+    inner: Arc<IcebergCatalogProvider>,
+    access: Arc<SessionAccess>,
+}
+
+impl SessionCatalogProvider {
+    /// Wraps a shared catalog for one session.
+    pub fn new(inner: Arc<IcebergCatalogProvider>, access: Arc<SessionAccess>) -> Self {
+        Self { inner, access }
+    }
+}
+
+impl CatalogProvider for SessionCatalogProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema_names(&self) -> Vec<String> {
+        self.inner.schema_names()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        let inner = Arc::clone(self.inner.schemas.get(name)?);
+        Some(Arc::new(SessionSchemaProvider {
+            inner,
+            access: Arc::clone(&self.access),
+        }))
+    }
+}
+
+/// A namespace as one session's principal sees it.
+#[derive(Debug)]
+pub struct SessionSchemaProvider {
+    inner: Arc<IcebergSchemaProvider>,
+    access: Arc<SessionAccess>,
+}
+
+#[async_trait::async_trait]
+impl SchemaProvider for SessionSchemaProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.inner.table_names()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(t) = self.inner.load(name).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(PolicyTableProvider::try_new(
+            t,
+            Arc::clone(&self.access),
+        )?)))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.tables.iter().any(|t| t == name)
+        self.inner.table_exist(name)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use clearice_crypto::{KeyResolver, SideFileReader};
+use clearice_crypto::{KeyResolver, KeyScope, SideFileReader};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::config::EncryptionFactoryOptions;
 use datafusion::error::Result;
@@ -19,12 +19,22 @@ pub const ENCRYPTION_FACTORY_ID: &str = "clearice";
 #[derive(Debug)]
 pub struct PmeEncryptionFactory {
     resolver: Arc<KeyResolver>,
+    scope: KeyScope,
 }
 
 impl PmeEncryptionFactory {
-    /// A factory over `resolver`.
+    /// A factory over `resolver` that may resolve every key.
     pub fn new(resolver: Arc<KeyResolver>) -> Self {
-        Self { resolver }
+        Self {
+            resolver,
+            scope: KeyScope::All,
+        }
+    }
+
+    /// Restricts which keys the factory's retrievers resolve.
+    pub fn with_scope(mut self, scope: KeyScope) -> Self {
+        self.scope = scope;
+        self
     }
 
     /// The resolver (for tests and metrics).

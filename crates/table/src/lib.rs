@@ -10,19 +10,27 @@
 //! Catalogs come from [`open_sql_catalog`]; encrypted writes from [`write`].
 #![deny(missing_docs)]
 
+mod access;
 mod catalog;
 mod encryption;
 mod error;
 pub mod field_id;
 mod filter;
+pub mod mask;
+mod policy_provider;
 mod provider;
 mod reader;
 mod schema;
 pub mod write;
 
-pub use catalog::{IcebergCatalogProvider, IcebergSchemaProvider, open_sql_catalog, redact_uri};
+pub use access::{SessionAccess, TableAccess};
+pub use catalog::{
+    IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
+    open_sql_catalog, redact_uri,
+};
 pub use encryption::{ENCRYPTION_FACTORY_ID, PmeEncryptionFactory, local_side_file_reader};
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
+pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};
 pub use provider::IcebergTableProvider;
 pub use schema::arrow_schema;

@@ -9,14 +9,15 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::TableParquetOptions;
 use datafusion::common::stats::Precision;
-use datafusion::common::{Statistics, project_schema};
+use datafusion::common::{DFSchema, Statistics, project_schema};
 use datafusion::datasource::TableType;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::execution::parquet_encryption::EncryptionFactory;
+use datafusion::logical_expr::expr_rewriter::unnormalize_col;
+use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
@@ -24,6 +25,9 @@ use futures::TryStreamExt;
 use iceberg::scan::FileScanTask;
 use iceberg::table::Table;
 
+use clearice_crypto::{KeyResolver, KeyScope};
+
+use crate::encryption::PmeEncryptionFactory;
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
@@ -35,7 +39,7 @@ pub struct IcebergTableProvider {
     name: String,
     table: Table,
     schema: SchemaRef,
-    encryption: Arc<dyn EncryptionFactory>,
+    resolver: Arc<KeyResolver>,
 }
 
 impl std::fmt::Debug for IcebergTableProvider {
@@ -48,18 +52,19 @@ impl std::fmt::Debug for IcebergTableProvider {
 
 impl IcebergTableProvider {
     /// Wraps a loaded table.
-    pub fn try_new(
-        name: String,
-        table: Table,
-        encryption: Arc<dyn EncryptionFactory>,
-    ) -> Result<Self> {
+    pub fn try_new(name: String, table: Table, resolver: Arc<KeyResolver>) -> Result<Self> {
         let schema = arrow_schema(&name, table.metadata().current_schema())?;
         Ok(Self {
             name,
             table,
             schema,
-            encryption,
+            resolver,
         })
+    }
+
+    /// `catalog.namespace.table`.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The Iceberg table.
@@ -173,6 +178,24 @@ impl TableProvider for IcebergTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.scan_with(state, projection, filters, limit, KeyScope::All, false)
+            .await
+    }
+}
+
+impl IcebergTableProvider {
+    /// Scans with keys limited to `scope`. With `set_predicate`, `filters` (which must
+    /// only name columns the principal may see in plaintext) are also given to the
+    /// Parquet reader, for use when a node above blocks DataFusion's own pushdown.
+    pub async fn scan_with(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+        scope: KeyScope,
+        set_predicate: bool,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
         if self.table.metadata().current_snapshot().is_none() {
             return Ok(Arc::new(EmptyExec::new(project_schema(
                 &self.schema,
@@ -216,10 +239,19 @@ impl TableProvider for IcebergTableProvider {
                 global: options.execution.parquet.clone(),
                 ..Default::default()
             })
-            .with_encryption_factory(Arc::clone(&self.encryption))
+            .with_encryption_factory(Arc::new(
+                PmeEncryptionFactory::new(Arc::clone(&self.resolver)).with_scope(scope),
+            ))
             // The page index holds every column's index; decrypting it needs every
             // column key, so one withheld key would fail queries that never touch it.
             .with_enable_page_index(false);
+        let source = match conjunction(filters.iter().cloned().map(unnormalize_col)) {
+            Some(expr) if set_predicate => {
+                let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
+                source.with_predicate(state.create_physical_expr(expr, &df_schema)?)
+            }
+            _ => source,
+        };
         let groups = split_groups(files, options.execution.target_partitions);
         let config = FileScanConfigBuilder::new(store_url.expect("non-empty"), Arc::new(source))
             .with_file_groups(groups)

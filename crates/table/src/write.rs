@@ -38,6 +38,21 @@ pub struct EncryptionSpec {
     pub plaintext_footer: bool,
 }
 
+impl From<&clearice_policy::TablePolicy> for EncryptionSpec {
+    /// The protection rules of a table's policy: footer key and per-column master keys.
+    fn from(t: &clearice_policy::TablePolicy) -> Self {
+        Self {
+            footer_key_id: t.footer_key.clone().unwrap_or_default(),
+            column_keys: t
+                .columns
+                .iter()
+                .filter_map(|(c, p)| Some((c.clone(), p.master_key.clone()?)))
+                .collect(),
+            plaintext_footer: t.plaintext_footer,
+        }
+    }
+}
+
 /// Appends `batches` to `table` as encrypted Parquet and commits one snapshot.
 pub async fn append_encrypted(
     catalog: &dyn Catalog,
@@ -57,6 +72,11 @@ pub async fn append_encrypted(
             source: Box::new(source),
         })?;
     let schema: SchemaRef = Arc::new(schema);
+    if spec.footer_key_id.is_empty() && !spec.column_keys.is_empty() {
+        return Err(werr(
+            "column keys are set but no footer key: PME needs a footer key".into(),
+        ));
+    }
     for c in spec.column_keys.keys() {
         if schema.field_with_name(c).is_err() {
             return Err(werr(format!(

@@ -32,7 +32,7 @@ fn data_files(dir: &Path, table: &str) -> Vec<PathBuf> {
 #[tokio::test]
 async fn demo_lake_reads_decrypted_and_files_hold_no_plaintext() {
     let (_tmp, engine, dir) = demo_engine().await;
-    let ctx = engine.session("tester");
+    let ctx = engine.session("admin");
     let n = json_rows(
         &query(
             &ctx,
@@ -140,7 +140,7 @@ async fn manifests_carry_no_bounds_for_encrypted_columns() {
 async fn day_partition_filter_prunes_files() {
     let (_tmp, engine, dir) = demo_engine().await;
     assert_eq!(data_files(&dir, "orders").len(), 60);
-    let ctx = engine.session("tester");
+    let ctx = engine.session("admin");
     let plan = json_rows(
         &query(
             &ctx,
@@ -211,7 +211,7 @@ async fn columns_resolve_by_field_id_after_schema_changes() {
     let engine = Engine::open(Config::load(&dir.join("clearice.toml")).unwrap())
         .await
         .unwrap();
-    let ctx = engine.session("tester");
+    let ctx = engine.session("admin");
     let rows = json_rows(
         &query(
             &ctx,
@@ -235,7 +235,7 @@ async fn truncated_data_file_fails_naming_the_file() {
     let bytes = std::fs::read(&f).unwrap();
     std::fs::write(&f, &bytes[..bytes.len() / 3]).unwrap();
     let e = query_err(
-        &engine.session("t"),
+        &engine.session("admin"),
         "SELECT count(name) FROM lake.sales.customers",
     )
     .await;

@@ -30,7 +30,7 @@ async fn pyarrow_reads_files_written_by_clearice() {
     let dir = tmp.path().join("lake");
     let config = demo::init(&dir).await.unwrap();
     let engine = Engine::open(Config::load(&config).unwrap()).await.unwrap();
-    let ctx = engine.session("tester");
+    let ctx = engine.session("admin");
     let data = dir.join("warehouse/sales/customers/data");
     let mut files: Vec<_> = std::fs::read_dir(&data)
         .unwrap()

@@ -1,0 +1,42 @@
+//! The audit record: one JSON line per query per table (Ranger-like fields). Holds
+//! decisions and counts, never values or key material.
+
+use serde::Serialize;
+
+/// One column's decision in an audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditColumn {
+    /// Column name.
+    pub name: String,
+    /// `plaintext`, a mask name, `hide` or `deny`.
+    pub decision: String,
+    /// The rule that decided (`role:analyst`, `user:bob`, `*`, default...).
+    pub rule: String,
+    /// Whether the column was decrypted for this query.
+    pub decrypted: bool,
+}
+
+/// One query's access to one table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditRecord {
+    /// RFC 3339 UTC time the record was written.
+    pub time: String,
+    /// Principal.
+    pub user: String,
+    /// Client: `repl`, `cli`, `slt`, or a network address.
+    pub client: String,
+    /// Query id (unique per process run).
+    pub query_id: String,
+    /// SHA-256 of the SQL text (hex); the text itself is not logged.
+    pub sql_sha256: String,
+    /// `catalog.namespace.table`.
+    pub table: String,
+    /// Columns the query used, with decisions.
+    pub columns: Vec<AuditColumn>,
+    /// Whether access was allowed.
+    pub allowed: bool,
+    /// Rows returned by the query (None when it failed).
+    pub rows: Option<u64>,
+    /// The error, if the query failed.
+    pub error: Option<String>,
+}

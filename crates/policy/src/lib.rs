@@ -1,0 +1,28 @@
+//! The ClearIce column policy: who sees what of each encrypted column, and how columns
+//! are protected on write. Pure: no IO, no async, no DataFusion.
+//!
+//! ```
+//! use clearice_policy::{Decision, Mask, Policy};
+//! let p = Policy::parse(r#"
+//! [roles]
+//! analyst = {}
+//! [users]
+//! ann = { roles = ["analyst"] }
+//! [tables."lake.sales.customers".columns.ssn]
+//! master_key = "pii_key"
+//! access = { analyst = "show_last_4" }
+//! "#, "policy.toml").unwrap();
+//! assert_eq!(p.decide("ann", "lake.sales.customers", "ssn").decision, Decision::Mask(Mask::ShowLast4));
+//! assert_eq!(p.decide("ann", "lake.sales.customers", "name").decision, Decision::Plaintext);
+//! ```
+#![deny(missing_docs)]
+
+mod audit;
+mod error;
+mod model;
+mod policy;
+
+pub use audit::{AuditColumn, AuditRecord};
+pub use error::{Error, Result};
+pub use model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource};
+pub use policy::{ColumnPolicy, Policy, Subject, TablePolicy, parse_decision};

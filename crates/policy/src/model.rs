@@ -1,0 +1,189 @@
+//! Decisions and masks.
+
+use std::fmt;
+
+/// What a principal sees of a column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The decrypted value.
+    Plaintext,
+    /// A masked value (the column keeps its name).
+    Mask(Mask),
+    /// The column is absent for this principal (`SELECT *`, `DESCRIBE`); naming it fails.
+    Hide,
+    /// Any query naming the column fails before reading data.
+    Deny,
+}
+
+/// Masks, named as in Iceberg REST `ReadRestrictions` where it has a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mask {
+    /// Typed NULL (`replace_with_null`, Ranger `MASK_NULL`).
+    Null,
+    /// A constant of the column's type (`mask_to_fixed_value`, Ranger `MASK`); `None` = the
+    /// type's default: `****` for strings, 0, 1970-01-01, the epoch, false, an empty list.
+    Fixed(Option<String>),
+    /// Letters and digits replaced by `X` except the last 4 characters (`show_last_4`).
+    ShowLast4,
+    /// Letters and digits replaced by `X` except the first 4 characters (`show_first_4`).
+    ShowFirst4,
+    /// Lowercase hex SHA-256 of the value's text, **unkeyed** (same value, same hash, in
+    /// every query: joinable, but guessable for small domains) (`sha256_global`).
+    Sha256,
+    /// Date or timestamp truncated to January 1st of its year (`truncate_to_year`).
+    TruncateToYear,
+    /// Date or timestamp truncated to the first of its month (`truncate_to_month`).
+    TruncateToMonth,
+}
+
+impl Mask {
+    /// Whether the mask is computed from the value (so the column must be decrypted).
+    pub fn needs_value(&self) -> bool {
+        !matches!(self, Mask::Null | Mask::Fixed(_))
+    }
+
+    /// The policy-file name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mask::Null => "null",
+            Mask::Fixed(_) => "fixed",
+            Mask::ShowLast4 => "show_last_4",
+            Mask::ShowFirst4 => "show_first_4",
+            Mask::Sha256 => "sha256",
+            Mask::TruncateToYear => "truncate_to_year",
+            Mask::TruncateToMonth => "truncate_to_month",
+        }
+    }
+
+    /// Whether the mask applies to a column of this kind.
+    pub fn applies_to(&self, kind: ColumnKind) -> bool {
+        match self {
+            Mask::Null | Mask::Fixed(_) | Mask::Sha256 => true,
+            Mask::ShowLast4 | Mask::ShowFirst4 => kind == ColumnKind::String,
+            Mask::TruncateToYear | Mask::TruncateToMonth => {
+                matches!(kind, ColumnKind::Date | ColumnKind::Timestamp)
+            }
+        }
+    }
+}
+
+impl Decision {
+    /// Whether the engine must decrypt the column to produce what the principal sees.
+    pub fn needs_value(&self) -> bool {
+        match self {
+            Decision::Plaintext => true,
+            Decision::Mask(m) => m.needs_value(),
+            Decision::Hide | Decision::Deny => false,
+        }
+    }
+
+    /// Name as written in the policy file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Decision::Plaintext => "plaintext",
+            Decision::Mask(m) => m.name(),
+            Decision::Hide => "hide",
+            Decision::Deny => "deny",
+        }
+    }
+
+    /// Permissiveness rank: a user with several roles gets the most permissive decision.
+    pub fn rank(&self) -> u8 {
+        match self {
+            Decision::Plaintext => 9,
+            Decision::Mask(Mask::TruncateToMonth) => 8,
+            Decision::Mask(Mask::TruncateToYear) => 7,
+            Decision::Mask(Mask::ShowFirst4 | Mask::ShowLast4) => 6,
+            Decision::Mask(Mask::Sha256) => 5,
+            Decision::Mask(Mask::Fixed(_)) => 4,
+            Decision::Mask(Mask::Null) => 3,
+            Decision::Hide => 2,
+            Decision::Deny => 1,
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Mask(Mask::Fixed(Some(v))) => write!(f, "fixed({v:?})"),
+            d => f.write_str(d.name()),
+        }
+    }
+}
+
+/// Kind of a column, for checking that a mask applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// Strings.
+    String,
+    /// Integers, floats, decimals.
+    Numeric,
+    /// Dates.
+    Date,
+    /// Timestamps.
+    Timestamp,
+    /// Booleans.
+    Boolean,
+    /// Lists, structs, maps.
+    Nested,
+    /// Anything else (binary, time...).
+    Other,
+}
+
+/// What to do when the KMS lacks or refuses the key a rule needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MissingKey {
+    /// The query fails, naming the column and key (default).
+    #[default]
+    Error,
+    /// The column reads as NULL.
+    Null,
+    /// The column reads as the type's fixed constant.
+    Fixed,
+    /// The column is hidden.
+    Hide,
+}
+
+/// Where a decision came from (shown in errors, EXPLAIN and the audit log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleSource {
+    /// A `user:NAME` rule.
+    User(String),
+    /// A role rule.
+    Role(String),
+    /// The `*` rule.
+    Wildcard,
+    /// No rule matched a protected column: denied.
+    DefaultProtected,
+    /// No rule matched an unprotected column: plaintext.
+    DefaultUnprotected,
+    /// The key was missing and `on_missing_key` applied.
+    MissingKey(String),
+    /// The principal is not in the policy.
+    UnknownPrincipal,
+}
+
+impl fmt::Display for RuleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuleSource::User(u) => write!(f, "user:{u}"),
+            RuleSource::Role(r) => write!(f, "role:{r}"),
+            RuleSource::Wildcard => f.write_str("*"),
+            RuleSource::DefaultProtected => f.write_str("default (protected column)"),
+            RuleSource::DefaultUnprotected => f.write_str("default (unprotected column)"),
+            RuleSource::MissingKey(k) => write!(f, "on_missing_key (key '{k}' unavailable)"),
+            RuleSource::UnknownPrincipal => f.write_str("unknown principal"),
+        }
+    }
+}
+
+/// A decision with its source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The decision.
+    pub decision: Decision,
+    /// The rule that made it.
+    pub rule: RuleSource,
+}

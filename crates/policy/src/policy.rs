@@ -1,0 +1,611 @@
+//! Policy file parsing, validation and evaluation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::error::{Error, Result};
+use crate::model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    #[serde(default)]
+    on_missing_key: Option<Spanned<String>>,
+    #[serde(default)]
+    users: BTreeMap<Spanned<String>, RawUser>,
+    #[serde(default)]
+    roles: BTreeMap<Spanned<String>, RawRole>,
+    #[serde(default)]
+    files: Option<RawFiles>,
+    #[serde(default)]
+    tables: BTreeMap<Spanned<String>, RawTable>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUser {
+    #[serde(default)]
+    roles: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRole {
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFiles {
+    #[serde(default)]
+    decrypt: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    #[serde(default)]
+    footer_key: Option<String>,
+    #[serde(default)]
+    plaintext_footer: bool,
+    #[serde(default)]
+    columns: BTreeMap<Spanned<String>, RawColumn>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawColumn {
+    #[serde(default)]
+    master_key: Option<String>,
+    #[serde(default)]
+    on_missing_key: Option<Spanned<String>>,
+    #[serde(default)]
+    access: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+}
+
+/// Who a rule applies to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Subject {
+    /// `user:NAME`.
+    User(String),
+    /// A role name.
+    Role(String),
+    /// `*`: everyone.
+    Wildcard,
+}
+
+/// One column's protection and access rules.
+#[derive(Debug, Clone, Default)]
+pub struct ColumnPolicy {
+    /// Master key id the column is encrypted under (protection for writes; also tells
+    /// the reader which key a rule needs).
+    pub master_key: Option<String>,
+    /// Override of the policy-wide `on_missing_key`.
+    pub on_missing_key: Option<MissingKey>,
+    /// Access rules.
+    pub rules: Vec<(Subject, Decision)>,
+}
+
+/// One table's protection and columns.
+#[derive(Debug, Clone, Default)]
+pub struct TablePolicy {
+    /// Master key id of the footer key for writes.
+    pub footer_key: Option<String>,
+    /// Write the footer in plaintext (signed).
+    pub plaintext_footer: bool,
+    /// Columns by name.
+    pub columns: BTreeMap<String, ColumnPolicy>,
+}
+
+/// A validated column policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    source: String,
+    users: BTreeMap<String, Vec<String>>,
+    roles: BTreeSet<String>,
+    file_decrypt: Vec<Subject>,
+    tables: BTreeMap<String, TablePolicy>,
+    on_missing_key: MissingKey,
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+fn parse_missing_key(
+    v: &Spanned<String>,
+    err: &impl Fn(usize, String) -> Error,
+) -> Result<MissingKey> {
+    match v.get_ref().as_str() {
+        "error" => Ok(MissingKey::Error),
+        "null" => Ok(MissingKey::Null),
+        "fixed" => Ok(MissingKey::Fixed),
+        "hide" => Ok(MissingKey::Hide),
+        other => Err(err(
+            v.span().start,
+            format!("on_missing_key '{other}' is not one of error, null, fixed, hide"),
+        )),
+    }
+}
+
+/// Parses a decision name (`plaintext`, a mask name, `hide`, `deny`).
+pub fn parse_decision(name: &str, fixed_value: Option<String>) -> Option<Decision> {
+    Some(match name {
+        "plaintext" => Decision::Plaintext,
+        "null" => Decision::Mask(Mask::Null),
+        "fixed" => Decision::Mask(Mask::Fixed(fixed_value)),
+        "show_last_4" => Decision::Mask(Mask::ShowLast4),
+        "show_first_4" => Decision::Mask(Mask::ShowFirst4),
+        "sha256" => Decision::Mask(Mask::Sha256),
+        "truncate_to_year" => Decision::Mask(Mask::TruncateToYear),
+        "truncate_to_month" => Decision::Mask(Mask::TruncateToMonth),
+        "hide" => Decision::Hide,
+        "deny" => Decision::Deny,
+        _ => return None,
+    })
+}
+
+const DECISIONS: &str = "plaintext, null, fixed, show_last_4, show_first_4, sha256, truncate_to_year, truncate_to_month, hide, deny";
+
+impl Policy {
+    /// An empty policy: everyone sees plaintext (used when no policy file is configured).
+    pub fn open(source: &str) -> Self {
+        Self {
+            source: source.into(),
+            users: BTreeMap::new(),
+            roles: BTreeSet::new(),
+            file_decrypt: vec![Subject::Wildcard],
+            tables: BTreeMap::new(),
+            on_missing_key: MissingKey::Error,
+        }
+    }
+
+    /// Parses and validates policy text. `source` names it in errors.
+    pub fn parse(text: &str, source: &str) -> Result<Self> {
+        let err = |offset: usize, message: String| Error::Invalid {
+            source_name: source.into(),
+            line: Some(line_of(text, offset)),
+            message,
+        };
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| Error::Invalid {
+            source_name: source.into(),
+            line: e.span().map(|s| line_of(text, s.start)),
+            message: e.message().to_owned(),
+        })?;
+        let roles: BTreeSet<String> = raw.roles.keys().map(|k| k.get_ref().clone()).collect();
+        let mut users = BTreeMap::new();
+        for (name, u) in &raw.users {
+            let mut rs = Vec::new();
+            for r in &u.roles {
+                if !roles.contains(r.get_ref()) {
+                    return Err(err(
+                        r.span().start,
+                        format!(
+                            "user '{}' has unknown role '{}'",
+                            name.get_ref(),
+                            r.get_ref()
+                        ),
+                    ));
+                }
+                rs.push(r.get_ref().clone());
+            }
+            users.insert(name.get_ref().clone(), rs);
+        }
+        let subject = |s: &Spanned<String>| -> Result<Subject> {
+            let k = s.get_ref();
+            if k == "*" {
+                Ok(Subject::Wildcard)
+            } else if let Some(u) = k.strip_prefix("user:") {
+                if users.contains_key(u) {
+                    Ok(Subject::User(u.to_owned()))
+                } else {
+                    Err(err(
+                        s.span().start,
+                        format!("unknown principal '{u}' (not in [users])"),
+                    ))
+                }
+            } else if roles.contains(k) {
+                Ok(Subject::Role(k.clone()))
+            } else {
+                Err(err(
+                    s.span().start,
+                    format!("unknown role '{k}' (declare it in [roles], or write user:NAME or *)"),
+                ))
+            }
+        };
+        let file_decrypt = match &raw.files {
+            Some(f) => f.decrypt.iter().map(&subject).collect::<Result<_>>()?,
+            None => Vec::new(),
+        };
+        let on_missing_key = match &raw.on_missing_key {
+            Some(v) => parse_missing_key(v, &err)?,
+            None => MissingKey::Error,
+        };
+        let mut tables = BTreeMap::new();
+        for (tname, t) in &raw.tables {
+            if tname.get_ref().split('.').count() != 3 {
+                return Err(err(
+                    tname.span().start,
+                    format!(
+                        "table '{}' must be written catalog.namespace.table",
+                        tname.get_ref()
+                    ),
+                ));
+            }
+            let mut columns = BTreeMap::new();
+            for (cname, c) in &t.columns {
+                let mut rules = Vec::new();
+                for (k, v) in &c.access {
+                    let s = subject(k)?;
+                    let d = match v.get_ref() {
+                        toml::Value::String(name) => parse_decision(name, None),
+                        toml::Value::Table(tbl) => {
+                            let unknown: Vec<_> = tbl
+                                .keys()
+                                .filter(|k| *k != "mask" && *k != "value")
+                                .collect();
+                            if let Some(u) = unknown.first() {
+                                return Err(err(
+                                    v.span().start,
+                                    format!("unknown key '{u}' in rule (expected mask, value)"),
+                                ));
+                            }
+                            let value = tbl.get("value").map(|v| match v {
+                                toml::Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            });
+                            tbl.get("mask")
+                                .and_then(toml::Value::as_str)
+                                .and_then(|m| parse_decision(m, value))
+                        }
+                        _ => None,
+                    };
+                    let d = d.ok_or_else(|| {
+                        err(
+                            v.span().start,
+                            format!(
+                                "'{}' is not a decision (expected one of {DECISIONS})",
+                                v.get_ref()
+                            ),
+                        )
+                    })?;
+                    rules.push((s, d));
+                }
+                let on_missing_key = c
+                    .on_missing_key
+                    .as_ref()
+                    .map(|v| parse_missing_key(v, &err))
+                    .transpose()?;
+                columns.insert(
+                    cname.get_ref().clone(),
+                    ColumnPolicy {
+                        master_key: c.master_key.clone(),
+                        on_missing_key,
+                        rules,
+                    },
+                );
+            }
+            tables.insert(
+                tname.get_ref().clone(),
+                TablePolicy {
+                    footer_key: t.footer_key.clone(),
+                    plaintext_footer: t.plaintext_footer,
+                    columns,
+                },
+            );
+        }
+        Ok(Self {
+            source: source.into(),
+            users,
+            roles,
+            file_decrypt,
+            tables,
+            on_missing_key,
+        })
+    }
+
+    /// Where the policy came from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the policy restricts anything (a policy file was given).
+    pub fn is_enforcing(&self) -> bool {
+        !self.users.is_empty() || !self.tables.is_empty() || !self.roles.is_empty()
+    }
+
+    /// Whether `principal` is a user of the policy (always true for an open policy).
+    pub fn is_known(&self, principal: &str) -> bool {
+        !self.is_enforcing() || self.users.contains_key(principal)
+    }
+
+    /// Roles of a user.
+    pub fn roles_of(&self, principal: &str) -> &[String] {
+        self.users
+            .get(principal)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// Whether `principal` may decrypt standalone files (not in a catalog), per `[files]`.
+    pub fn may_decrypt_files(&self, principal: &str) -> bool {
+        self.file_decrypt.iter().any(|s| self.matches(s, principal))
+    }
+
+    fn matches(&self, s: &Subject, principal: &str) -> bool {
+        match s {
+            Subject::Wildcard => self.is_known(principal),
+            Subject::User(u) => u == principal,
+            Subject::Role(r) => self.roles_of(principal).contains(r),
+        }
+    }
+
+    /// A table's policy, by `catalog.namespace.table`.
+    pub fn table(&self, name: &str) -> Option<&TablePolicy> {
+        self.tables.get(name)
+    }
+
+    /// Tables named by the policy.
+    pub fn tables(&self) -> impl Iterator<Item = (&str, &TablePolicy)> {
+        self.tables.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// `on_missing_key` for a column.
+    pub fn on_missing_key(&self, table: &str, column: &str) -> MissingKey {
+        self.tables
+            .get(table)
+            .and_then(|t| t.columns.get(column))
+            .and_then(|c| c.on_missing_key)
+            .unwrap_or(self.on_missing_key)
+    }
+
+    /// What `principal` sees of `table.column`. Most specific rule wins (user over role
+    /// over `*`); among a user's roles the most permissive decision wins; a protected
+    /// column with no matching rule is denied, an unprotected one is plaintext.
+    pub fn decide(&self, principal: &str, table: &str, column: &str) -> Resolved {
+        if !self.is_known(principal) {
+            return Resolved {
+                decision: Decision::Deny,
+                rule: RuleSource::UnknownPrincipal,
+            };
+        }
+        let col = self.tables.get(table).and_then(|t| t.columns.get(column));
+        let Some(col) = col else {
+            return Resolved {
+                decision: Decision::Plaintext,
+                rule: RuleSource::DefaultUnprotected,
+            };
+        };
+        if let Some((_, d)) = col
+            .rules
+            .iter()
+            .find(|(s, _)| *s == Subject::User(principal.to_owned()))
+        {
+            return Resolved {
+                decision: d.clone(),
+                rule: RuleSource::User(principal.to_owned()),
+            };
+        }
+        let roles = self.roles_of(principal);
+        let best = col
+            .rules
+            .iter()
+            .filter_map(|(s, d)| match s {
+                Subject::Role(r) if roles.contains(r) => Some((r, d)),
+                _ => None,
+            })
+            .max_by_key(|(_, d)| d.rank());
+        if let Some((r, d)) = best {
+            return Resolved {
+                decision: d.clone(),
+                rule: RuleSource::Role(r.clone()),
+            };
+        }
+        if let Some((_, d)) = col.rules.iter().find(|(s, _)| *s == Subject::Wildcard) {
+            return Resolved {
+                decision: d.clone(),
+                rule: RuleSource::Wildcard,
+            };
+        }
+        if col.master_key.is_some() {
+            Resolved {
+                decision: Decision::Deny,
+                rule: RuleSource::DefaultProtected,
+            }
+        } else {
+            Resolved {
+                decision: Decision::Plaintext,
+                rule: RuleSource::DefaultUnprotected,
+            }
+        }
+    }
+
+    /// Checks the policy against a table's columns (`clearice policy check`): every
+    /// named column exists and every mask applies to its column's kind.
+    pub fn check_table(&self, table: &str, columns: &[(String, ColumnKind)]) -> Vec<Error> {
+        let mut out = Vec::new();
+        let Some(t) = self.tables.get(table) else {
+            return out;
+        };
+        let bad = |message: String| Error::Catalog {
+            source_name: self.source.clone(),
+            message,
+        };
+        for (name, c) in &t.columns {
+            let Some((_, kind)) = columns.iter().find(|(n, _)| n == name) else {
+                out.push(bad(format!("table '{table}' has no column '{name}'")));
+                continue;
+            };
+            for (s, d) in &c.rules {
+                if let Decision::Mask(m) = d
+                    && !m.applies_to(*kind)
+                {
+                    out.push(bad(format!(
+                        "{table}.{name}: mask '{}' (for {s:?}) does not apply to a {kind:?} column",
+                        m.name()
+                    )));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: &str = r#"
+[users]
+alice = { roles = ["analyst"] }
+bob = { roles = ["analyst", "support"] }
+root = { roles = ["admin"] }
+
+[roles]
+admin = {}
+analyst = {}
+support = {}
+
+[tables."lake.sales.customers".columns.ssn]
+master_key = "pii_key"
+access = { admin = "plaintext", analyst = "show_last_4", support = "null", "user:alice" = "sha256" }
+
+[tables."lake.sales.customers".columns.email]
+master_key = "pii_key"
+access = { support = "plaintext" }
+
+[tables."lake.sales.customers".columns.country]
+access = { "*" = "hide", admin = "plaintext" }
+"#;
+
+    fn p() -> Policy {
+        Policy::parse(P, "p.toml").unwrap()
+    }
+
+    #[test]
+    fn user_rule_beats_role_rule() {
+        assert_eq!(
+            p().decide("alice", "lake.sales.customers", "ssn").decision,
+            Decision::Mask(Mask::Sha256)
+        );
+    }
+
+    #[test]
+    fn most_permissive_role_wins() {
+        let r = p().decide("bob", "lake.sales.customers", "ssn");
+        assert_eq!(r.decision, Decision::Mask(Mask::ShowLast4));
+        assert_eq!(r.rule, RuleSource::Role("analyst".into()));
+    }
+
+    #[test]
+    fn protected_column_without_matching_rule_is_denied() {
+        let r = p().decide("alice", "lake.sales.customers", "email");
+        assert_eq!(
+            (r.decision, r.rule),
+            (Decision::Deny, RuleSource::DefaultProtected)
+        );
+    }
+
+    #[test]
+    fn unprotected_column_is_plaintext_and_wildcard_applies() {
+        assert_eq!(
+            p().decide("alice", "lake.sales.customers", "name").decision,
+            Decision::Plaintext
+        );
+        assert_eq!(
+            p().decide("alice", "lake.sales.customers", "country")
+                .decision,
+            Decision::Hide
+        );
+        assert_eq!(
+            p().decide("root", "lake.sales.customers", "country")
+                .decision,
+            Decision::Plaintext
+        );
+    }
+
+    #[test]
+    fn unknown_principal_is_denied() {
+        let r = p().decide("mallory", "lake.sales.customers", "name");
+        assert_eq!(
+            (r.decision, r.rule),
+            (Decision::Deny, RuleSource::UnknownPrincipal)
+        );
+    }
+
+    #[test]
+    fn unknown_mask_is_reported_with_its_line() {
+        let bad = P.replace("\"show_last_4\"", "\"show_last_5\"");
+        let e = Policy::parse(&bad, "p.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("p.toml' line 14") && e.contains("show_last_5"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_role_and_user_are_reported() {
+        let e = Policy::parse(
+            &P.replace("support = \"null\"", "intern = \"null\""),
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("unknown role 'intern'") && e.contains("line 14"),
+            "{e}"
+        );
+        let e = Policy::parse(&P.replace("user:alice", "user:eve"), "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown principal 'eve'"), "{e}");
+        let e = Policy::parse(
+            &P.replace("roles = [\"admin\"]", "roles = [\"boss\"]"),
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("unknown role 'boss'") && e.contains("line 5"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_reported() {
+        let e = Policy::parse("[users]\nx = { role = [] }\n", "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("role"), "{e}");
+    }
+
+    #[test]
+    fn check_table_flags_missing_columns_and_type_mismatches() {
+        let errs = p().check_table(
+            "lake.sales.customers",
+            &[
+                ("ssn".into(), ColumnKind::Date),
+                ("country".into(), ColumnKind::String),
+            ],
+        );
+        let text = format!("{errs:?}");
+        assert!(
+            text.contains("no column 'email'") && text.contains("show_last_4"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn fixed_mask_takes_a_value() {
+        let t = "[roles]\nr = {}\n[users]\nu = { roles = [\"r\"] }\n[tables.\"a.b.c\".columns.x]\naccess = { r = { mask = \"fixed\", value = 42 } }\n";
+        let p = Policy::parse(t, "p").unwrap();
+        assert_eq!(
+            p.decide("u", "a.b.c", "x").decision,
+            Decision::Mask(Mask::Fixed(Some("42".into())))
+        );
+    }
+}

@@ -1,0 +1,437 @@
+//! The policy-enforcing table provider and its mask node.
+//!
+//! ```text
+//!  FilterExec / joins / aggregates   ← see only what the principal may see
+//!        │
+//!  PolicyMaskExec                     masks computed right above the scan; filters on
+//!        │                            masked columns are never pushed below it
+//!  DataSourceExec (Iceberg files)     decrypts only the columns that are needed, and
+//!                                     asks the KMS only for their master keys
+//! ```
+//!
+//! Decisions are made once per query when the table is resolved: `deny` columns fail any
+//! plan that reads them (before any data IO), `hide` columns are not in the schema,
+//! constant masks read nothing.
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use clearice_crypto::KeyScope;
+use clearice_policy::{AuditColumn, ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::project_schema;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
+
+use crate::access::{SessionAccess, TableAccess};
+use crate::mask;
+use crate::provider::IcebergTableProvider;
+
+/// One visible column: its decision and where its values come from.
+#[derive(Debug, Clone)]
+struct VisibleColumn {
+    field: Arc<Field>,
+    /// Index in the inner (Iceberg) schema.
+    inner: usize,
+    resolved: Resolved,
+    master_key: Option<String>,
+}
+
+/// An Iceberg table as one principal may see it.
+#[derive(Debug)]
+pub struct PolicyTableProvider {
+    inner: IcebergTableProvider,
+    access: Arc<SessionAccess>,
+    schema: SchemaRef,
+    columns: Vec<VisibleColumn>,
+    /// Master keys of protected columns by inner index (for key scoping).
+    protected_keys: Vec<Option<String>>,
+}
+
+/// Column kind of an Arrow type, for policy checks.
+pub fn column_kind(dt: &DataType) -> ColumnKind {
+    match dt {
+        DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => ColumnKind::String,
+        DataType::Date32 | DataType::Date64 => ColumnKind::Date,
+        DataType::Timestamp(..) => ColumnKind::Timestamp,
+        DataType::Boolean => ColumnKind::Boolean,
+        DataType::List(_) | DataType::LargeList(_) | DataType::Struct(_) | DataType::Map(..) => {
+            ColumnKind::Nested
+        }
+        dt if dt.is_numeric() => ColumnKind::Numeric,
+        _ => ColumnKind::Other,
+    }
+}
+
+impl PolicyTableProvider {
+    /// Decides every column for the session's principal.
+    pub fn try_new(inner: IcebergTableProvider, access: Arc<SessionAccess>) -> Result<Self> {
+        let policy = Arc::clone(access.policy());
+        let table = inner.name().to_owned();
+        let principal = access.principal().to_owned();
+        if !policy.is_known(&principal) {
+            let msg = format!(
+                "access to table '{table}' denied: principal '{principal}' is not a user in policy '{}'",
+                policy.source()
+            );
+            access.record(TableAccess {
+                table,
+                columns: vec![],
+                allowed: false,
+                error: Some(msg.clone()),
+            });
+            return Err(DataFusionError::Plan(msg));
+        }
+        let tpol = policy.table(&table);
+        let inner_schema = inner.schema();
+        let mut columns = Vec::new();
+        let mut protected_keys = Vec::new();
+        for (i, f) in inner_schema.fields().iter().enumerate() {
+            let cpol = tpol.and_then(|t| t.columns.get(f.name()));
+            let master_key = cpol.and_then(|c| c.master_key.clone());
+            protected_keys.push(master_key.clone());
+            let mut resolved = policy.decide(&principal, &table, f.name());
+            // on_missing_key: the KMS lacks the key a value-reading rule needs.
+            if resolved.decision.needs_value()
+                && let Some(k) = &master_key
+                && access.resolver().has_master_key(k) == Some(false)
+            {
+                let fallback = match policy.on_missing_key(&table, f.name()) {
+                    MissingKey::Error => None,
+                    MissingKey::Null => Some(Decision::Mask(Mask::Null)),
+                    MissingKey::Fixed => Some(Decision::Mask(Mask::Fixed(None))),
+                    MissingKey::Hide => Some(Decision::Hide),
+                };
+                if let Some(d) = fallback {
+                    resolved = Resolved {
+                        decision: d,
+                        rule: RuleSource::MissingKey(k.clone()),
+                    };
+                }
+            }
+            let field = match &resolved.decision {
+                Decision::Hide => continue,
+                Decision::Mask(m) => {
+                    mask::check(m, f.name(), f.data_type())?;
+                    let dt = mask::output_type(m, f.data_type());
+                    let nullable = f.is_nullable() || matches!(m, Mask::Null);
+                    Arc::new(Field::new(f.name(), dt, nullable).with_metadata(f.metadata().clone()))
+                }
+                _ => Arc::clone(f),
+            };
+            columns.push(VisibleColumn {
+                field,
+                inner: i,
+                resolved,
+                master_key,
+            });
+        }
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|c| Arc::clone(&c.field))
+                .collect::<Vec<_>>(),
+        ));
+        Ok(Self {
+            inner,
+            access,
+            schema,
+            columns,
+            protected_keys,
+        })
+    }
+
+    fn is_plaintext(&self, name: &str) -> bool {
+        self.columns
+            .iter()
+            .any(|c| c.field.name() == name && c.resolved.decision == Decision::Plaintext)
+    }
+
+    fn audit_columns(&self, cols: &[&VisibleColumn]) -> Vec<AuditColumn> {
+        cols.iter()
+            .map(|c| AuditColumn {
+                name: c.field.name().clone(),
+                decision: c.resolved.decision.to_string(),
+                rule: c.resolved.rule.to_string(),
+                decrypted: c.resolved.decision.needs_value() && c.master_key.is_some(),
+            })
+            .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl TableProvider for PolicyTableProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Only filters on plaintext columns may reach the scan (file pruning, row
+        // filters); anything touching a masked column runs above the mask.
+        Ok(filters
+            .iter()
+            .map(|f| {
+                let cols = f.column_refs();
+                if cols.iter().all(|c| self.is_plaintext(&c.name)) {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let table = self.inner.name().to_owned();
+        let principal = self.access.principal();
+        let projected: Vec<&VisibleColumn> = match projection {
+            Some(p) => p.iter().map(|i| &self.columns[*i]).collect(),
+            None => self.columns.iter().collect(),
+        };
+        if let Some(c) = projected
+            .iter()
+            .find(|c| c.resolved.decision == Decision::Deny)
+        {
+            let msg = format!(
+                "access denied: column '{}' of table '{table}' is denied to principal '{principal}' (rule: {})",
+                c.field.name(),
+                c.resolved.rule
+            );
+            self.access.record(TableAccess {
+                table,
+                columns: self.audit_columns(&projected),
+                allowed: false,
+                error: Some(msg.clone()),
+            });
+            return Err(DataFusionError::Plan(msg));
+        }
+        self.access.record(TableAccess {
+            table: table.clone(),
+            columns: self.audit_columns(&projected),
+            allowed: true,
+            error: None,
+        });
+        // Inner columns needed: those whose values are shown or masked from the value.
+        let mut inner_cols: Vec<usize> = projected
+            .iter()
+            .filter(|c| c.resolved.decision.needs_value())
+            .map(|c| c.inner)
+            .collect();
+        inner_cols.sort_unstable();
+        inner_cols.dedup();
+        // Keys: refuse master keys used only by protected columns this scan does not read.
+        let needed: BTreeSet<&String> = inner_cols
+            .iter()
+            .filter_map(|i| self.protected_keys[*i].as_ref())
+            .collect();
+        let unneeded: BTreeSet<String> = self
+            .protected_keys
+            .iter()
+            .flatten()
+            .filter(|k| !needed.contains(k))
+            .cloned()
+            .collect();
+        let scope = if self.access.policy().is_enforcing() {
+            KeyScope::Except(unneeded)
+        } else {
+            KeyScope::All
+        };
+        let all_plaintext = projected
+            .iter()
+            .all(|c| c.resolved.decision == Decision::Plaintext);
+        let inner_plan = self
+            .inner
+            .scan_with(
+                state,
+                Some(&inner_cols),
+                filters,
+                limit,
+                scope,
+                !all_plaintext,
+            )
+            .await?;
+        if all_plaintext {
+            // Same fields, same order: the inner scan is the answer.
+            return Ok(inner_plan);
+        }
+        let out_schema = project_schema(&self.schema, projection)?;
+        let outputs = projected
+            .iter()
+            .map(|c| MaskOutput {
+                name: c.field.name().clone(),
+                decision: c.resolved.decision.clone(),
+                input: inner_cols
+                    .binary_search(&c.inner)
+                    .ok()
+                    .filter(|_| c.resolved.decision.needs_value()),
+                data_type: c.field.data_type().clone(),
+            })
+            .collect();
+        Ok(Arc::new(PolicyMaskExec::new(
+            inner_plan,
+            outputs,
+            out_schema,
+            principal.to_owned(),
+        )))
+    }
+}
+
+/// One output column of [`PolicyMaskExec`].
+#[derive(Debug, Clone)]
+struct MaskOutput {
+    name: String,
+    decision: Decision,
+    /// Input column (absent for constant masks: nothing was read or decrypted).
+    input: Option<usize>,
+    data_type: DataType,
+}
+
+/// Applies a principal's masks to the scan's output. Blocks filter pushdown (the
+/// default), so no predicate on a masked value reaches the scan or its statistics.
+#[derive(Debug)]
+pub struct PolicyMaskExec {
+    input: Arc<dyn ExecutionPlan>,
+    outputs: Vec<MaskOutput>,
+    schema: SchemaRef,
+    principal: String,
+    properties: Arc<PlanProperties>,
+}
+
+impl PolicyMaskExec {
+    fn new(
+        input: Arc<dyn ExecutionPlan>,
+        outputs: Vec<MaskOutput>,
+        schema: SchemaRef,
+        principal: String,
+    ) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            input.properties().output_partitioning().clone(),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            input,
+            outputs,
+            schema,
+            principal,
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for PolicyMaskExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PolicyMaskExec: principal={}, columns=[", self.principal)?;
+        for (i, o) in self.outputs.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            let how = if o.input.is_some() {
+                "decrypted"
+            } else {
+                "not read"
+            };
+            write!(f, "{}={} ({how})", o.name, o.decision)?;
+        }
+        f.write_str("]")
+    }
+}
+
+impl ExecutionPlan for PolicyMaskExec {
+    fn name(&self) -> &str {
+        "PolicyMaskExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .into_iter()
+            .next()
+            .ok_or_else(|| DataFusionError::Internal("no child".into()))?;
+        Ok(Arc::new(Self::new(
+            input,
+            self.outputs.clone(),
+            Arc::clone(&self.schema),
+            self.principal.clone(),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let outputs = self.outputs.clone();
+        let schema = Arc::clone(&self.schema);
+        let s = Arc::clone(&schema);
+        let stream = input.map(move |batch| {
+            let batch = batch?;
+            let rows = batch.num_rows();
+            let cols: Vec<ArrayRef> = outputs
+                .iter()
+                .map(|o| {
+                    let col = o.input.map(|i| batch.column(i));
+                    match &o.decision {
+                        Decision::Plaintext => col
+                            .cloned()
+                            .ok_or_else(|| DataFusionError::Internal("no input".into())),
+                        Decision::Mask(m) => mask::apply(m, col, &o.data_type, rows),
+                        Decision::Hide | Decision::Deny => {
+                            Err(DataFusionError::Internal("hidden column in output".into()))
+                        }
+                    }
+                })
+                .collect::<Result<_>>()?;
+            Ok(RecordBatch::try_new_with_options(
+                Arc::clone(&s),
+                cols,
+                &RecordBatchOptions::new().with_row_count(Some(rows)),
+            )?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
