@@ -16,7 +16,10 @@ use clearice_engine::{Engine, Session};
 use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use sqllogictest::{Connection, DBOutput, DefaultColumnType, Record, Runner};
+use sqllogictest::{
+    Connection, DBOutput, DefaultColumnType, Record, Runner, default_column_validator,
+    default_normalizer, default_validator, update_record_with_output,
+};
 
 /// An error from a statement, as the `.slt` file sees it (one line).
 #[derive(Debug, thiserror::Error)]
@@ -135,13 +138,15 @@ pub struct FileResult {
     pub records: usize,
 }
 
-/// Runs one file with a fresh session per connection. `vars` are available to
+/// Runs one file with a fresh session per connection. With `complete`, rewrites the
+/// file with the actual results instead of checking them. `vars` are available to
 /// `control substitution on` blocks as `$NAME`.
 pub async fn run_file(
     engine: Arc<Engine>,
     path: &Path,
     default_principal: &str,
     vars: &[(String, String)],
+    complete: bool,
 ) -> FileResult {
     let principal = Arc::new(Mutex::new(default_principal.to_owned()));
     let p = Arc::clone(&principal);
@@ -165,21 +170,47 @@ pub async fn run_file(
             return result;
         }
     };
+    let mut completed = String::new();
     for record in records {
-        match &record {
+        let conn = match &record {
             Record::Halt { .. } => break,
-            Record::Connection(Connection::Named(name)) => {
-                *principal.lock().expect("principal") = name.clone()
+            Record::Statement { connection, .. } | Record::Query { connection, .. } => {
+                result.records += 1;
+                Some(connection.clone())
             }
-            Record::Connection(Connection::Default) => {
-                *principal.lock().expect("principal") = default_principal.to_owned()
-            }
-            Record::Statement { .. } | Record::Query { .. } => result.records += 1,
-            _ => {}
+            _ => None,
+        };
+        // The principal of a record is its connection's name (`connection NAME` applies
+        // to the next record); the runner makes a session on a name's first use.
+        if let Some(c) = conn {
+            *principal.lock().expect("principal") = match c {
+                Connection::Named(name) => name,
+                Connection::Default => default_principal.to_owned(),
+            };
+        }
+        if complete {
+            let out = runner.apply_record(record.clone()).await;
+            let updated = update_record_with_output(
+                &record,
+                &out,
+                " ",
+                default_validator,
+                default_normalizer,
+                default_column_validator,
+            )
+            .unwrap_or(record);
+            completed.push_str(&updated.to_string());
+            completed.push('\n');
+            continue;
         }
         if let Err(e) = runner.run_async(record).await {
             result.failures.push(e.display(true).to_string());
         }
+    }
+    if complete && let Err(e) = std::fs::write(path, completed) {
+        result
+            .failures
+            .push(format!("cannot rewrite {}: {e}", path.display()));
     }
     result
 }
@@ -190,7 +221,7 @@ pub async fn run_files(engine: Arc<Engine>, files: &[PathBuf], default_principal
     let mut summary = Summary::default();
     for f in files {
         let start = Instant::now();
-        let r = run_file(Arc::clone(&engine), f, default_principal, &[]).await;
+        let r = run_file(Arc::clone(&engine), f, default_principal, &[], false).await;
         summary.report(&r, start);
     }
     summary.finish()

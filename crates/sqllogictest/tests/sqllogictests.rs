@@ -38,6 +38,7 @@ async fn open(dir: &Path, toml: &str) -> Arc<Engine> {
 
 #[tokio::main]
 async fn main() {
+    let complete = std::env::args().any(|a| a == "--complete");
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -64,6 +65,12 @@ async fn main() {
             .next()
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .unwrap_or_default();
+        // policy/ runs on the demo lake, whose policy it tests.
+        let suite = if suite == "policy" {
+            "demo".to_owned()
+        } else {
+            suite
+        };
         if !engines.contains_key(&suite) {
             let e = make_engine(&suite, tmp.path()).await;
             if e.is_none() {
@@ -79,7 +86,7 @@ async fn main() {
             continue;
         };
         let start = Instant::now();
-        let r = run_file(engine, f, "admin", &vars).await;
+        let r = run_file(engine, f, "admin", &vars, complete).await;
         summary.report(&r, start);
     }
     for s in &skipped {
@@ -112,8 +119,10 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
             let i = env_dir("CLEARICE_INTEROP_DIR", None)?;
             let toml = format!(
                 "[catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{i}/catalog.db\"\nwarehouse = \"file://{i}/warehouse\"\n\
-                 [kms]\ntype = \"keyring\"\npath = \"{i}/keyring.json\"\n",
-                i = i.display()
+                 [kms]\ntype = \"keyring\"\npath = \"{i}/keyring.json\"\n\
+                 [policy]\npath = \"{p}\"\n",
+                i = i.display(),
+                p = root().join("interop/policy.toml").display()
             );
             Some((
                 open(&dir, &toml).await,
