@@ -56,10 +56,27 @@ pub enum Command {
     },
     /// Run sqllogictest files (or directories of them) against a lake.
     Slt {
+        /// Rewrite the files with the actual results instead of checking them.
+        #[arg(long)]
+        complete: bool,
         /// Files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+    /// Column policy commands.
+    Policy {
+        /// What to do.
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+}
+
+/// `policy` actions.
+#[derive(Debug, Subcommand)]
+pub enum PolicyAction {
+    /// Check the configured policy against the catalogs: tables, columns, mask types,
+    /// and the master keys encrypted columns really use.
+    Check,
 }
 
 /// `demo` actions.
@@ -118,7 +135,30 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             );
             return Ok(0);
         }
-        Some(Command::Slt { paths }) => {
+        Some(Command::Policy {
+            action: PolicyAction::Check,
+        }) => {
+            let engine = Engine::open(config_or_demo(cli.config.as_deref(), true).await?).await?;
+            let problems = engine.check_policy().await;
+            for p in &problems {
+                println!("{p}");
+            }
+            let tables = engine.policy().tables().count();
+            if problems.is_empty() {
+                println!(
+                    "policy '{}': OK ({tables} tables checked)",
+                    engine.policy().source()
+                );
+                return Ok(0);
+            }
+            println!(
+                "policy '{}': {} problem(s)",
+                engine.policy().source(),
+                problems.len()
+            );
+            return Ok(1);
+        }
+        Some(Command::Slt { paths, complete }) => {
             let engine =
                 Arc::new(Engine::open(config_or_demo(cli.config.as_deref(), true).await?).await?);
             let mut files = Vec::new();
@@ -130,7 +170,7 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                 }
                 files.extend(found);
             }
-            let failed = clearice_sqllogictest::run_files(engine, &files, &user).await;
+            let failed = clearice_sqllogictest::run_files(engine, &files, &user, *complete).await;
             return Ok(if failed == 0 { 0 } else { 1 });
         }
         None => {}

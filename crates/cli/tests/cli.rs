@@ -218,3 +218,95 @@ fn no_config_creates_the_default_demo_lake_on_first_run() {
             .exists()
     );
 }
+
+#[test]
+fn policy_check_passes_on_the_demo_and_names_problems() {
+    let o = bin()
+        .arg("--config")
+        .arg(lake())
+        .args(["policy", "check"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("OK (2 tables checked)"),
+        "{}",
+        stdout(&o)
+    );
+    // a policy that forgets phone's master key and puts a string mask on a date
+    let dir = lake().parent().unwrap();
+    let policy = std::fs::read_to_string(dir.join("policy.toml"))
+        .unwrap()
+        .replace(
+            "[tables.\"lake.sales.customers\".columns.phone]\nmaster_key = \"pii_key\"\n",
+            "[tables.\"lake.sales.customers\".columns.phone]\n",
+        )
+        .replace(
+            "analyst = \"truncate_to_year\"",
+            "analyst = \"show_last_4\"",
+        );
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("bad.toml"), policy).unwrap();
+    let config = std::fs::read_to_string(lake())
+        .unwrap()
+        .replace(
+            "path = \"policy.toml\"",
+            &format!("path = \"{}\"", tmp.path().join("bad.toml").display()),
+        )
+        .replace(
+            "path = \"keyring.json\"",
+            &format!("path = \"{}\"", dir.join("keyring.json").display()),
+        )
+        .replace(
+            "path = \"audit.jsonl\"",
+            &format!("path = \"{}\"", tmp.path().join("a.jsonl").display()),
+        );
+    std::fs::write(tmp.path().join("c.toml"), config).unwrap();
+    let o = bin()
+        .arg("--config")
+        .arg(tmp.path().join("c.toml"))
+        .args(["policy", "check"])
+        .output()
+        .unwrap();
+    let s = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{s}");
+    assert!(
+        s.contains("lake.sales.customers.phone: encrypted under master key 'pii_key'"),
+        "{s}"
+    );
+    assert!(
+        s.contains("mask 'show_last_4' (for role analyst) does not apply to a Date column"),
+        "{s}"
+    );
+    assert!(s.contains("2 problem(s)"), "{s}");
+}
+
+#[test]
+fn principals_see_the_demo_policy() {
+    let q = "SELECT ssn FROM lake.sales.customers WHERE id = 1000001";
+    let as_user = |u: &str| {
+        bin()
+            .arg("--config")
+            .arg(lake())
+            .args(["--user", u, "-q", "--format", "csv", "-c", q])
+            .output()
+            .unwrap()
+    };
+    assert_eq!(stdout(&as_user("admin")), "ssn\n609-11-1603\n");
+    assert_eq!(stdout(&as_user("analyst")), "ssn\nXXX-XX-1603\n");
+    assert_eq!(stdout(&as_user("support")), "ssn\n\"\"\n"); // csv quotes a lone empty field
+    let o = as_user("mallory");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("principal 'mallory' is not a user"),
+        "{}",
+        stderr(&o)
+    );
+    let audit = std::fs::read_to_string(lake().parent().unwrap().join("audit.jsonl")).unwrap();
+    for u in ["admin", "analyst", "support", "mallory"] {
+        assert!(
+            audit.contains(&format!("\"user\":\"{u}\"")),
+            "no audit record for {u}"
+        );
+    }
+}

@@ -279,7 +279,7 @@ impl FileKeyRetriever {
                 {
                     return Err(Error::NotRequested {
                         key_id: m.master_key_id.clone(),
-                        reason: "no column read by this query needs it".into(),
+                        reason: "no column this query reads is declared under it in the policy; declare master_key for every encrypted column".into(),
                     });
                 }
                 if let KeyScope::Except(refused) = &self.scope
@@ -288,7 +288,7 @@ impl FileKeyRetriever {
                 {
                     return Err(Error::NotRequested {
                         key_id: m.master_key_id.clone(),
-                        reason: "no column read by this query needs it".into(),
+                        reason: "no column this query reads is declared under it in the policy; declare master_key for every encrypted column".into(),
                     });
                 }
                 self.resolver.data_key(&m, Some(&self.file))?

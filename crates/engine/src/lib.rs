@@ -237,3 +237,82 @@ fn load_explicit_keys(
         })
         .collect()
 }
+
+impl Engine {
+    /// Checks the policy against the catalogs (`clearice policy check`): every table and
+    /// column it names exists, every mask applies to its column's type, and every column
+    /// encrypted under its own key in the table's current data is declared with that
+    /// `master_key` (reading one data file's footer; no column key is requested).
+    /// Returns the problems found, one line each.
+    pub async fn check_policy(&self) -> Vec<String> {
+        use futures::TryStreamExt;
+        let mut problems = Vec::new();
+        for (name, tpol) in self.policy.tables() {
+            let parts: Vec<&str> = name.split('.').collect();
+            let Some(cat) = self.iceberg.get(parts[0]) else {
+                problems.push(format!("{name}: no catalog '{}' in the config", parts[0]));
+                continue;
+            };
+            let ident = iceberg::TableIdent::new(
+                iceberg::NamespaceIdent::new(parts[1].into()),
+                parts[2].into(),
+            );
+            let table = match cat.load_table(&ident).await {
+                Ok(t) => t,
+                Err(e) => {
+                    problems.push(format!("{name}: {}", one_line(&e)));
+                    continue;
+                }
+            };
+            let schema = match clearice_table::arrow_schema(name, table.metadata().current_schema())
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    problems.push(one_line(&e));
+                    continue;
+                }
+            };
+            let cols: Vec<(String, clearice_policy::ColumnKind)> = schema
+                .fields()
+                .iter()
+                .map(|f| (f.name().clone(), clearice_table::column_kind(f.data_type())))
+                .collect();
+            problems.extend(
+                self.policy
+                    .check_table(name, &cols)
+                    .iter()
+                    .map(|e| e.to_string()),
+            );
+            let tasks = match table.scan().select_all().build() {
+                Ok(scan) => match scan.plan_files().await {
+                    Ok(s) => s.try_collect::<Vec<_>>().await.unwrap_or_default(),
+                    Err(_) => vec![],
+                },
+                Err(_) => vec![],
+            };
+            let Some(task) = tasks.first() else { continue };
+            let path = task
+                .data_file_path
+                .strip_prefix("file://")
+                .unwrap_or(&task.data_file_path);
+            match clearice_table::file_column_master_keys(&self.resolver, path.as_ref()) {
+                Ok(keys) => {
+                    for (col, key) in keys {
+                        let top = col.split('.').next().unwrap_or(&col);
+                        let declared = tpol.columns.get(top).and_then(|c| c.master_key.clone());
+                        if let Some(k) = key
+                            && declared.as_deref() != Some(k.as_str())
+                        {
+                            problems.push(format!(
+                                "{name}.{top}: encrypted under master key '{k}' in '{path}', but the policy declares {}",
+                                declared.map(|d| format!("master_key = '{d}'")).unwrap_or_else(|| "no master_key".into())
+                            ));
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("{name}: cannot read '{path}': {e}")),
+            }
+        }
+        problems
+    }
+}

@@ -269,7 +269,10 @@ impl Policy {
                             v.span().start,
                             format!(
                                 "'{}' is not a decision (expected one of {DECISIONS})",
-                                v.get_ref()
+                                match v.get_ref() {
+                                    toml::Value::String(s) => s.clone(),
+                                    other => other.to_string(),
+                                }
                             ),
                         )
                     })?;
@@ -445,8 +448,13 @@ impl Policy {
                     && !m.applies_to(*kind)
                 {
                     out.push(bad(format!(
-                        "{table}.{name}: mask '{}' (for {s:?}) does not apply to a {kind:?} column",
-                        m.name()
+                        "{table}.{name}: mask '{}' (for {}) does not apply to a {kind:?} column",
+                        m.name(),
+                        match s {
+                            Subject::User(u) => format!("user:{u}"),
+                            Subject::Role(r) => format!("role {r}"),
+                            Subject::Wildcard => "*".into(),
+                        }
                     )));
                 }
             }

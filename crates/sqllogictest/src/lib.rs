@@ -217,11 +217,16 @@ pub async fn run_file(
 
 /// Runs files in order, printing one line per file and a closing `N passed, N failed`.
 /// Returns the number of failed files.
-pub async fn run_files(engine: Arc<Engine>, files: &[PathBuf], default_principal: &str) -> usize {
+pub async fn run_files(
+    engine: Arc<Engine>,
+    files: &[PathBuf],
+    default_principal: &str,
+    complete: bool,
+) -> usize {
     let mut summary = Summary::default();
     for f in files {
         let start = Instant::now();
-        let r = run_file(Arc::clone(&engine), f, default_principal, &[], false).await;
+        let r = run_file(Arc::clone(&engine), f, default_principal, &[], complete).await;
         summary.report(&r, start);
     }
     summary.finish()

@@ -72,11 +72,56 @@ impl EncryptionFactory for PmeEncryptionFactory {
     ) -> Result<Option<Arc<FileDecryptionProperties>>> {
         // Object store paths are relative to the store root; on the local store that is `/`.
         let file = format!("/{file_path}");
-        let retriever = self
-            .resolver
-            .retriever_for_file(file, Some(local_side_file_reader()));
+        let retriever = self.resolver.scoped_retriever(
+            file,
+            Some(local_side_file_reader()),
+            self.scope.clone(),
+        );
         Ok(Some(
             FileDecryptionProperties::with_key_retriever(retriever).build()?,
         ))
     }
+}
+
+/// Master key id of each column of a local Parquet file: `Some(id)` for columns under
+/// their own key (from the key material), `None` for plaintext columns or columns under
+/// the footer key. Only the footer key is unwrapped; column keys are not requested.
+pub fn file_column_master_keys(
+    resolver: &Arc<KeyResolver>,
+    path: &std::path::Path,
+) -> std::result::Result<Vec<(String, Option<String>)>, String> {
+    use parquet::file::column_crypto_metadata::ColumnCryptoMetaData;
+    let file = std::fs::File::open(path).map_err(|e| format!("'{}': {e}", path.display()))?;
+    let scope = KeyScope::MasterKeys(Default::default());
+    let retriever = resolver.scoped_retriever(
+        path.display().to_string(),
+        Some(local_side_file_reader()),
+        scope,
+    );
+    let props = FileDecryptionProperties::with_key_retriever(retriever)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let md = parquet::file::metadata::ParquetMetaDataReader::new()
+        .with_decryption_properties(Some(props))
+        .parse_and_finish(&file)
+        .map_err(|e| format!("'{}': {e}", path.display()))?;
+    let Some(rg) = md.row_groups().first() else {
+        return Ok(vec![]);
+    };
+    Ok(rg
+        .columns()
+        .iter()
+        .map(|c| {
+            let key = match c.crypto_metadata() {
+                Some(ColumnCryptoMetaData::ENCRYPTION_WITH_COLUMN_KEY(k)) => k
+                    .key_metadata
+                    .as_deref()
+                    .and_then(|m| clearice_crypto::KeyMaterial::parse(m, None).ok().flatten())
+                    .map(|m| m.master_key_id)
+                    .or_else(|| Some("<explicit key>".into())),
+                _ => None,
+            };
+            (c.column_path().string(), key)
+        })
+        .collect())
 }

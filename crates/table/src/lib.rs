@@ -28,7 +28,9 @@ pub use catalog::{
     IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
     open_sql_catalog, redact_uri,
 };
-pub use encryption::{ENCRYPTION_FACTORY_ID, PmeEncryptionFactory, local_side_file_reader};
+pub use encryption::{
+    ENCRYPTION_FACTORY_ID, PmeEncryptionFactory, file_column_master_keys, local_side_file_reader,
+};
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};

@@ -252,8 +252,14 @@ impl IcebergTableProvider {
             }
             _ => source,
         };
+        // Iceberg's record counts are exact (no delete files): `count(*)` needs no IO.
+        let mut table_stats = Statistics::new_unknown(&self.schema);
+        if let Some(n) = tasks.iter().map(|t| t.record_count).sum::<Option<u64>>() {
+            table_stats.num_rows = Precision::Exact(n as usize);
+        }
         let groups = split_groups(files, options.execution.target_partitions);
         let config = FileScanConfigBuilder::new(store_url.expect("non-empty"), Arc::new(source))
+            .with_statistics(table_stats)
             .with_file_groups(groups)
             .with_projection_indices(projection.cloned())?
             .with_limit(if filters.is_empty() { limit } else { None })

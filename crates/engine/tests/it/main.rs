@@ -5,4 +5,5 @@ mod common;
 mod demo;
 mod interop;
 mod parquet_testing;
+mod policy;
 mod pyarrow;

@@ -1,0 +1,666 @@
+//! Column policy end to end: the decision matrix over the demo lake (written by
+//! ClearIce) and the interop lake (written by PyArrow/PyIceberg), key requests, missing
+//! keys, audit records, EXPLAIN and standalone files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clearice_engine::{Engine, demo};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::common::*;
+
+/// A lake to test on: its config text (without [policy]) and column names by type.
+struct Lake {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    config: String,
+    table: &'static str,
+}
+
+const COLUMNS: [(&str, Kind); 5] = [
+    ("ssn", Kind::String),
+    ("balance", Kind::Decimal),
+    ("birth_date", Kind::Date),
+    ("signup_ts", Kind::Timestamp),
+    ("tags", Kind::Nested),
+];
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    String,
+    Decimal,
+    Date,
+    Timestamp,
+    Nested,
+}
+
+async fn demo_lake() -> Lake {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let config = demo::init(&dir).await.unwrap();
+    let text = std::fs::read_to_string(config).unwrap();
+    let config = text[..text.find("[policy]").unwrap()].replace(
+        "path = \"keyring.json\"",
+        &format!("path = \"{}\"", dir.join("keyring.json").display()),
+    );
+    Lake {
+        dir: tmp.path().to_owned(),
+        _tmp: tmp,
+        config,
+        table: "lake.sales.customers",
+    }
+}
+
+fn interop_lake(interop: &Path) -> Lake {
+    let tmp = tempfile::tempdir().unwrap();
+    Lake {
+        dir: tmp.path().to_owned(),
+        config: interop_config(interop, &interop.join("keyring.json")),
+        _tmp: tmp,
+        table: "lake.sales.customers",
+    }
+}
+
+const PROTECTION: &str = r#"
+[tables."lake.sales.customers".columns.ssn]
+master_key = "pii_key"
+ACCESS_ssn
+[tables."lake.sales.customers".columns.email]
+master_key = "pii_key"
+access = { a = "plaintext", b = "plaintext" }
+[tables."lake.sales.customers".columns.balance]
+master_key = "finance_key"
+ACCESS_balance
+[tables."lake.sales.customers".columns.birth_date]
+ACCESS_birth_date
+[tables."lake.sales.customers".columns.signup_ts]
+ACCESS_signup_ts
+[tables."lake.sales.customers".columns.tags]
+ACCESS_tags
+"#;
+
+/// A policy where role `a` gets `decision` on every column it applies to and role `b`
+/// sees plaintext; users `ua` and `ub`.
+fn matrix_policy(decision: &str, audit: &Path) -> String {
+    let mut p = String::from(
+        "[roles]\na = {}\nb = {}\n[users]\nua = { roles = [\"a\"] }\nub = { roles = [\"b\"] }\n",
+    );
+    let mut t = PROTECTION.to_owned();
+    for (col, kind) in COLUMNS {
+        let applies = match decision {
+            "show_last_4" | "show_first_4" => kind == Kind::String,
+            "truncate_to_year" | "truncate_to_month" => {
+                matches!(kind, Kind::Date | Kind::Timestamp)
+            }
+            _ => true,
+        };
+        let a = if applies {
+            format!("a = \"{decision}\", ")
+        } else {
+            String::new()
+        };
+        t = t.replace(
+            &format!("ACCESS_{col}\n"),
+            &format!("access = {{ {a}b = \"plaintext\" }}\n"),
+        );
+    }
+    p.push_str(&t);
+    let _ = audit;
+    p
+}
+
+async fn open_with_policy(lake: &Lake, policy: &str, name: &str) -> Arc<Engine> {
+    let dir = lake.dir.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("policy.toml"), policy).unwrap();
+    let config = format!(
+        "{}\n[policy]\npath = \"policy.toml\"\n[audit]\npath = \"audit.jsonl\"\n",
+        lake.config
+    );
+    engine(&dir, &config).await
+}
+
+fn text(a: &ArrayRef, i: usize) -> Option<String> {
+    if a.is_null(i) {
+        return None;
+    }
+    let s = cast(&a.slice(i, 1), &DataType::Utf8).unwrap();
+    Some(s.as_string::<i32>().value(0).to_owned())
+}
+
+fn expect_masked(decision: &str, kind: Kind, plain: &ArrayRef, masked: &ArrayRef, col: &str) {
+    assert_eq!(plain.len(), masked.len());
+    for i in 0..plain.len() {
+        let (p, m) = (text(plain, i), text(masked, i));
+        let ctx = format!("{decision} on {col} row {i}: plain {p:?} masked {m:?}");
+        match decision {
+            "plaintext" => assert_eq!(p, m, "{ctx}"),
+            "null" => assert_eq!(m, None, "{ctx}"),
+            "fixed" => {
+                let want = match kind {
+                    Kind::String => "****",
+                    Kind::Decimal => "0.00",
+                    Kind::Date => "1970-01-01",
+                    Kind::Timestamp => "1970-01-01T00:00:00Z",
+                    Kind::Nested => "[]",
+                };
+                assert_eq!(m.as_deref(), Some(want), "{ctx}");
+            }
+            "show_last_4" | "show_first_4" => {
+                let p = p.clone().map(|s| {
+                    let n = s.chars().count();
+                    s.chars()
+                        .enumerate()
+                        .map(|(j, c)| {
+                            let kept = if decision == "show_first_4" {
+                                j < 4
+                            } else {
+                                j + 4 >= n
+                            };
+                            if kept || !c.is_alphanumeric() { c } else { 'X' }
+                        })
+                        .collect::<String>()
+                });
+                assert_eq!(m, p, "{ctx}");
+            }
+            "sha256" => assert_eq!(
+                m,
+                p.map(|s| hex::encode(Sha256::digest(s.as_bytes()))),
+                "{ctx}"
+            ),
+            "truncate_to_year" | "truncate_to_month" => {
+                let p = p.map(|s| {
+                    let (y, rest) = s.split_at(4);
+                    let month = if decision == "truncate_to_month" {
+                        &rest[1..3]
+                    } else {
+                        "01"
+                    };
+                    match kind {
+                        Kind::Date => format!("{y}-{month}-01"),
+                        _ => format!("{y}-{month}-01T00:00:00Z"),
+                    }
+                });
+                assert_eq!(m, p, "{ctx}");
+            }
+            other => panic!("no expectation for {other}"),
+        }
+    }
+}
+
+fn column(batches: &[RecordBatch], i: usize) -> ArrayRef {
+    let parts: Vec<ArrayRef> = batches.iter().map(|b| Arc::clone(b.column(i))).collect();
+    let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+    datafusion::arrow::compute::concat(&refs).unwrap()
+}
+
+const DECISIONS: [&str; 10] = [
+    "plaintext",
+    "null",
+    "fixed",
+    "show_last_4",
+    "show_first_4",
+    "sha256",
+    "truncate_to_year",
+    "truncate_to_month",
+    "hide",
+    "deny",
+];
+
+async fn run_matrix(lake: &Lake) {
+    for decision in DECISIONS {
+        let engine = open_with_policy(lake, &matrix_policy(decision, &lake.dir), decision).await;
+        let (a, b) = (engine.session("ua"), engine.session("ub"));
+        for (col, kind) in COLUMNS {
+            let applies = match decision {
+                "show_last_4" | "show_first_4" => kind == Kind::String,
+                "truncate_to_year" | "truncate_to_month" => {
+                    matches!(kind, Kind::Date | Kind::Timestamp)
+                }
+                _ => true,
+            };
+            let sql = format!("SELECT id, {col} FROM {} ORDER BY id LIMIT 500", lake.table);
+            let plain = query(&b, &sql)
+                .await
+                .unwrap_or_else(|e| panic!("{decision}/{col} as ub: {e}"));
+            if !applies {
+                // role a has no rule here: protected columns deny, others stay plaintext
+                let r = query(&a, &sql).await;
+                if col == "ssn" || col == "balance" {
+                    assert!(
+                        r.unwrap_err().to_string().contains("access denied"),
+                        "{decision}/{col}"
+                    );
+                } else {
+                    assert_eq!(
+                        json_rows(&r.unwrap()),
+                        json_rows(&plain),
+                        "{decision}/{col}"
+                    );
+                }
+                continue;
+            }
+            match decision {
+                "hide" => {
+                    let e = query_err(&a, &sql).await;
+                    assert!(
+                        e.contains(&format!("No field named {col}")),
+                        "{decision}/{col}: {e}"
+                    );
+                    let star = query(&a, &format!("SELECT * FROM {} LIMIT 1", lake.table))
+                        .await
+                        .unwrap();
+                    assert!(
+                        star[0].schema().field_with_name(col).is_err(),
+                        "{col} hidden from SELECT *"
+                    );
+                }
+                "deny" => {
+                    for q in [
+                        sql.clone(),
+                        format!("SELECT count(*) FROM {} WHERE {col} IS NULL", lake.table),
+                        format!("SELECT * FROM {}", lake.table),
+                    ] {
+                        let e = query_err(&a, &q).await;
+                        let named =
+                            q.starts_with("SELECT *") || e.contains(&format!("column '{col}'"));
+                        assert!(
+                            named
+                                && e.contains("access denied")
+                                && e.contains("'ua'")
+                                && e.contains("role:a"),
+                            "{decision}/{col}: {e}"
+                        );
+                    }
+                }
+                _ => {
+                    let masked = query(&a, &sql)
+                        .await
+                        .unwrap_or_else(|e| panic!("{decision}/{col} as ua: {e}"));
+                    assert_eq!(column(&masked, 0).len(), 500.min(column(&plain, 0).len()));
+                    expect_masked(decision, kind, &column(&plain, 1), &column(&masked, 1), col);
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn decision_matrix_over_the_demo_lake() {
+    run_matrix(&demo_lake().await).await;
+}
+
+#[tokio::test]
+async fn decision_matrix_over_the_pyarrow_interop_lake() {
+    let Some(dir) = interop_dir() else { return };
+    run_matrix(&interop_lake(&dir)).await;
+}
+
+const NULL_PII: &str = r#"
+[roles]
+a = {}
+admin = {}
+[users]
+ua = { roles = ["a"] }
+root = { roles = ["admin"] }
+[tables."lake.sales.customers".columns.ssn]
+master_key = "pii_key"
+access = { a = "null", admin = "plaintext" }
+[tables."lake.sales.customers".columns.email]
+master_key = "pii_key"
+access = { a = "fixed", admin = "plaintext" }
+[tables."lake.sales.customers".columns.phone]
+master_key = "pii_key"
+access = { a = "hide", admin = "plaintext" }
+[tables."lake.sales.customers".columns.balance]
+master_key = "finance_key"
+access = { a = "plaintext", admin = "plaintext" }
+"#;
+
+#[tokio::test]
+async fn keys_of_columns_not_needed_are_never_requested() {
+    let lake = demo_lake().await;
+    let engine = open_with_policy(&lake, NULL_PII, "keys").await;
+    let r = engine.key_resolver();
+    let a = engine.session("ua");
+    // count(*) is answered from Iceberg row counts: no IO, no key at all
+    let n = json_rows(
+        &query(&a, "SELECT count(*) FROM lake.sales.customers")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(n, vec![vec![Value::from(100_000)]]);
+    assert_eq!(r.kms_unwrap_count(), 0);
+    // only constant masks of pii_key columns: pii_key is never unwrapped
+    let rows = query(
+        &a,
+        "SELECT id, ssn, email FROM lake.sales.customers WHERE id < 1000010",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        json_rows(&rows)[0],
+        vec![Value::from(1_000_000), Value::Null, Value::from("****")]
+    );
+    assert_eq!(r.kms_unwrap_count_for("pii_key"), 0);
+    assert_eq!(r.kms_unwrap_count_for("finance_key"), 0);
+    assert!(r.kms_unwrap_count_for("footer_key") > 0);
+    query(&a, "SELECT sum(balance) FROM lake.sales.customers")
+        .await
+        .unwrap();
+    assert!(r.kms_unwrap_count_for("finance_key") > 0);
+    assert_eq!(r.kms_unwrap_count_for("pii_key"), 0);
+    // the admin's plaintext read does need it
+    query(
+        &engine.session("root"),
+        "SELECT ssn FROM lake.sales.customers",
+    )
+    .await
+    .unwrap();
+    assert!(r.kms_unwrap_count_for("pii_key") > 0);
+}
+
+async fn missing_key_engine(lake: &Lake, on_missing: &str, name: &str) -> Arc<Engine> {
+    let dir = lake.dir.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    // a keyring without pii_key
+    let src = lake.dir.join("lake/keyring.json");
+    let mut k: serde_json::Map<String, Value> =
+        serde_json::from_slice(&std::fs::read(src).unwrap()).unwrap();
+    k.remove("pii_key").unwrap();
+    std::fs::write(dir.join("keyring.json"), serde_json::to_vec(&k).unwrap()).unwrap();
+    let policy = format!(
+        "on_missing_key = \"{on_missing}\"\n{}",
+        NULL_PII.replace(
+            "access = { a = \"null\", admin = \"plaintext\" }",
+            "access = { a = \"show_last_4\", admin = \"plaintext\" }"
+        )
+    );
+    std::fs::write(dir.join("policy.toml"), policy).unwrap();
+    let config = lake.config.replace(
+        &lake.dir.join("lake/keyring.json").display().to_string(),
+        &dir.join("keyring.json").display().to_string(),
+    );
+    assert_ne!(config, lake.config);
+    engine(
+        &dir,
+        &format!("{config}\n[policy]\npath = \"policy.toml\"\n"),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn missing_key_follows_on_missing_key() {
+    let lake = demo_lake().await;
+    for (mode, expect) in [
+        ("error", "error"),
+        ("null", "null"),
+        ("fixed", "fixed"),
+        ("hide", "hide"),
+    ] {
+        let engine = missing_key_engine(&lake, mode, mode).await;
+        let a = engine.session("ua");
+        // queries not touching ssn work, with and without predicates on other columns
+        let sql = "SELECT count(*), sum(balance) FROM lake.sales.customers WHERE country = 'DE' AND balance > 0";
+        let rows = json_rows(
+            &query(&a, sql)
+                .await
+                .unwrap_or_else(|e| panic!("{mode}: {e}")),
+        );
+        let admin = json_rows(&query(&engine.session("root"), sql).await.unwrap());
+        assert_eq!(rows, admin, "{mode}");
+        assert!(rows[0][0].as_i64().unwrap() > 1000, "{mode}");
+        query(
+            &a,
+            "SELECT id, name FROM lake.sales.customers WHERE id > 1099990",
+        )
+        .await
+        .unwrap();
+        let r = query(
+            &a,
+            "SELECT id, ssn FROM lake.sales.customers WHERE id = 1000001",
+        )
+        .await;
+        match expect {
+            "error" => {
+                let e = r.unwrap_err().to_string();
+                assert!(e.contains("'pii_key'"), "{e}");
+            }
+            "null" => assert_eq!(
+                json_rows(&r.unwrap()),
+                vec![vec![Value::from(1_000_001), Value::Null]]
+            ),
+            "fixed" => assert_eq!(
+                json_rows(&r.unwrap()),
+                vec![vec![Value::from(1_000_001), Value::from("****")]]
+            ),
+            "hide" => assert!(r.unwrap_err().to_string().contains("No field named ssn")),
+            _ => unreachable!(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn audit_records_allowed_masked_and_denied_queries() {
+    let lake = demo_lake().await;
+    let engine = open_with_policy(&lake, NULL_PII, "audit").await;
+    let audit_path = lake.dir.join("audit/audit.jsonl");
+    let a = engine.session_for("ua", "10.1.2.3:5555");
+    let out = a
+        .sql("SELECT id, ssn, balance FROM lake.sales.customers WHERE id < 1000003")
+        .await
+        .unwrap();
+    assert_eq!(out.rows(), 3);
+    let e = a
+        .sql("SELECT phone FROM lake.sales.customers")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("No field named phone"), "{e}");
+    let deny = engine.session_for("mallory", "repl");
+    assert!(
+        deny.sql("SELECT id FROM lake.sales.customers")
+            .await
+            .is_err()
+    );
+    let root = engine.session_for("root", "cli");
+    root.sql("SELECT ssn FROM lake.sales.customers LIMIT 2")
+        .await
+        .unwrap();
+
+    let lines: Vec<Value> = std::fs::read_to_string(&audit_path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    let masked = &lines[0];
+    assert_eq!(masked["user"], "ua");
+    assert_eq!(masked["client"], "10.1.2.3:5555");
+    assert_eq!(masked["table"], "lake.sales.customers");
+    assert_eq!(masked["allowed"], true);
+    assert_eq!(masked["rows"], 3);
+    assert_eq!(masked["error"], Value::Null);
+    assert_eq!(
+        masked["sql_sha256"],
+        hex::encode(Sha256::digest(
+            b"SELECT id, ssn, balance FROM lake.sales.customers WHERE id < 1000003"
+        ))
+    );
+    assert!(masked["time"].as_str().unwrap().ends_with('Z'));
+    let cols = masked["columns"].as_array().unwrap();
+    let ssn = cols.iter().find(|c| c["name"] == "ssn").unwrap();
+    assert_eq!(
+        (
+            ssn["decision"].as_str(),
+            ssn["rule"].as_str(),
+            ssn["decrypted"].as_bool()
+        ),
+        (Some("null"), Some("role:a"), Some(false))
+    );
+    let bal = cols.iter().find(|c| c["name"] == "balance").unwrap();
+    assert_eq!(
+        (bal["decision"].as_str(), bal["decrypted"].as_bool()),
+        (Some("plaintext"), Some(true))
+    );
+    let denied = &lines[1];
+    assert_eq!(
+        (denied["user"].as_str(), denied["allowed"].as_bool()),
+        (Some("mallory"), Some(false))
+    );
+    assert!(denied["error"].as_str().unwrap().contains("not a user"));
+    assert_eq!(denied["rows"], Value::Null);
+    let plain = &lines[2];
+    assert_eq!(
+        (
+            plain["user"].as_str(),
+            plain["client"].as_str(),
+            plain["rows"].as_u64()
+        ),
+        (Some("root"), Some("cli"), Some(2))
+    );
+    assert_eq!(plain["columns"][0]["decision"], "plaintext");
+    // never values or key material
+    let all = std::fs::read_to_string(&audit_path).unwrap();
+    assert!(!all.contains("609-11-1603") && !all.contains("@example.com"));
+    let keyring = std::fs::read_to_string(lake.dir.join("lake/keyring.json")).unwrap();
+    let keys: serde_json::Map<String, Value> = serde_json::from_str(&keyring).unwrap();
+    for k in keys.values() {
+        assert!(!all.contains(k.as_str().unwrap()));
+    }
+}
+
+#[tokio::test]
+async fn denied_query_is_audited_before_the_error_returns() {
+    let lake = demo_lake().await;
+    let policy = NULL_PII.replace(
+        "access = { a = \"plaintext\", admin = \"plaintext\" }",
+        "access = { a = \"deny\", admin = \"plaintext\" }",
+    );
+    let engine = open_with_policy(&lake, &policy, "deny-audit").await;
+    let e = engine
+        .session("ua")
+        .sql("SELECT sum(balance) FROM lake.sales.customers")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("column 'balance'") && e.contains("'ua'") && e.contains("role:a"),
+        "{e}"
+    );
+    let log = std::fs::read_to_string(lake.dir.join("deny-audit/audit.jsonl")).unwrap();
+    let rec: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert_eq!(rec["allowed"], false);
+    assert_eq!(rec["columns"][0]["name"], "balance");
+    assert_eq!(rec["columns"][0]["decision"], "deny");
+    assert_eq!(
+        engine.key_resolver().kms_unwrap_count(),
+        0,
+        "denied before any IO"
+    );
+}
+
+#[tokio::test]
+async fn explain_shows_masks_and_keeps_masked_filters_above_the_scan() {
+    let lake = demo_lake().await;
+    let policy = NULL_PII.replace(
+        "access = { a = \"null\", admin = \"plaintext\" }",
+        "access = { a = \"show_last_4\", admin = \"plaintext\" }",
+    );
+    let engine = open_with_policy(&lake, &policy, "explain").await;
+    let a = engine.session("ua");
+    let plan = json_rows(
+        &query(&a, "EXPLAIN SELECT id, ssn, email FROM lake.sales.customers WHERE ssn = '609-11-1603' AND balance > 5 AND id > 3")
+            .await
+            .unwrap(),
+    );
+    let physical = plan.iter().find(|r| r[0] == "physical_plan").unwrap()[1]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        physical.contains("PolicyMaskExec: principal=ua, columns=[id=plaintext (decrypted), email=fixed (not read), ssn=show_last_4 (decrypted), balance=plaintext (decrypted)]")
+            || physical.contains("PolicyMaskExec: principal=ua"),
+        "{physical}"
+    );
+    assert!(
+        physical.contains("email=fixed (not read)")
+            && physical.contains("ssn=show_last_4 (decrypted)"),
+        "{physical}"
+    );
+    let (above, below) = physical.split_once("PolicyMaskExec").unwrap();
+    assert!(
+        above.contains("ssn@") && above.contains("609-11-1603"),
+        "masked filter stays above: {physical}"
+    );
+    assert!(
+        !below.contains("ssn@") || !below.contains("609-11-1603"),
+        "no masked predicate in the scan: {physical}"
+    );
+    assert!(!below.contains("609-11-1603"), "{physical}");
+    assert!(
+        below.contains("balance@") || below.contains("id@"),
+        "plaintext filters reach the scan: {physical}"
+    );
+    let keyring = std::fs::read_to_string(lake.dir.join("lake/keyring.json")).unwrap();
+    let keys: serde_json::Map<String, Value> = serde_json::from_str(&keyring).unwrap();
+    let all = format!("{plan:?}");
+    for k in keys.values() {
+        assert!(
+            !all.contains(k.as_str().unwrap()),
+            "key material in EXPLAIN"
+        );
+    }
+}
+
+#[tokio::test]
+async fn standalone_files_decrypt_only_for_principals_the_policy_allows() {
+    let lake = demo_lake().await;
+    let policy = format!("{NULL_PII}\n[files]\ndecrypt = [\"admin\"]\n");
+    let engine = open_with_policy(&lake, &policy, "files").await;
+    let data = lake.dir.join("lake/warehouse/sales/customers/data");
+    let f = std::fs::read_dir(&data)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let sql = format!("SELECT ssn FROM '{}' LIMIT 1", f.display());
+    let e = query_err(&engine.session("ua"), &sql).await;
+    assert!(
+        e.contains("may not decrypt files outside the catalog"),
+        "{e}"
+    );
+    let ok = query(&engine.session("root"), &sql).await.unwrap();
+    assert_eq!(ok[0].num_rows(), 1);
+}
+
+#[tokio::test]
+async fn invalid_policy_stops_startup_with_file_and_line() {
+    let lake = demo_lake().await;
+    let dir = lake.dir.join("bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("policy.toml"),
+        NULL_PII.replace("a = \"fixed\"", "a = \"blur\""),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("c.toml"),
+        format!("{}\n[policy]\npath = \"policy.toml\"\n", lake.config),
+    )
+    .unwrap();
+    let e = Engine::open(clearice_engine::Config::load(&dir.join("c.toml")).unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("policy.toml' line 13") && e.contains("'blur' is not a decision"),
+        "{e}"
+    );
+}
