@@ -1,5 +1,6 @@
 //! Full scan and aggregate of the demo customers table (100k rows, 4 files), PME
-//! encrypted vs the same data in plaintext, in one run.
+//! encrypted vs the same data in plaintext, and policy-enforced (masked, as `analyst`)
+//! vs plain (`admin`) on the encrypted lake, in one run.
 //!
 //! `cargo bench -p clearice-benches --bench scan`
 
@@ -32,6 +33,9 @@ fn scan(c: &mut Criterion) {
         });
         g.bench_function("encrypted", |b| {
             b.to_async(&rt).iter(|| run(&fx.encrypted, sql))
+        });
+        g.bench_function("encrypted_masked", |b| {
+            b.to_async(&rt).iter(|| run(&fx.masked, sql))
         });
         g.finish();
     }

@@ -14,6 +14,8 @@ pub struct Fixture {
     pub encrypted: SessionContext,
     /// Session over the plaintext twin.
     pub plaintext: SessionContext,
+    /// Session over the encrypted lake as `analyst` (masks from the demo policy).
+    pub masked: SessionContext,
 }
 
 impl Fixture {
@@ -37,6 +39,7 @@ impl Fixture {
         Fixture {
             encrypted: e.session("admin").ctx().clone(),
             plaintext: p.session("admin").ctx().clone(),
+            masked: e.session("analyst").ctx().clone(),
             _dir: dir,
         }
     }
