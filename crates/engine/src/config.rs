@@ -42,6 +42,9 @@ pub struct Config {
     /// The audit log (absent: no audit records).
     #[serde(default)]
     pub audit: Option<AuditConfig>,
+    /// The Flight SQL server (`clearice serve`).
+    #[serde(default)]
+    pub server: Option<ServerConfig>,
     /// Directory of the config file (relative paths resolve against it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -107,6 +110,45 @@ pub struct PolicyConfig {
 pub struct AuditConfig {
     /// JSON-lines file, appended to.
     pub path: PathBuf,
+}
+
+/// `[server]`: the Flight SQL endpoint.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address; `--addr` overrides. Default `127.0.0.1:50051`.
+    #[serde(default)]
+    pub addr: Option<String>,
+    /// Bearer token lifetime in seconds; default 3600.
+    #[serde(default)]
+    pub token_ttl_s: Option<u64>,
+    /// PEM certificate chain for TLS.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS.
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle: when set, clients must present a certificate it signed (mTLS).
+    #[serde(default)]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Allow listening without TLS on a non-loopback address.
+    #[serde(default)]
+    pub insecure: bool,
+    /// Users and their argon2 password hashes (PHC strings), e.g.
+    /// `[server.users.ann] password_hash = "$argon2id$v=19$..."`.
+    #[serde(default)]
+    pub users: BTreeMap<String, ServerUser>,
+}
+
+/// A Flight SQL user.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerUser {
+    /// argon2 PHC string (never a plaintext password).
+    pub password_hash: String,
+    /// Marks demo users whose password equals their name (`serve` warns about them).
+    #[serde(default)]
+    pub demo: bool,
 }
 
 /// Explicit keys: a JSON object `{"<key id>": "<base64 key>"}`.

@@ -80,8 +80,11 @@ async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
         "# ClearIce demo lake (written by `clearice demo init`)\n\
          [catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{}\"\nwarehouse = \"{warehouse}\"\n\n\
          [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\n\
-         [policy]\npath = \"policy.toml\"\n\n[audit]\npath = \"audit.jsonl\"\n",
-        db.display()
+         [policy]\npath = \"policy.toml\"\n\n[audit]\npath = \"audit.jsonl\"\n\n\
+         # Flight SQL users (clearice serve). DEMO ONLY: each password equals the user name.\n\
+         [server]\naddr = \"127.0.0.1:50051\"\n{}",
+        db.display(),
+        demo_server_users()?
     );
     let policy_text = demo_policy(owner.as_deref());
     let policy = Policy::parse(&policy_text, "policy.toml")?;
@@ -417,4 +420,21 @@ master_key = "finance_key"
 access = {{ admin = "plaintext", analyst = "deny", support = "show_last_4" }}
 "#
     )
+}
+
+/// `[server.users.*]` for the demo principals, password = user name (argon2 hashes).
+fn demo_server_users() -> Result<String> {
+    use argon2::password_hash::{PasswordHasher, SaltString, rand_core::OsRng};
+    let mut out = String::new();
+    for user in ["admin", "analyst", "support"] {
+        let salt = SaltString::generate(&mut OsRng);
+        let hash = argon2::Argon2::default()
+            .hash_password(user.as_bytes(), &salt)
+            .map_err(|e| format!("argon2: {e}"))?
+            .to_string();
+        out.push_str(&format!(
+            "\n[server.users.{user}]\npassword_hash = \"{hash}\"\ndemo = true\n"
+        ));
+    }
+    Ok(out)
 }

@@ -6,8 +6,9 @@
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = clearice_engine::Config::load("clearice.toml".as_ref())?;
 //! let engine = clearice_engine::Engine::open(config).await?;
-//! let ctx = engine.session("alice");
-//! ctx.sql("SELECT count(*) FROM lake.sales.customers").await?.show().await?;
+//! let session = engine.session("admin");
+//! let out = session.sql("SELECT count(*) FROM lake.sales.customers").await?;
+//! println!("{} rows", out.rows());
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
@@ -39,7 +40,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 pub use audit::{AuditError, AuditLog};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
-    PolicyConfig,
+    PolicyConfig, ServerConfig, ServerUser,
 };
 pub use error::{Error, Result};
 pub use session::{QueryOutput, Session, one_line};

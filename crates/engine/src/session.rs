@@ -9,6 +9,7 @@ use clearice_table::SessionAccess;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement;
 use futures::TryStreamExt;
@@ -105,32 +106,64 @@ impl Session {
     }
 
     fn write_audit(&self, id: &str, sql: &str, result: &Result<QueryOutput>) -> Result<()> {
-        let accesses = self.access.take();
-        let Some(log) = &self.audit else {
-            return Ok(());
+        let outcome = match result {
+            Ok(o) => Ok(o.rows() as u64),
+            Err(e) => Err(one_line(e)),
         };
-        let sql_sha256 = hex::encode(Sha256::digest(sql.as_bytes()));
-        for a in accesses {
-            let error = match result {
-                Err(e) => Some(one_line(e)),
-                Ok(_) => a.error,
-            };
-            let record = AuditRecord {
-                time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                user: self.principal().to_owned(),
-                client: self.client.clone(),
-                query_id: id.to_owned(),
-                sql_sha256: sql_sha256.clone(),
-                table: a.table,
-                columns: a.columns,
-                allowed: a.allowed,
-                rows: result.as_ref().ok().map(|o| o.rows() as u64),
-                error,
-            };
-            log.write(&record)
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let pending = self.pending_audit(id, sql);
+        pending
+            .write(outcome)
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+
+    fn pending_audit(&self, id: &str, sql: &str) -> PendingAudit {
+        PendingAudit {
+            accesses: self.access.take(),
+            log: self.audit.clone(),
+            user: self.principal().to_owned(),
+            client: self.client.clone(),
+            query_id: id.to_owned(),
+            sql_sha256: hex::encode(Sha256::digest(sql.as_bytes())),
         }
-        Ok(())
+    }
+
+    /// Plans and starts SQL, returning its result as a stream (batch by batch). Audit
+    /// records are written when the stream ends, fails, or is dropped early (a client that
+    /// went away: `error = "cancelled..."`); denials are written before the error returns.
+    pub async fn sql_stream(&self, sql: &str) -> Result<SendableRecordBatchStream> {
+        self.sql_stream_with_params(sql, None).await
+    }
+
+    /// [`Session::sql_stream`] with `$1..$n` parameter values.
+    pub async fn sql_stream_with_params(
+        &self,
+        sql: &str,
+        params: Option<datafusion::common::ParamValues>,
+    ) -> Result<SendableRecordBatchStream> {
+        let _ = self.access.take();
+        let id = query_id();
+        let started = async {
+            let mut df = self.ctx.sql(sql).await?;
+            if let Some(p) = params {
+                df = df.with_param_values(p)?;
+            }
+            df.execute_stream().await
+        }
+        .await;
+        let pending = self.pending_audit(&id, sql);
+        match started {
+            Ok(inner) => Ok(Box::pin(AuditedStream {
+                inner,
+                rows: 0,
+                pending: Some(pending),
+            })),
+            Err(e) => {
+                pending
+                    .write(Err(one_line(&e)))
+                    .map_err(|a| DataFusionError::External(Box::new(a)))?;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -147,6 +180,97 @@ impl Deref for Session {
     type Target = SessionContext;
     fn deref(&self) -> &SessionContext {
         &self.ctx
+    }
+}
+
+/// Audit records of one query, written when its outcome is known.
+struct PendingAudit {
+    accesses: Vec<clearice_table::TableAccess>,
+    log: Option<Arc<AuditLog>>,
+    user: String,
+    client: String,
+    query_id: String,
+    sql_sha256: String,
+}
+
+impl PendingAudit {
+    fn write(
+        self,
+        outcome: std::result::Result<u64, String>,
+    ) -> std::result::Result<(), crate::audit::AuditError> {
+        let Some(log) = &self.log else { return Ok(()) };
+        for a in self.accesses {
+            let record = AuditRecord {
+                time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                user: self.user.clone(),
+                client: self.client.clone(),
+                query_id: self.query_id.clone(),
+                sql_sha256: self.sql_sha256.clone(),
+                table: a.table,
+                columns: a.columns,
+                allowed: a.allowed,
+                rows: outcome.as_ref().ok().copied(),
+                error: match &outcome {
+                    Err(e) => Some(e.clone()),
+                    Ok(_) => a.error,
+                },
+            };
+            log.write(&record)?;
+        }
+        Ok(())
+    }
+}
+
+/// A result stream that writes its query's audit records when it ends.
+struct AuditedStream {
+    inner: SendableRecordBatchStream,
+    rows: u64,
+    pending: Option<PendingAudit>,
+}
+
+impl AuditedStream {
+    fn finish(&mut self, outcome: std::result::Result<u64, String>) {
+        if let Some(p) = self.pending.take()
+            && let Err(e) = p.write(outcome)
+        {
+            tracing::error!(error = %e, "audit record not written");
+        }
+    }
+}
+
+impl futures::Stream for AuditedStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let polled = self.inner.as_mut().poll_next(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(b))) => self.rows += b.num_rows() as u64,
+            std::task::Poll::Ready(Some(Err(e))) => {
+                let msg = one_line(e);
+                self.finish(Err(msg));
+            }
+            std::task::Poll::Ready(None) => {
+                let rows = self.rows;
+                self.finish(Ok(rows));
+            }
+            std::task::Poll::Pending => {}
+        }
+        polled
+    }
+}
+
+impl datafusion::execution::RecordBatchStream for AuditedStream {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
+    }
+}
+
+impl Drop for AuditedStream {
+    fn drop(&mut self) {
+        self.finish(Err("cancelled: the client stopped reading".into()));
     }
 }
 

@@ -1,0 +1,1 @@
+//! Flight SQL server (in progress).
