@@ -4,6 +4,7 @@
 pub mod exec;
 pub mod output;
 pub mod repl;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,6 +63,15 @@ pub enum Command {
         /// Files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+    },
+    /// Serve the lakes over Arrow Flight SQL (DBeaver, ADBC, Superset).
+    Serve {
+        /// Listen address; port 0 picks a free port. Default: `[server] addr`, else 127.0.0.1:50051.
+        #[arg(long, env = "CLEARICE_ADDR")]
+        addr: Option<String>,
+        /// Write the bound address (host:port) to this file once listening.
+        #[arg(long)]
+        addr_file: Option<PathBuf>,
     },
     /// Column policy commands.
     Policy {
@@ -134,6 +144,14 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                 path.display()
             );
             return Ok(0);
+        }
+        Some(Command::Serve { addr, addr_file }) => {
+            let config = config_or_demo(cli.config.as_deref(), cli.quiet).await?;
+            let engine = Arc::new(Engine::open(config).await?);
+            let (addr, addr_file) = (addr.clone(), addr_file.clone());
+            return cpu
+                .spawn(async move { serve::run(engine, addr, addr_file).await })
+                .await?;
         }
         Some(Command::Policy {
             action: PolicyAction::Check,

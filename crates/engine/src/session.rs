@@ -127,6 +127,12 @@ impl Session {
         }
     }
 
+    /// Plans SQL without running it (result schema, parameter types); not audited, as
+    /// no data is read.
+    pub async fn sql_plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
+        self.ctx.sql(sql).await
+    }
+
     /// Plans and starts SQL, returning its result as a stream (batch by batch). Audit
     /// records are written when the stream ends, fails, or is dropped early (a client that
     /// went away: `error = "cancelled..."`); denials are written before the error returns.

@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use argon2::password_hash::{PasswordHash, PasswordVerifier};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordVerifier};
 use base64::Engine as _;
-use base64::prelude::BASE64_STANDARD;
+use base64::prelude::{BASE64_STANDARD, BASE64_STANDARD_NO_PAD};
 use clearice_engine::ServerConfig;
 use tonic::Status;
 
@@ -20,7 +20,10 @@ pub struct Auth {
 
 impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Auth").field("users", &self.users.keys().collect::<Vec<_>>()).field("ttl", &self.ttl).finish()
+        f.debug_struct("Auth")
+            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .field("ttl", &self.ttl)
+            .finish()
     }
 }
 
@@ -28,16 +31,26 @@ impl Auth {
     /// From `[server]`.
     pub fn new(config: &ServerConfig) -> Self {
         Self {
-            users: config.users.iter().map(|(u, c)| (u.clone(), c.password_hash.clone())).collect(),
+            users: config
+                .users
+                .iter()
+                .map(|(u, c)| (u.clone(), c.password_hash.clone()))
+                .collect(),
             tokens: Mutex::default(),
             ttl: Duration::from_secs(config.token_ttl_s.unwrap_or(3600)),
         }
     }
 
     fn verify_password(&self, user: &str, password: &str) -> bool {
-        let Some(hash) = self.users.get(user) else { return false };
-        let Ok(parsed) = PasswordHash::new(hash) else { return false };
-        Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok()
+        let Some(hash) = self.users.get(user) else {
+            return false;
+        };
+        let Ok(parsed) = PasswordHash::new(hash) else {
+            return false;
+        };
+        Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
     }
 
     fn token_user(&self, token: &str) -> Option<String> {
@@ -55,27 +68,39 @@ impl Auth {
     /// Checks `Basic` credentials (a valid token is accepted as the password, with any
     /// user name) and issues a bearer token. Returns (user, token).
     pub fn login(&self, header: &str) -> Result<(String, String), Status> {
-        let encoded = header
-            .strip_prefix("Basic ")
-            .ok_or_else(|| Status::unauthenticated("expected 'authorization: Basic ...' credentials"))?;
+        let encoded = header.strip_prefix("Basic ").ok_or_else(|| {
+            Status::unauthenticated("expected 'authorization: Basic ...' credentials")
+        })?;
+        // Clients differ in padding (Go's Flight client sends unpadded base64).
+        let encoded = encoded.trim();
         let decoded = BASE64_STANDARD
-            .decode(encoded.trim())
+            .decode(encoded)
+            .or_else(|_| BASE64_STANDARD_NO_PAD.decode(encoded.trim_end_matches('=')))
             .map_err(|_| Status::unauthenticated("malformed Basic credentials"))?;
-        let decoded = String::from_utf8(decoded).map_err(|_| Status::unauthenticated("malformed Basic credentials"))?;
-        let (user, password) =
-            decoded.split_once(':').ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
+        let decoded = String::from_utf8(decoded)
+            .map_err(|_| Status::unauthenticated("malformed Basic credentials"))?;
+        let (user, password) = decoded
+            .split_once(':')
+            .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
         if password.is_empty() {
-            return Err(Status::unauthenticated(format!("empty password for user '{user}'")));
+            return Err(Status::unauthenticated(format!(
+                "empty password for user '{user}'"
+            )));
         }
         let user = if let Some(u) = self.token_user(password) {
             u
         } else if self.verify_password(user, password) {
             user.to_owned()
         } else {
-            return Err(Status::unauthenticated(format!("invalid user name or password for '{user}'")));
+            return Err(Status::unauthenticated(format!(
+                "invalid user name or password for '{user}'"
+            )));
         };
         let token = hex::encode(rand::random::<[u8; 32]>());
-        self.tokens.lock().expect("tokens").insert(token.clone(), (user.clone(), Instant::now() + self.ttl));
+        self.tokens
+            .lock()
+            .expect("tokens")
+            .insert(token.clone(), (user.clone(), Instant::now() + self.ttl));
         Ok((user, token))
     }
 
@@ -85,9 +110,9 @@ impl Auth {
             Status::unauthenticated("missing 'authorization' header: log in with Handshake (Basic) and send the bearer token")
         })?;
         if let Some(token) = header.strip_prefix("Bearer ") {
-            return self
-                .token_user(token.trim())
-                .ok_or_else(|| Status::unauthenticated("bearer token is invalid or expired; log in again"));
+            return self.token_user(token.trim()).ok_or_else(|| {
+                Status::unauthenticated("bearer token is invalid or expired; log in again")
+            });
         }
         self.login(header).map(|(u, _)| u)
     }

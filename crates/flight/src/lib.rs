@@ -1,1 +1,21 @@
-//! Flight SQL server (in progress).
+//! Arrow Flight SQL endpoint for ClearIce (`clearice serve`): the same lakes and column
+//! policy as the shell, for DBeaver (Arrow Flight SQL JDBC driver), ADBC and Superset.
+//!
+//! ```text
+//!  client ──Handshake(Basic)──▶ Auth ──bearer token──▶ every later call
+//!         ──GetFlightInfo(cmd)─▶ plan under the principal's policy ─▶ FlightInfo(ticket = cmd)
+//!         ──DoGet(ticket)──────▶ Session::sql_stream ─▶ batches (views cast to Utf8/Binary)
+//! ```
+//!
+//! The authenticated user is the policy principal and, with the client address, is in
+//! every audit record. Results stream batch by batch; a client that disconnects drops
+//! the stream, which cancels the query.
+#![deny(missing_docs)]
+
+mod auth;
+mod error;
+mod service;
+
+pub use auth::Auth;
+pub use error::status_of;
+pub use service::{ClearIceFlightSql, serve};

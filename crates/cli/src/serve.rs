@@ -1,0 +1,95 @@
+//! `clearice serve`: the Flight SQL endpoint with TLS, auth and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clearice_engine::Engine;
+use clearice_flight::ClearIceFlightSql;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+/// Runs the server until SIGINT or SIGTERM; returns the exit code.
+pub async fn run(
+    engine: Arc<Engine>,
+    addr: Option<String>,
+    addr_file: Option<PathBuf>,
+) -> Result<i32> {
+    let config = engine.config().clone();
+    let server = config.server.clone().unwrap_or_default();
+    let addr = addr
+        .or(server.addr.clone())
+        .unwrap_or_else(|| "127.0.0.1:50051".into());
+    let sock: SocketAddr = tokio::net::lookup_host(&addr)
+        .await
+        .with_context(|| format!("cannot resolve listen address '{addr}'"))?
+        .next()
+        .with_context(|| format!("no address for '{addr}'"))?;
+    let tls = match (&server.tls_cert, &server.tls_key) {
+        (Some(cert), Some(key)) => {
+            let read = |p: &PathBuf| {
+                let p = config.resolve(p);
+                std::fs::read(&p).with_context(|| format!("[server] TLS file '{}'", p.display()))
+            };
+            let mut tls =
+                ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
+            if let Some(ca) = &server.tls_client_ca {
+                tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+            }
+            Some(tls)
+        }
+        (None, None) => None,
+        _ => bail!("[server] needs both tls_cert and tls_key for TLS"),
+    };
+    if tls.is_none() && !sock.ip().is_loopback() && !server.insecure {
+        bail!(
+            "refusing to listen on {sock} without TLS: set [server] tls_cert and tls_key, or insecure = true to accept plaintext"
+        );
+    }
+    if server.users.is_empty() {
+        bail!("[server] has no users: add [server.users.NAME] password_hash = \"$argon2id$...\"");
+    }
+    let demo: Vec<&String> = server
+        .users
+        .iter()
+        .filter(|(_, u)| u.demo)
+        .map(|(n, _)| n)
+        .collect();
+    if !demo.is_empty() {
+        tracing::warn!(users = ?demo, "demo users whose password equals their name are enabled: for the demo only");
+        eprintln!(
+            "WARNING: demo users {demo:?} have their name as password; do not expose this server"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(sock)
+        .await
+        .with_context(|| format!("cannot listen on {sock}"))?;
+    let bound = listener.local_addr()?;
+    let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
+    println!("ClearIce Flight SQL listening on {scheme}://{bound}");
+    if let Some(f) = addr_file {
+        std::fs::write(&f, bound.to_string())
+            .with_context(|| format!("cannot write '{}'", f.display()))?;
+    }
+    let service = ClearIceFlightSql::new(engine, &server);
+    clearice_flight::serve(service, listener, tls, shutdown_signal()).await?;
+    println!("ClearIce Flight SQL stopped");
+    Ok(0)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,223 @@
+//! `clearice serve` queried by the Python ADBC Flight SQL driver as three users.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(config: &Path, dir: &Path) -> Server {
+    let addr_file = dir.join("addr");
+    let child = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .arg("--config")
+        .arg(config)
+        .args(["serve", "--addr", "127.0.0.1:0", "--addr-file"])
+        .arg(&addr_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !addr_file.exists()
+        || std::fs::read_to_string(&addr_file)
+            .unwrap_or_default()
+            .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Server {
+        child,
+        addr: std::fs::read_to_string(&addr_file).unwrap(),
+    }
+}
+
+fn python() -> Option<String> {
+    let p = std::env::var("CLEARICE_PYTHON").ok();
+    if p.is_none() {
+        assert!(
+            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+            "CLEARICE_PYTHON is not set"
+        );
+        eprintln!(
+            "\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh to run this test ***\n"
+        );
+    }
+    p
+}
+
+#[test]
+fn adbc_clients_see_the_policy_of_their_user() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let out = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .args(["demo", "init"])
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = start(&lake.join("clearice.toml"), tmp.path());
+    let script: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/adbc_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(&server.addr)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ADBC client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let admin = &v["admin"];
+    assert_eq!(
+        admin["rows"],
+        serde_json::json!([[1000001, "609-11-1603", "josé.garcia1@example.com"]])
+    );
+    assert_eq!(
+        admin["prepared"],
+        serde_json::json!([[1000002, "231-68-8653"]])
+    );
+    assert_eq!(admin["count"], 200000);
+    assert!(
+        admin["schema"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "phone")
+    );
+    assert!(
+        admin["schema_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t != "string_view"),
+        "{admin}"
+    );
+    assert!(
+        admin["tables"]["lake.sales.customers"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 10
+    );
+    assert_eq!(admin["denied"], Value::Null);
+
+    let analyst = &v["analyst"];
+    let row = &analyst["rows"][0];
+    assert_eq!(
+        (&row[0], &row[1]),
+        (&Value::from(1000001), &Value::from("XXX-XX-1603"))
+    );
+    assert_eq!(row[2].as_str().unwrap().len(), 64, "sha256 hex");
+    assert_eq!(
+        analyst["prepared"],
+        serde_json::json!([[1000002, "XXX-XX-8653"]])
+    );
+    assert!(
+        !analyst["schema"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "phone"),
+        "phone hidden: {analyst}"
+    );
+    assert!(
+        !analyst["tables"]["lake.sales.customers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "phone")
+    );
+    let denied = analyst["denied"].as_str().unwrap();
+    assert!(
+        denied.contains("PERMISSION_DENIED")
+            || denied.contains("PermissionDenied")
+            || denied.contains("access denied"),
+        "{denied}"
+    );
+    assert!(denied.contains("card_number"), "{denied}");
+    let bad = analyst["bad_sql"].as_str().unwrap();
+    assert!(
+        bad.contains("INVALID_ARGUMENT") || bad.contains("InvalidArgument"),
+        "{bad}"
+    );
+
+    let support = &v["support"];
+    assert_eq!(
+        support["rows"],
+        serde_json::json!([[1000001, null, "josé.garcia1@example.com"]])
+    );
+
+    let wrong = v["wrong_password"].as_str().unwrap();
+    assert!(
+        wrong.contains("UNAUTHENTICATED") || wrong.contains("Unauthenticated"),
+        "{wrong}"
+    );
+    let unknown = v["unknown_user"].as_str().unwrap();
+    assert!(
+        unknown.contains("UNAUTHENTICATED") || unknown.contains("Unauthenticated"),
+        "{unknown}"
+    );
+
+    // The audit log names the Flight users and their client address.
+    let audit = std::fs::read_to_string(lake.join("audit.jsonl")).unwrap();
+    let rec: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        rec.iter()
+            .any(|r| r["user"] == "analyst"
+                && r["client"].as_str().unwrap().starts_with("127.0.0.1:"))
+    );
+    assert!(
+        rec.iter()
+            .any(|r| r["user"] == "analyst" && r["allowed"] == false)
+    );
+}
+
+#[test]
+fn serve_refuses_plaintext_on_a_public_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let out = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .args(["demo", "init"])
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .arg("--config")
+        .arg(lake.join("clearice.toml"))
+        .args(["serve", "--addr", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("without TLS") && e.contains("insecure = true"),
+        "{e}"
+    );
+}

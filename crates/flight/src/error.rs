@@ -1,0 +1,57 @@
+//! DataFusion errors to gRPC status codes (exhaustive over error kinds).
+
+use datafusion::error::DataFusionError;
+use tonic::{Code, Status};
+
+fn one_line(e: &impl std::fmt::Display) -> String {
+    e.to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The status a client sees for an engine error: the engine's one-line message and the
+/// code that says what to do about it.
+pub fn status_of(e: &DataFusionError) -> Status {
+    let msg = one_line(e);
+    let policy = msg.contains("access denied")
+        || msg.contains("is not a user in policy")
+        || msg.contains("may not decrypt");
+    let code = match e {
+        _ if policy => Code::PermissionDenied,
+        DataFusionError::Plan(m) if m.contains("not found") => Code::NotFound,
+        DataFusionError::SQL(..)
+        | DataFusionError::Plan(_)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::Configuration(_) => Code::InvalidArgument,
+        DataFusionError::NotImplemented(_) => Code::Unimplemented,
+        DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
+        DataFusionError::ExecutionJoin(_) => Code::Cancelled,
+        DataFusionError::Diagnostic(_, inner) | DataFusionError::Context(_, inner) => {
+            return status_of(inner);
+        }
+        // Files, keys, object stores: the data or its keys are not usable right now.
+        DataFusionError::ParquetError(_)
+        | DataFusionError::ObjectStore(_)
+        | DataFusionError::IoError(_)
+        | DataFusionError::External(_)
+        | DataFusionError::ArrowError(..)
+        | DataFusionError::Execution(_) => Code::FailedPrecondition,
+        DataFusionError::Substrait(_)
+        | DataFusionError::Internal(_)
+        | DataFusionError::Shared(_) => Code::Internal,
+        DataFusionError::Collection(errs) => {
+            return errs
+                .first()
+                .map(status_of)
+                .unwrap_or_else(|| Status::internal(msg));
+        }
+        DataFusionError::Ffi(_) => Code::Internal,
+    };
+    if code == Code::Internal {
+        tracing::error!(error = %msg, "internal error");
+    }
+    Status::new(code, msg)
+}

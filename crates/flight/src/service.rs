@@ -1,0 +1,879 @@
+//! The Flight SQL service.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_server::FlightServiceServer;
+use arrow_flight::sql::metadata::{
+    GetCatalogsBuilder, SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo, XdbcTypeInfoData,
+    XdbcTypeInfoDataBuilder,
+};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetCrossReference,
+    CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
+    CommandPreparedStatementQuery, CommandStatementQuery, DoPutPreparedStatementResult, Nullable,
+    ProstMessageExt, Searchable, SqlInfo, TicketStatementQuery, XdbcDataType,
+};
+use arrow_flight::{
+    Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
+    HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
+};
+use clearice_engine::{Engine, ServerConfig, Session};
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::ipc::writer::IpcWriteOptions;
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::error::DataFusionError;
+use futures::{Stream, StreamExt, TryStreamExt};
+use prost::Message;
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::auth::Auth;
+use crate::error::status_of;
+
+type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
+
+struct Prepared {
+    user: String,
+    sql: String,
+    params: Option<RecordBatch>,
+}
+
+/// ClearIce's Flight SQL service: one [`Session`] per call, as the authenticated user.
+pub struct ClearIceFlightSql {
+    engine: Arc<Engine>,
+    auth: Arc<Auth>,
+    prepared: Mutex<HashMap<String, Prepared>>,
+    sql_info: SqlInfoData,
+    xdbc: XdbcTypeInfoData,
+}
+
+impl std::fmt::Debug for ClearIceFlightSql {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClearIceFlightSql")
+            .field("auth", &self.auth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// View types are cast at the boundary: JDBC driver 18.x cannot read them.
+fn wire_type(dt: &DataType) -> DataType {
+    match dt {
+        DataType::Utf8View => DataType::Utf8,
+        DataType::BinaryView => DataType::Binary,
+        other => other.clone(),
+    }
+}
+
+fn wire_schema(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_data_type(wire_type(f.data_type())))
+            .collect::<Vec<Field>>(),
+        schema.metadata().clone(),
+    ))
+}
+
+fn wire_batch(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, DataFusionError> {
+    let cols: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(Arc::clone(c))
+            } else {
+                cast(c, f.data_type())
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
+}
+
+fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
+        .try_into()
+        .map_err(|e: datafusion::arrow::error::ArrowError| {
+            Status::internal(format!("schema encoding: {e}"))
+        })?;
+    Ok(bytes)
+}
+
+fn flight_info(
+    schema: &Schema,
+    cmd: Any,
+    descriptor: FlightDescriptor,
+) -> Result<FlightInfo, Status> {
+    // The ticket carries the original command, so DoGet dispatches on it; no location:
+    // clients reuse their connection.
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(cmd.encode_to_vec()));
+    FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("schema encoding: {e}")))
+        .map(|i| i.with_endpoint(endpoint).with_descriptor(descriptor))
+}
+
+fn batch_stream(
+    schema: SchemaRef,
+    batch: Result<RecordBatch, arrow_flight::error::FlightError>,
+) -> DoGetStream {
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(futures::stream::once(async move { batch }))
+        .map_err(Status::from);
+    Box::pin(stream)
+}
+
+fn sql_info_data() -> SqlInfoData {
+    let mut b = SqlInfoDataBuilder::new();
+    b.append(SqlInfo::FlightSqlServerName, "ClearIce");
+    b.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+    b.append(SqlInfo::FlightSqlServerArrowVersion, "58");
+    b.append(SqlInfo::FlightSqlServerReadOnly, true);
+    b.append(SqlInfo::FlightSqlServerSql, true);
+    b.append(SqlInfo::FlightSqlServerSubstrait, false);
+    b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+    b.append(SqlInfo::FlightSqlServerCancel, true);
+    b.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
+    b.append(SqlInfo::FlightSqlServerTransactionTimeout, 0i32);
+    b.append(SqlInfo::SqlDdlCatalog, false);
+    b.append(SqlInfo::SqlDdlSchema, false);
+    b.append(SqlInfo::SqlDdlTable, false);
+    b.append(SqlInfo::SqlIdentifierCase, 1i32);
+    b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+    b.append(SqlInfo::SqlQuotedIdentifierCase, 3i32);
+    b.append(SqlInfo::SqlAllTablesAreSelectable, true);
+    b.append(SqlInfo::SqlNullOrdering, 2i32);
+    b.append(SqlInfo::SqlKeywords, &["EXPLAIN", "DESCRIBE"][..]);
+    b.append(
+        SqlInfo::SqlNumericFunctions,
+        &["abs", "round", "floor", "ceil", "power", "sqrt"][..],
+    );
+    b.append(
+        SqlInfo::SqlStringFunctions,
+        &["lower", "upper", "substr", "trim", "length", "concat"][..],
+    );
+    b.append(SqlInfo::SqlSystemFunctions, &["version"][..]);
+    b.append(
+        SqlInfo::SqlDatetimeFunctions,
+        &["now", "date_trunc", "date_part", "to_timestamp"][..],
+    );
+    b.append(SqlInfo::SqlSearchStringEscape, "\\");
+    b.append(SqlInfo::SqlExtraNameCharacters, "");
+    b.append(SqlInfo::SqlSupportsColumnAliasing, true);
+    b.append(SqlInfo::SqlNullPlusNullIsNull, true);
+    b.append(SqlInfo::SqlSupportsTableCorrelationNames, true);
+    b.append(SqlInfo::SqlSupportsDifferentTableCorrelationNames, false);
+    b.append(SqlInfo::SqlSupportsExpressionsInOrderBy, true);
+    b.append(SqlInfo::SqlSupportsOrderByUnrelated, true);
+    b.append(SqlInfo::SqlSupportedGroupBy, 3i32);
+    b.append(SqlInfo::SqlSupportsLikeEscapeClause, true);
+    b.append(SqlInfo::SqlSupportsNonNullableColumns, true);
+    b.append(SqlInfo::SqlSupportedGrammar, 3i32);
+    b.append(SqlInfo::SqlAnsi92SupportedLevel, 1i32);
+    b.append(SqlInfo::SqlSupportsIntegrityEnhancementFacility, false);
+    b.append(SqlInfo::SqlOuterJoinsSupportLevel, 2i32);
+    b.append(SqlInfo::SqlSchemaTerm, "schema");
+    b.append(SqlInfo::SqlProcedureTerm, "procedure");
+    b.append(SqlInfo::SqlCatalogTerm, "catalog");
+    b.append(SqlInfo::SqlCatalogAtStart, true);
+    b.append(SqlInfo::SqlSchemasSupportedActions, 0i32);
+    b.append(SqlInfo::SqlCatalogsSupportedActions, 0i32);
+    b.append(SqlInfo::SqlSupportedPositionedCommands, 0i32);
+    b.append(SqlInfo::SqlSelectForUpdateSupported, false);
+    b.append(SqlInfo::SqlStoredProceduresSupported, false);
+    b.append(SqlInfo::SqlSupportedSubqueries, 15i32);
+    b.append(SqlInfo::SqlCorrelatedSubqueriesSupported, true);
+    b.append(SqlInfo::SqlSupportedUnions, 3i32);
+    b.append(SqlInfo::SqlMaxBinaryLiteralLength, 0i64);
+    b.append(SqlInfo::SqlMaxCharLiteralLength, 0i64);
+    b.append(SqlInfo::SqlMaxColumnNameLength, 0i64);
+    b.append(SqlInfo::SqlMaxColumnsInGroupBy, 0i64);
+    b.append(SqlInfo::SqlMaxColumnsInIndex, 0i64);
+    b.append(SqlInfo::SqlMaxColumnsInOrderBy, 0i64);
+    b.append(SqlInfo::SqlMaxColumnsInSelect, 0i64);
+    b.append(SqlInfo::SqlMaxColumnsInTable, 0i64);
+    b.append(SqlInfo::SqlMaxConnections, 0i64);
+    b.append(SqlInfo::SqlMaxCursorNameLength, 0i64);
+    b.append(SqlInfo::SqlMaxIndexLength, 0i64);
+    b.append(SqlInfo::SqlDbSchemaNameLength, 0i64);
+    b.append(SqlInfo::SqlMaxProcedureNameLength, 0i64);
+    b.append(SqlInfo::SqlMaxCatalogNameLength, 0i64);
+    b.append(SqlInfo::SqlMaxRowSize, 0i64);
+    b.append(SqlInfo::SqlMaxRowSizeIncludesBlobs, true);
+    b.append(SqlInfo::SqlMaxStatementLength, 0i64);
+    b.append(SqlInfo::SqlMaxStatements, 0i64);
+    b.append(SqlInfo::SqlMaxTableNameLength, 0i64);
+    b.append(SqlInfo::SqlMaxTablesInSelect, 0i64);
+    b.append(SqlInfo::SqlMaxUsernameLength, 0i64);
+    b.append(SqlInfo::SqlDefaultTransactionIsolation, 0i64);
+    b.append(SqlInfo::SqlTransactionsSupported, false);
+    b.append(SqlInfo::SqlSupportedTransactionsIsolationLevels, 0i32);
+    b.append(SqlInfo::SqlDataDefinitionCausesTransactionCommit, false);
+    b.append(SqlInfo::SqlDataDefinitionsInTransactionsIgnored, true);
+    b.append(SqlInfo::SqlSupportedResultSetTypes, 0i32);
+    b.append(SqlInfo::SqlBatchUpdatesSupported, false);
+    b.append(SqlInfo::SqlSavepointsSupported, false);
+    b.append(SqlInfo::SqlNamedParametersSupported, false);
+    b.append(SqlInfo::SqlLocatorsUpdateCopy, false);
+    b.append(SqlInfo::SqlStoredFunctionsUsingCallSyntaxSupported, false);
+    b.build().expect("static sql info")
+}
+
+fn xdbc_data() -> XdbcTypeInfoData {
+    let mut b = XdbcTypeInfoDataBuilder::new();
+    for (name, t, size) in [
+        ("VARCHAR", XdbcDataType::XdbcVarchar, Some(i32::MAX)),
+        ("BIGINT", XdbcDataType::XdbcBigint, Some(19)),
+        ("INTEGER", XdbcDataType::XdbcInteger, Some(10)),
+        ("DOUBLE", XdbcDataType::XdbcDouble, Some(15)),
+        ("DECIMAL", XdbcDataType::XdbcDecimal, Some(38)),
+        ("BOOLEAN", XdbcDataType::XdbcBit, Some(1)),
+        ("DATE", XdbcDataType::XdbcDate, Some(10)),
+        ("TIMESTAMP", XdbcDataType::XdbcTimestamp, Some(26)),
+    ] {
+        b.append(XdbcTypeInfo {
+            type_name: name.into(),
+            data_type: t,
+            column_size: size,
+            literal_prefix: None,
+            literal_suffix: None,
+            create_params: None,
+            nullable: Nullable::NullabilityNullable,
+            case_sensitive: name == "VARCHAR",
+            searchable: Searchable::Full,
+            unsigned_attribute: None,
+            fixed_prec_scale: false,
+            auto_increment: None,
+            local_type_name: Some(name.into()),
+            minimum_scale: None,
+            maximum_scale: None,
+            sql_data_type: t,
+            datetime_subcode: None,
+            num_prec_radix: None,
+            interval_precision: None,
+        });
+    }
+    b.build().expect("static xdbc info")
+}
+
+/// Key lookups: valid, empty results with the spec's schema (no keys in Iceberg tables).
+fn keys_schema(cross: bool) -> SchemaRef {
+    let s = |n: &str, nullable| Field::new(n, DataType::Utf8, nullable);
+    let fields = if cross {
+        vec![
+            s("pk_catalog_name", true),
+            s("pk_db_schema_name", true),
+            s("pk_table_name", false),
+            s("pk_column_name", false),
+            s("fk_catalog_name", true),
+            s("fk_db_schema_name", true),
+            s("fk_table_name", false),
+            s("fk_column_name", false),
+            Field::new("key_sequence", DataType::Int32, false),
+            s("fk_key_name", true),
+            s("pk_key_name", true),
+            Field::new("update_rule", DataType::UInt8, false),
+            Field::new("delete_rule", DataType::UInt8, false),
+        ]
+    } else {
+        vec![
+            s("catalog_name", true),
+            s("db_schema_name", true),
+            s("table_name", false),
+            s("column_name", false),
+            Field::new("key_sequence", DataType::Int32, false),
+            s("key_name", true),
+        ]
+    };
+    Arc::new(Schema::new(fields))
+}
+
+impl ClearIceFlightSql {
+    /// A service over `engine`, with users from `[server]`.
+    pub fn new(engine: Arc<Engine>, config: &ServerConfig) -> Self {
+        Self {
+            engine,
+            auth: Arc::new(Auth::new(config)),
+            prepared: Mutex::default(),
+            sql_info: sql_info_data(),
+            xdbc: xdbc_data(),
+        }
+    }
+
+    fn session<T>(&self, request: &Request<T>) -> Result<Session, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        let user = self.auth.authenticate(header)?;
+        let client = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "flight".into());
+        Ok(self.engine.session_for(&user, &client))
+    }
+
+    async fn result_schema(&self, session: &Session, sql: &str) -> Result<SchemaRef, Status> {
+        let df = session.sql_plan(sql).await.map_err(|e| status_of(&e))?;
+        Ok(wire_schema(df.schema().as_arrow()))
+    }
+
+    async fn run(
+        &self,
+        session: Session,
+        sql: &str,
+        params: Option<ParamValues>,
+    ) -> Result<DoGetStream, Status> {
+        let stream = session
+            .sql_stream_with_params(sql, params)
+            .await
+            .map_err(|e| status_of(&e))?;
+        let schema = wire_schema(&stream.schema());
+        let s2 = Arc::clone(&schema);
+        // The session lives as long as the stream; dropping it (client gone) cancels.
+        let batches = stream.map(move |b| {
+            let _keep = &session;
+            b.and_then(|b| wire_batch(b, &s2))
+                .map_err(|e| status_of(&e).into())
+        });
+        let flight = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches)
+            .map_err(Status::from);
+        Ok(Box::pin(flight))
+    }
+
+    async fn table_list(
+        &self,
+        session: &Session,
+    ) -> Vec<(String, String, String, String, SchemaRef)> {
+        let ctx = session.ctx();
+        let mut out = Vec::new();
+        for c in ctx.catalog_names() {
+            let Some(cat) = ctx.catalog(&c) else { continue };
+            for s in cat.schema_names() {
+                let Some(schema) = cat.schema(&s) else {
+                    continue;
+                };
+                for t in schema.table_names() {
+                    // Tables the principal may not read (unknown principal) are not listed.
+                    let Ok(Some(provider)) = schema.table(&t).await else {
+                        continue;
+                    };
+                    let kind = if s == "information_schema" {
+                        "VIEW"
+                    } else {
+                        "TABLE"
+                    };
+                    out.push((
+                        c.clone(),
+                        s.clone(),
+                        t,
+                        kind.to_owned(),
+                        wire_schema(&provider.schema()),
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for ClearIceFlightSql {
+    type FlightService = ClearIceFlightSql;
+
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                Status::unauthenticated("Handshake needs 'authorization: Basic ...' credentials")
+            })?;
+        let (user, token) = self.auth.login(header)?;
+        tracing::info!(user, client = ?request.remote_addr(), "login");
+        let reply = HandshakeResponse {
+            protocol_version: 0,
+            payload: token.clone().into(),
+        };
+        let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> =
+            Response::new(Box::pin(futures::stream::iter(vec![Ok(reply)])));
+        let value = MetadataValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| Status::internal("token header"))?;
+        response.metadata_mut().insert("authorization", value);
+        Ok(response)
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let session = self.session(&request)?;
+        let schema = self.result_schema(&session, &query.query).await?;
+        let ticket = TicketStatementQuery {
+            statement_handle: query.query.into_bytes().into(),
+        };
+        Ok(Response::new(flight_info(
+            &schema,
+            ticket.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let sql = String::from_utf8(ticket.statement_handle.to_vec())
+            .map_err(|_| Status::invalid_argument("statement handle is not UTF-8 SQL"))?;
+        Ok(Response::new(self.run(session, &sql, None).await?))
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let session = self.session(&request)?;
+        let df = session
+            .sql_plan(&query.query)
+            .await
+            .map_err(|e| status_of(&e))?;
+        let dataset = wire_schema(df.schema().as_arrow());
+        let mut params: Vec<(String, Option<DataType>)> = df
+            .logical_plan()
+            .get_parameter_types()
+            .map_err(|e| status_of(&e))?
+            .into_iter()
+            .collect();
+        params.sort_by_key(|(name, _)| {
+            name.trim_start_matches('$')
+                .parse::<usize>()
+                .unwrap_or(usize::MAX)
+        });
+        let param_schema = Schema::new(
+            params
+                .iter()
+                .map(|(n, t)| Field::new(n, wire_type(t.as_ref().unwrap_or(&DataType::Utf8)), true))
+                .collect::<Vec<_>>(),
+        );
+        let handle = hex::encode(rand::random::<[u8; 16]>());
+        self.prepared.lock().expect("prepared").insert(
+            handle.clone(),
+            Prepared {
+                user: session.principal().to_owned(),
+                sql: query.query,
+                params: None,
+            },
+        );
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.into_bytes().into(),
+            dataset_schema: schema_bytes(&dataset)?,
+            parameter_schema: schema_bytes(&param_schema)?,
+        })
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let session = self.session(&request)?;
+        let handle = String::from_utf8_lossy(&query.prepared_statement_handle).into_owned();
+        let stream = request.into_inner().map_err(|e| e.into());
+        let batches: Vec<RecordBatch> =
+            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream)
+                .try_collect()
+                .await
+                .map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?;
+        let mut prepared = self.prepared.lock().expect("prepared");
+        let p = prepared
+            .get_mut(&handle)
+            .filter(|p| p.user == session.principal())
+            .ok_or_else(|| Status::not_found(format!("no prepared statement '{handle}'")))?;
+        p.params = batches.into_iter().find(|b| b.num_rows() > 0);
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(handle.into_bytes().into()),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let session = self.session(&request)?;
+        let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
+        let sql = {
+            let prepared = self.prepared.lock().expect("prepared");
+            let p = prepared
+                .get(&handle)
+                .filter(|p| p.user == session.principal())
+                .ok_or_else(|| Status::not_found(format!("no prepared statement '{handle}'")))?;
+            p.sql.clone()
+        };
+        let schema = self.result_schema(&session, &sql).await?;
+        Ok(Response::new(flight_info(
+            &schema,
+            cmd.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
+        let (sql, params) = {
+            let prepared = self.prepared.lock().expect("prepared");
+            let p = prepared
+                .get(&handle)
+                .filter(|p| p.user == session.principal())
+                .ok_or_else(|| Status::not_found(format!("no prepared statement '{handle}'")))?;
+            (p.sql.clone(), p.params.clone())
+        };
+        let params = match params {
+            Some(b) => Some(ParamValues::List(
+                (0..b.num_columns())
+                    .map(|i| ScalarValue::try_from_array(b.column(i), 0).map(Into::into))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| status_of(&e))?,
+            )),
+            None => None,
+        };
+        Ok(Response::new(self.run(session, &sql, params).await?))
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<(), Status> {
+        let session = self.session(&request)?;
+        let handle = String::from_utf8_lossy(&query.prepared_statement_handle).into_owned();
+        let mut prepared = self.prepared.lock().expect("prepared");
+        if prepared
+            .get(&handle)
+            .is_some_and(|p| p.user == session.principal())
+        {
+            prepared.remove(&handle);
+        }
+        Ok(())
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.into_builder().schema();
+        Ok(Response::new(flight_info(
+            &schema,
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let mut b: GetCatalogsBuilder = query.into_builder();
+        let mut names = session.ctx().catalog_names();
+        names.sort();
+        for c in names {
+            b.append(c);
+        }
+        let schema = b.schema();
+        Ok(Response::new(batch_stream(schema, b.build())))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.clone().into_builder().schema();
+        Ok(Response::new(flight_info(
+            &schema,
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let mut b = query.into_builder();
+        let ctx = session.ctx();
+        for c in ctx.catalog_names() {
+            if let Some(cat) = ctx.catalog(&c) {
+                for s in cat.schema_names() {
+                    b.append(&c, s);
+                }
+            }
+        }
+        let schema = b.schema();
+        Ok(Response::new(batch_stream(schema, b.build())))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.clone().into_builder().schema();
+        Ok(Response::new(flight_info(
+            &schema,
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let session = self.session(&request)?;
+        let mut b = query.into_builder();
+        for (c, s, t, kind, schema) in self.table_list(&session).await {
+            b.append(c, s, t, kind, &schema)
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        let schema = b.schema();
+        Ok(Response::new(batch_stream(schema, b.build())))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.into_builder().schema();
+        Ok(Response::new(flight_info(
+            &schema,
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.session(&request)?;
+        let mut b = query.into_builder();
+        b.append("TABLE");
+        b.append("VIEW");
+        let schema = b.schema();
+        Ok(Response::new(batch_stream(schema, b.build())))
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.clone().into_builder(&self.sql_info).schema();
+        Ok(Response::new(flight_info(
+            &schema,
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.session(&request)?;
+        let b = query.into_builder(&self.sql_info);
+        let schema = b.schema();
+        Ok(Response::new(batch_stream(schema, b.build())))
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        let schema = query.into_builder(&self.xdbc).schema();
+        Ok(Response::new(flight_info(
+            &schema,
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.session(&request)?;
+        let b = query.into_builder(&self.xdbc);
+        let schema = b.schema();
+        Ok(Response::new(batch_stream(schema, b.build())))
+    }
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        Ok(Response::new(flight_info(
+            &keys_schema(false),
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        _query: CommandGetPrimaryKeys,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.session(&request)?;
+        let s = keys_schema(false);
+        Ok(Response::new(batch_stream(
+            Arc::clone(&s),
+            Ok(RecordBatch::new_empty(s)),
+        )))
+    }
+
+    async fn get_flight_info_exported_keys(
+        &self,
+        query: CommandGetExportedKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        Ok(Response::new(flight_info(
+            &keys_schema(true),
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_exported_keys(
+        &self,
+        _query: CommandGetExportedKeys,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.session(&request)?;
+        let s = keys_schema(true);
+        Ok(Response::new(batch_stream(
+            Arc::clone(&s),
+            Ok(RecordBatch::new_empty(s)),
+        )))
+    }
+
+    async fn get_flight_info_imported_keys(
+        &self,
+        query: CommandGetImportedKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        Ok(Response::new(flight_info(
+            &keys_schema(true),
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_imported_keys(
+        &self,
+        _query: CommandGetImportedKeys,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.session(&request)?;
+        let s = keys_schema(true);
+        Ok(Response::new(batch_stream(
+            Arc::clone(&s),
+            Ok(RecordBatch::new_empty(s)),
+        )))
+    }
+
+    async fn get_flight_info_cross_reference(
+        &self,
+        query: CommandGetCrossReference,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request)?;
+        Ok(Response::new(flight_info(
+            &keys_schema(true),
+            query.as_any(),
+            request.into_inner(),
+        )?))
+    }
+
+    async fn do_get_cross_reference(
+        &self,
+        _query: CommandGetCrossReference,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.session(&request)?;
+        let s = keys_schema(true);
+        Ok(Response::new(batch_stream(
+            Arc::clone(&s),
+            Ok(RecordBatch::new_empty(s)),
+        )))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// Serves Flight SQL on `listener` until `shutdown` resolves; in-flight calls finish.
+pub async fn serve(
+    service: ClearIceFlightSql,
+    listener: tokio::net::TcpListener,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    builder
+        .add_service(FlightServiceServer::new(service))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
