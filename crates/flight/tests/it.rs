@@ -1,0 +1,204 @@
+//! In-process Flight SQL server queried with arrow-flight's own Flight SQL client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::sql::{CommandGetTables, SqlInfo};
+use clearice_engine::{Config, Engine, demo};
+use clearice_flight::ClearIceFlightSql;
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use futures::TryStreamExt;
+use tonic::transport::Channel;
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Fixture {
+    async fn start() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("lake");
+        let config = Config::load(&demo::init(&dir).await.unwrap()).unwrap();
+        let server = config.server.clone().unwrap();
+        let engine = Arc::new(Engine::open(config).await.unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let service = ClearIceFlightSql::new(engine, &server);
+        let task = tokio::spawn(async move {
+            clearice_flight::serve(service, listener, None, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Fixture {
+            _tmp: tmp,
+            dir,
+            addr,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    async fn client(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<FlightSqlServiceClient<Channel>, tonic::Status> {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut c = FlightSqlServiceClient::new(channel);
+        c.handshake(user, password)
+            .await
+            .map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+        Ok(c)
+    }
+
+    async fn shutdown(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap();
+    }
+}
+
+async fn query(
+    c: &mut FlightSqlServiceClient<Channel>,
+    sql: &str,
+) -> Result<Vec<RecordBatch>, String> {
+    let info = c
+        .execute(sql.to_owned(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for ep in info.endpoint {
+        let stream = c
+            .do_get(ep.ticket.unwrap())
+            .await
+            .map_err(|e| e.to_string())?;
+        out.extend(
+            stream
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn login_query_and_metadata_follow_the_policy() {
+    let fx = Fixture::start().await;
+    let mut admin = fx.client("admin", "admin").await.unwrap();
+    let mut analyst = fx.client("analyst", "analyst").await.unwrap();
+    let sql = "SELECT ssn FROM lake.sales.customers WHERE id = 1000001";
+    let a = query(&mut admin, sql).await.unwrap();
+    assert_eq!(
+        a[0].column(0).as_string::<i32>().value(0),
+        "609-11-1603",
+        "Utf8View is sent as Utf8"
+    );
+    let b = query(&mut analyst, sql).await.unwrap();
+    assert_eq!(b[0].column(0).as_string::<i32>().value(0), "XXX-XX-1603");
+    let e = query(&mut analyst, "SELECT card_number FROM lake.sales.orders")
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("PermissionDenied") || e.contains("permission"),
+        "{e}"
+    );
+    let e = query(&mut analyst, "SELECT * FROM lake.sales.nope")
+        .await
+        .unwrap_err();
+    assert!(e.contains("NotFound") || e.contains("not found"), "{e}");
+    // metadata
+    let info = analyst
+        .get_tables(CommandGetTables {
+            catalog: None,
+            db_schema_filter_pattern: Some("sal%".into()),
+            table_name_filter_pattern: None,
+            table_types: vec![],
+            include_schema: true,
+        })
+        .await
+        .unwrap();
+    let batches: Vec<RecordBatch> = analyst
+        .do_get(info.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let names: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            b.column(2)
+                .as_string::<i32>()
+                .iter()
+                .map(|s| s.unwrap().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(names, vec!["customers", "orders"]);
+    let info = analyst
+        .get_sql_info(vec![SqlInfo::FlightSqlServerName])
+        .await
+        .unwrap();
+    let rows: Vec<RecordBatch> = analyst
+        .do_get(info.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    // wrong password / no token
+    assert!(fx.client("admin", "wrong").await.is_err());
+    assert!(fx.client("admin", "").await.is_err());
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_cancels_its_query() {
+    let fx = Fixture::start().await;
+    let mut admin = fx.client("admin", "admin").await.unwrap();
+    let info = admin
+        .execute("SELECT * FROM lake.sales.orders".into(), None)
+        .await
+        .unwrap();
+    let mut stream = admin
+        .do_get(info.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap();
+    let first = stream.try_next().await.unwrap().unwrap();
+    assert!(first.num_rows() > 0);
+    drop(stream);
+    drop(admin);
+    // The server drops the query's stream: its audit record says it was cancelled.
+    let audit = fx.dir.join("audit.jsonl");
+    let mut cancelled = false;
+    for _ in 0..100 {
+        let log = std::fs::read_to_string(&audit).unwrap_or_default();
+        if log
+            .lines()
+            .any(|l| l.contains("\"user\":\"admin\"") && l.contains("cancelled"))
+        {
+            cancelled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        cancelled,
+        "no cancelled audit record: {}",
+        std::fs::read_to_string(&audit).unwrap_or_default()
+    );
+    fx.shutdown().await;
+}
