@@ -60,6 +60,10 @@ pub enum Command {
         /// Rewrite the files with the actual results instead of checking them.
         #[arg(long)]
         complete: bool,
+        /// Run over Flight SQL at this URL (`grpc://host:port`) instead of in-process; each
+        /// `connection NAME` logs in as NAME (password: CLEARICE_SLT_PASSWORD, else NAME).
+        #[arg(long)]
+        flight: Option<String>,
         /// Files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -176,7 +180,31 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             );
             return Ok(1);
         }
-        Some(Command::Slt { paths, complete }) => {
+        Some(Command::Slt {
+            paths,
+            complete,
+            flight: Some(url),
+        }) => {
+            if *complete {
+                bail!("--complete rewrites files from an in-process run; drop --flight");
+            }
+            let mut summary = clearice_sqllogictest::Summary::default();
+            for p in paths {
+                for f in clearice_sqllogictest::collect_files(p)
+                    .with_context(|| format!("'{}'", p.display()))?
+                {
+                    let start = std::time::Instant::now();
+                    let r = clearice_sqllogictest::run_file_flight(url, &f, &user, &[]).await;
+                    summary.report(&r, start);
+                }
+            }
+            return Ok(if summary.finish() == 0 { 0 } else { 1 });
+        }
+        Some(Command::Slt {
+            paths,
+            complete,
+            flight: None,
+        }) => {
             let engine =
                 Arc::new(Engine::open(config_or_demo(cli.config.as_deref(), true).await?).await?);
             let mut files = Vec::new();

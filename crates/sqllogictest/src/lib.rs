@@ -127,6 +127,140 @@ impl sqllogictest::AsyncDB for ClearIceDb {
     }
 }
 
+/// A Flight SQL connection as a sqllogictest database: the same `.slt` files run over
+/// the wire, logged in as the connection's principal (password: `CLEARICE_SLT_PASSWORD`,
+/// else the principal's name, as for the demo users). Its engine name is `flight`, so
+/// records can say `skipif flight`.
+pub struct FlightDb {
+    client: arrow_flight::sql::client::FlightSqlServiceClient<tonic::transport::Channel>,
+    /// A failed login is reported by the first statement (so `skipif flight` still applies).
+    login_error: Option<String>,
+}
+
+impl FlightDb {
+    /// Connects to `url` (`grpc://host:port`) and logs in as `principal`.
+    pub async fn connect(url: &str, principal: &str) -> Result<Self, SqlError> {
+        let endpoint = url
+            .replacen("grpc://", "http://", 1)
+            .replacen("grpc+tls://", "https://", 1);
+        let channel = tonic::transport::Channel::from_shared(endpoint)
+            .map_err(|e| SqlError(one_line(e)))?
+            .connect()
+            .await
+            .map_err(|e| SqlError(one_line(e)))?;
+        let mut client = arrow_flight::sql::client::FlightSqlServiceClient::new(channel);
+        let password =
+            std::env::var("CLEARICE_SLT_PASSWORD").unwrap_or_else(|_| principal.to_owned());
+        let login_error = client
+            .handshake(principal, &password)
+            .await
+            .err()
+            .map(one_line);
+        Ok(Self {
+            client,
+            login_error,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl sqllogictest::AsyncDB for FlightDb {
+    type Error = SqlError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
+        use futures::TryStreamExt;
+        if let Some(e) = &self.login_error {
+            return Err(SqlError(e.clone()));
+        }
+        let err = |e: arrow_flight::error::FlightError| SqlError(one_line(e));
+        let info = self
+            .client
+            .execute(sql.to_owned(), None)
+            .await
+            .map_err(err)?;
+        let schema = info
+            .clone()
+            .try_decode_schema()
+            .map_err(|e| SqlError(one_line(e)))?;
+        let mut batches = Vec::new();
+        for ep in info.endpoint {
+            let Some(ticket) = ep.ticket else { continue };
+            let stream = self.client.do_get(ticket).await.map_err(err)?;
+            batches.extend(stream.try_collect::<Vec<_>>().await.map_err(err)?);
+        }
+        let types: Vec<_> = schema
+            .fields()
+            .iter()
+            .map(|f| column_type(f.data_type()))
+            .collect();
+        if types.is_empty() {
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        Ok(DBOutput::Rows {
+            types,
+            rows: batches_to_rows(&batches)?,
+        })
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "flight"
+    }
+}
+
+/// Runs one file over Flight SQL at `url`, one login per connection name.
+pub async fn run_file_flight(
+    url: &str,
+    path: &Path,
+    default_principal: &str,
+    vars: &[(String, String)],
+) -> FileResult {
+    let principal = Arc::new(Mutex::new(default_principal.to_owned()));
+    let p = Arc::clone(&principal);
+    let url = url.to_owned();
+    let mut runner = Runner::new(move || {
+        let (url, who) = (url.clone(), p.lock().expect("principal").clone());
+        async move { FlightDb::connect(&url, &who).await }
+    });
+    for (k, v) in vars {
+        runner.set_var(k.clone(), v.clone());
+    }
+    let mut result = FileResult {
+        path: path.to_owned(),
+        failures: vec![],
+        records: 0,
+    };
+    let records = match sqllogictest::parse_file::<DefaultColumnType>(path) {
+        Ok(r) => r,
+        Err(e) => {
+            result.failures.push(format!("parse error: {e}"));
+            return result;
+        }
+    };
+    for record in records {
+        let conn = match &record {
+            Record::Halt { .. } => break,
+            Record::Statement { connection, .. } | Record::Query { connection, .. } => {
+                result.records += 1;
+                Some(connection.clone())
+            }
+            _ => None,
+        };
+        if let Some(c) = conn {
+            *principal.lock().expect("principal") = match c {
+                Connection::Named(name) => name,
+                Connection::Default => default_principal.to_owned(),
+            };
+        }
+        if let Err(e) = runner.run_async(record).await {
+            result.failures.push(e.display(true).to_string());
+        }
+    }
+    result
+}
+
 /// Outcome of one file.
 #[derive(Debug)]
 pub struct FileResult {

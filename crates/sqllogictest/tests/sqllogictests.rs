@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clearice_engine::{Config, Engine};
-use clearice_sqllogictest::{Summary, collect_files, run_file};
+use clearice_sqllogictest::{Summary, collect_files, run_file, run_file_flight};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -57,6 +57,7 @@ async fn main() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut summary = Summary::default();
     let mut skipped = Vec::new();
+    let mut flight_url: Option<String> = None;
     let mut engines: std::collections::HashMap<String, Option<Suite>> = Default::default();
     for f in &files {
         let rel = f.strip_prefix(root()).unwrap_or(f);
@@ -65,7 +66,8 @@ async fn main() {
             .next()
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .unwrap_or_default();
-        // policy/ runs on the demo lake, whose policy it tests.
+        // policy/ runs on the demo lake, whose policy it tests, and again over Flight SQL.
+        let over_flight = suite == "policy";
         let suite = if suite == "policy" {
             "demo".to_owned()
         } else {
@@ -86,8 +88,22 @@ async fn main() {
             continue;
         };
         let start = Instant::now();
-        let r = run_file(engine, f, "admin", &vars, complete).await;
+        let r = run_file(Arc::clone(&engine), f, "admin", &vars, complete).await;
         summary.report(&r, start);
+        if over_flight && !complete {
+            let url = match &flight_url {
+                Some(u) => u.clone(),
+                None => {
+                    let u = start_flight(Arc::clone(&engine)).await;
+                    flight_url = Some(u.clone());
+                    u
+                }
+            };
+            let start = Instant::now();
+            let mut r = run_file_flight(&url, f, "admin", &vars).await;
+            r.path = PathBuf::from(format!("{} (over Flight SQL)", f.display()));
+            summary.report(&r, start);
+        }
     }
     for s in &skipped {
         println!("*** SKIPPED {s}: its fixtures are missing; run ./scripts/test.sh ***");
@@ -150,4 +166,25 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
             panic!("sql-tests/{other}: unknown suite (expected demo, interop or parquet_testing)")
         }
     }
+}
+
+/// Serves `engine` over Flight SQL on a free loopback port for the rest of the run.
+async fn start_flight(engine: Arc<Engine>) -> String {
+    let server = engine
+        .config()
+        .server
+        .clone()
+        .expect("demo lake has [server]");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let service = clearice_flight::ClearIceFlightSql::new(engine, &server);
+    tokio::spawn(clearice_flight::serve(
+        service,
+        listener,
+        None,
+        std::future::pending(),
+    ));
+    format!("grpc://{addr}")
 }
