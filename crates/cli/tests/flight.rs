@@ -221,3 +221,61 @@ fn serve_refuses_plaintext_on_a_public_address() {
         "{e}"
     );
 }
+
+#[test]
+fn adbc_connects_over_tls() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let out = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .args(["demo", "init"])
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let script: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/tls_client.py");
+    let made = Command::new(&python)
+        .arg(&script)
+        .arg("gen")
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let config = lake.join("clearice.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[server]\n",
+        "[server]\ntls_cert = \"server.pem\"\ntls_key = \"server.key\"\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let server = start(&config, tmp.path());
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg("query")
+        .arg(&server.addr)
+        .arg(lake.join("server.pem"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "TLS client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "[[\"XXX-XX-1603\"]]"
+    );
+    // a plaintext client cannot talk to the TLS endpoint
+    let plain = Command::new(&python)
+        .arg("-c")
+        .arg(format!(
+            "import adbc_driver_flightsql.dbapi as f; f.connect('grpc://{}', db_kwargs={{'username':'analyst','password':'analyst'}})",
+            server.addr
+        ))
+        .output()
+        .unwrap();
+    assert!(!plain.status.success());
+}
