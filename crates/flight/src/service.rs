@@ -51,6 +51,8 @@ pub struct ClearIceFlightSql {
     engine: Arc<Engine>,
     auth: Arc<Auth>,
     prepared: Mutex<HashMap<String, Prepared>>,
+    /// Running results by ticket bytes, for `CancelFlightInfo`.
+    running: Arc<Mutex<HashMap<Vec<u8>, Vec<futures::stream::AbortHandle>>>>,
     sql_info: SqlInfoData,
     xdbc: XdbcTypeInfoData,
 }
@@ -108,6 +110,25 @@ fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
     Ok(bytes)
 }
 
+/// Removes a result's cancel handle when its stream ends or is dropped.
+struct Unregister {
+    running: Arc<Mutex<HashMap<Vec<u8>, Vec<futures::stream::AbortHandle>>>>,
+    ticket: Vec<u8>,
+}
+
+impl Drop for Unregister {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&self.ticket);
+        }
+    }
+}
+
+/// The ticket bytes of a command (what `flight_info` puts in its endpoint).
+fn ticket_key(cmd: &Any) -> Vec<u8> {
+    cmd.encode_to_vec()
+}
+
 fn flight_info(
     schema: &Schema,
     cmd: Any,
@@ -115,7 +136,7 @@ fn flight_info(
 ) -> Result<FlightInfo, Status> {
     // The ticket carries the original command, so DoGet dispatches on it; no location:
     // clients reuse their connection.
-    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(cmd.encode_to_vec()));
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket_key(&cmd)));
     FlightInfo::new()
         .try_with_schema(schema)
         .map_err(|e| Status::internal(format!("schema encoding: {e}")))
@@ -305,6 +326,7 @@ impl ClearIceFlightSql {
             engine,
             auth: Arc::new(Auth::new(config)),
             prepared: Mutex::default(),
+            running: Arc::default(),
             sql_info: sql_info_data(),
             xdbc: xdbc_data(),
         }
@@ -333,6 +355,7 @@ impl ClearIceFlightSql {
         session: Session,
         sql: &str,
         params: Option<ParamValues>,
+        ticket: Vec<u8>,
     ) -> Result<DoGetStream, Status> {
         let stream = session
             .sql_stream_with_params(sql, params)
@@ -345,6 +368,22 @@ impl ClearIceFlightSql {
             let _keep = &session;
             b.and_then(|b| wire_batch(b, &s2))
                 .map_err(|e| status_of(&e).into())
+        });
+        // CancelFlightInfo aborts the stream (which drops, and so cancels, the query).
+        let (abort, registration) = futures::stream::AbortHandle::new_pair();
+        self.running
+            .lock()
+            .expect("running")
+            .entry(ticket.clone())
+            .or_default()
+            .push(abort);
+        let guard = Unregister {
+            running: Arc::clone(&self.running),
+            ticket,
+        };
+        let batches = futures::stream::Abortable::new(batches, registration).map(move |b| {
+            let _registered = &guard;
+            b
         });
         let flight = FlightDataEncoderBuilder::new()
             .with_schema(schema)
@@ -446,7 +485,13 @@ impl FlightSqlService for ClearIceFlightSql {
         let session = self.session(&request)?;
         let sql = String::from_utf8(ticket.statement_handle.to_vec())
             .map_err(|_| Status::invalid_argument("statement handle is not UTF-8 SQL"))?;
-        Ok(Response::new(self.run(session, &sql, None).await?))
+        let key = ticket_key(
+            &TicketStatementQuery {
+                statement_handle: sql.clone().into_bytes().into(),
+            }
+            .as_any(),
+        );
+        Ok(Response::new(self.run(session, &sql, None, key).await?))
     }
 
     async fn do_action_create_prepared_statement(
@@ -564,7 +609,8 @@ impl FlightSqlService for ClearIceFlightSql {
             )),
             None => None,
         };
-        Ok(Response::new(self.run(session, &sql, params).await?))
+        let key = ticket_key(&cmd.as_any());
+        Ok(Response::new(self.run(session, &sql, params, key).await?))
     }
 
     async fn do_action_close_prepared_statement(
@@ -855,6 +901,50 @@ impl FlightSqlService for ClearIceFlightSql {
             Arc::clone(&s),
             Ok(RecordBatch::new_empty(s)),
         )))
+    }
+
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoActionStream>,
+        Status,
+    > {
+        self.session(&request)?;
+        let action = request.into_inner();
+        if action.r#type != "CancelFlightInfo" {
+            return Err(Status::unimplemented(format!(
+                "action '{}' is not supported",
+                action.r#type
+            )));
+        }
+        let req = arrow_flight::CancelFlightInfoRequest::decode(action.body)
+            .map_err(|e| Status::invalid_argument(format!("CancelFlightInfoRequest: {e}")))?;
+        let mut cancelled = false;
+        for ep in req.info.map(|i| i.endpoint).unwrap_or_default() {
+            if let Some(t) = ep.ticket
+                && let Some(handles) = self
+                    .running
+                    .lock()
+                    .expect("running")
+                    .remove(t.ticket.as_ref())
+            {
+                handles.iter().for_each(futures::stream::AbortHandle::abort);
+                cancelled = true;
+            }
+        }
+        let status = if cancelled {
+            arrow_flight::CancelStatus::Cancelled
+        } else {
+            arrow_flight::CancelStatus::NotCancellable
+        };
+        let result = arrow_flight::CancelFlightInfoResult::new(status);
+        let body = arrow_flight::Result {
+            body: result.encode_to_vec().into(),
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter(vec![Ok(
+            body,
+        )]))))
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}

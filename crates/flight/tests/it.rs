@@ -69,6 +69,10 @@ impl Fixture {
     }
 }
 
+/// A result far larger than any transport buffer (1.6M rows), so it is still running
+/// when a test cancels or disconnects.
+const BIG: &str = "SELECT o.* FROM lake.sales.orders o CROSS JOIN (VALUES (1), (2), (3), (4), (5), (6), (7), (8)) v(x)";
+
 async fn query(
     c: &mut FlightSqlServiceClient<Channel>,
     sql: &str,
@@ -169,10 +173,7 @@ async fn login_query_and_metadata_follow_the_policy() {
 async fn a_client_that_stops_reading_cancels_its_query() {
     let fx = Fixture::start().await;
     let mut admin = fx.client("admin", "admin").await.unwrap();
-    let info = admin
-        .execute("SELECT * FROM lake.sales.orders".into(), None)
-        .await
-        .unwrap();
+    let info = admin.execute(BIG.into(), None).await.unwrap();
     let mut stream = admin
         .do_get(info.endpoint[0].ticket.clone().unwrap())
         .await
@@ -201,4 +202,41 @@ async fn a_client_that_stops_reading_cancels_its_query() {
         std::fs::read_to_string(&audit).unwrap_or_default()
     );
     fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn cancel_flight_info_stops_a_running_result() {
+    use arrow_flight::CancelStatus;
+    let fx = Fixture::start().await;
+    let mut admin = fx.client("admin", "admin").await.unwrap();
+    let info = admin.execute(BIG.into(), None).await.unwrap();
+    let mut stream = admin
+        .do_get(info.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap();
+    assert!(stream.try_next().await.unwrap().unwrap().num_rows() > 0);
+    let result = cancel(&mut admin, info.clone()).await;
+    assert_eq!(result.status, CancelStatus::Cancelled as i32);
+    // the stream ends early: far fewer than the 1,600,000 rows of the result arrive
+    let mut rows = 0;
+    while let Ok(Some(b)) = stream.try_next().await {
+        rows += b.num_rows();
+    }
+    assert!(rows < 1_600_000, "{rows} rows after cancel");
+    // cancelling again: nothing is running under that ticket
+    let again = cancel(&mut admin, info).await;
+    assert_eq!(again.status, CancelStatus::NotCancellable as i32);
+    fx.shutdown().await;
+}
+
+async fn cancel(
+    c: &mut FlightSqlServiceClient<Channel>,
+    info: arrow_flight::FlightInfo,
+) -> arrow_flight::CancelFlightInfoResult {
+    use prost::Message;
+    let req = arrow_flight::CancelFlightInfoRequest::new(info);
+    let action = arrow_flight::Action::new("CancelFlightInfo", req.encode_to_vec());
+    let mut results = c.do_action(action).await.unwrap();
+    let result = results.try_next().await.unwrap().expect("one result");
+    arrow_flight::CancelFlightInfoResult::decode(result.body).unwrap()
 }

@@ -208,6 +208,10 @@ impl SchemaProvider for SessionSchemaProvider {
     }
 
     fn table_names(&self) -> Vec<String> {
+        // A principal the policy does not know may not read any table: list none.
+        if !self.access.policy().is_known(self.access.principal()) {
+            return vec![];
+        }
         self.inner.table_names()
     }
 
