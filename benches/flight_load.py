@@ -126,10 +126,13 @@ def timed(f):
 def local_scan(a):
     out = subprocess.run(
         [a.bin, "--config", a.config, "--user", "admin", "--format", "csv", "-c",
-         "SELECT count(*) FROM (SELECT * FROM lake.sales.orders) t WHERE order_id IS NOT NULL"],
+         "SELECT count(order_id), count(customer_id), max(order_date), sum(amount), max(card_number), max(status) "
+         "FROM lake.sales.orders"],
         capture_output=True, text=True, check=True,
     )
-    # the CLI prints "N rows in X s" for the query itself (no process start-up)
+    # the CLI prints "N rows in X s" for the query itself (no process start-up). The query
+    # decodes every column of the scan but does not materialize rows for a client, so the
+    # ratio is an upper bound on Flight's overhead (serialization + transport + client decode).
     line = [l for l in out.stderr.splitlines() if " in " in l][-1]
     return float(line.rsplit(" ", 1)[1].rstrip("s"))
 
