@@ -224,41 +224,15 @@ pub async fn run_file_flight(
         let (url, who) = (url.clone(), p.lock().expect("principal").clone());
         async move { FlightDb::connect(&url, &who).await }
     });
-    for (k, v) in vars {
-        runner.set_var(k.clone(), v.clone());
-    }
-    let mut result = FileResult {
-        path: path.to_owned(),
-        failures: vec![],
-        records: 0,
-    };
-    let records = match sqllogictest::parse_file::<DefaultColumnType>(path) {
-        Ok(r) => r,
-        Err(e) => {
-            result.failures.push(format!("parse error: {e}"));
-            return result;
-        }
-    };
-    for record in records {
-        let conn = match &record {
-            Record::Halt { .. } => break,
-            Record::Statement { connection, .. } | Record::Query { connection, .. } => {
-                result.records += 1;
-                Some(connection.clone())
-            }
-            _ => None,
-        };
-        if let Some(c) = conn {
-            *principal.lock().expect("principal") = match c {
-                Connection::Named(name) => name,
-                Connection::Default => default_principal.to_owned(),
-            };
-        }
-        if let Err(e) = runner.run_async(record).await {
-            result.failures.push(e.display(true).to_string());
-        }
-    }
-    result
+    drive(
+        &mut runner,
+        &principal,
+        path,
+        default_principal,
+        vars,
+        false,
+    )
+    .await
 }
 
 /// Outcome of one file.
@@ -289,6 +263,32 @@ pub async fn run_file(
         let ctx = e.session_for(&p.lock().expect("principal"), "slt");
         async move { Ok::<_, SqlError>(ClearIceDb::new(ctx)) }
     });
+    drive(
+        &mut runner,
+        &principal,
+        path,
+        default_principal,
+        vars,
+        complete,
+    )
+    .await
+}
+
+/// Runs (or, with `complete`, rewrites) one file's records on `runner`, setting
+/// `principal` to each record's connection name before it runs: the runner makes a
+/// connection on a name's first use, as that principal.
+async fn drive<D, M>(
+    runner: &mut Runner<D, M>,
+    principal: &Mutex<String>,
+    path: &Path,
+    default_principal: &str,
+    vars: &[(String, String)],
+    complete: bool,
+) -> FileResult
+where
+    D: sqllogictest::AsyncDB<ColumnType = DefaultColumnType>,
+    M: sqllogictest::MakeConnection<Conn = D>,
+{
     for (k, v) in vars {
         runner.set_var(k.clone(), v.clone());
     }
@@ -314,8 +314,6 @@ pub async fn run_file(
             }
             _ => None,
         };
-        // The principal of a record is its connection's name (`connection NAME` applies
-        // to the next record); the runner makes a session on a name's first use.
         if let Some(c) = conn {
             *principal.lock().expect("principal") = match c {
                 Connection::Named(name) => name,
