@@ -36,11 +36,6 @@ impl PmeEncryptionFactory {
         self.scope = scope;
         self
     }
-
-    /// The resolver (for tests and metrics).
-    pub fn resolver(&self) -> &Arc<KeyResolver> {
-        &self.resolver
-    }
 }
 
 /// Reads side files (external key material) from the local filesystem.

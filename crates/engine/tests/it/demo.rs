@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clearice_engine::{Config, Engine, demo};
-use iceberg::spec::{ManifestList, NestedField, PrimitiveType, Type};
+use iceberg::spec::{ManifestList, PrimitiveType, Type};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
 use serde_json::Value;
@@ -206,7 +206,6 @@ async fn columns_resolve_by_field_id_after_schema_changes() {
         .apply(tx)
         .unwrap();
     tx.commit(catalog.as_ref()).await.unwrap();
-    let _ = NestedField::optional(0, "unused", Type::Primitive(PrimitiveType::Int));
     // Reopen so the session sees the new schema.
     let engine = Engine::open(Config::load(&dir.join("clearice.toml")).unwrap())
         .await

@@ -2,7 +2,6 @@
 //! DuckDB computed over the plaintext twin (expected.json).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
@@ -205,7 +204,6 @@ async fn missing_column_key_fails_only_queries_that_need_the_column() {
             "{sql}: {e}"
         );
     }
-    let _ = Arc::clone(&engine);
 }
 
 #[tokio::test]

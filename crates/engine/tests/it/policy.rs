@@ -86,7 +86,7 @@ ACCESS_tags
 
 /// A policy where role `a` gets `decision` on every column it applies to and role `b`
 /// sees plaintext; users `ua` and `ub`.
-fn matrix_policy(decision: &str, audit: &Path) -> String {
+fn matrix_policy(decision: &str) -> String {
     let mut p = String::from(
         "[roles]\na = {}\nb = {}\n[users]\nua = { roles = [\"a\"] }\nub = { roles = [\"b\"] }\n",
     );
@@ -110,7 +110,6 @@ fn matrix_policy(decision: &str, audit: &Path) -> String {
         );
     }
     p.push_str(&t);
-    let _ = audit;
     p
 }
 
@@ -214,7 +213,7 @@ const DECISIONS: [&str; 10] = [
 
 async fn run_matrix(lake: &Lake) {
     for decision in DECISIONS {
-        let engine = open_with_policy(lake, &matrix_policy(decision, &lake.dir), decision).await;
+        let engine = open_with_policy(lake, &matrix_policy(decision), decision).await;
         let (a, b) = (engine.session("ua"), engine.session("ub"));
         for (col, kind) in COLUMNS {
             let applies = match decision {
