@@ -127,10 +127,20 @@ impl Session {
         }
     }
 
-    /// Plans SQL without running it (result schema, parameter types); not audited, as
-    /// no data is read.
+    /// Plans SQL without running it (result schema, parameter types). Only refusals are
+    /// audited (a hidden table, an unknown principal): a plan reads no data.
     pub async fn sql_plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
-        self.ctx.sql(sql).await
+        let _ = self.access.take();
+        let planned = self.ctx.sql(sql).await;
+        let pending = self.pending_audit(&query_id(), sql);
+        if let Err(e) = &planned
+            && pending.accesses.iter().any(|a| !a.allowed)
+        {
+            pending
+                .write(Err(one_line(e)))
+                .map_err(|a| DataFusionError::External(Box::new(a)))?;
+        }
+        planned
     }
 
     /// Plans and starts SQL, returning its result as a stream (batch by batch). Audit
@@ -216,10 +226,8 @@ impl PendingAudit {
                 columns: a.columns,
                 allowed: a.allowed,
                 rows: outcome.as_ref().ok().copied(),
-                error: match &outcome {
-                    Err(e) => Some(e.clone()),
-                    Ok(_) => a.error,
-                },
+                // A refusal keeps its own reason; other tables get the query's error.
+                error: a.error.or_else(|| outcome.as_ref().err().cloned()),
             };
             log.write(&record)?;
         }

@@ -21,9 +21,17 @@ struct Fixture {
 
 impl Fixture {
     async fn start() -> Fixture {
+        Self::start_with(|p| p).await
+    }
+
+    /// The demo lake with its policy file edited by `edit`.
+    async fn start_with(edit: impl FnOnce(String) -> String) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("lake");
-        let config = Config::load(&demo::init(&dir).await.unwrap()).unwrap();
+        let config_path = demo::init(&dir).await.unwrap();
+        let policy = dir.join("policy.toml");
+        std::fs::write(&policy, edit(std::fs::read_to_string(&policy).unwrap())).unwrap();
+        let config = Config::load(&config_path).unwrap();
         let server = config.server.clone().unwrap();
         let engine = Arc::new(Engine::open(config).await.unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -166,6 +174,111 @@ async fn login_query_and_metadata_follow_the_policy() {
     // wrong password / no token
     assert!(fx.client("admin", "wrong").await.is_err());
     assert!(fx.client("admin", "").await.is_err());
+    fx.shutdown().await;
+}
+
+async fn table_names(c: &mut FlightSqlServiceClient<Channel>) -> Vec<String> {
+    let info = c
+        .get_tables(CommandGetTables {
+            catalog: Some("lake".into()),
+            db_schema_filter_pattern: None,
+            table_name_filter_pattern: None,
+            table_types: vec![],
+            include_schema: true,
+        })
+        .await
+        .unwrap();
+    let batches: Vec<RecordBatch> = c
+        .do_get(info.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.column(2)
+                .as_string::<i32>()
+                .iter()
+                .map(|s| s.unwrap().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn table_rules_hide_or_deny_whole_tables() {
+    let fx = Fixture::start_with(|p| {
+        let header = "[tables.\"lake.sales.orders\"]\n";
+        assert!(p.contains(header));
+        p.replace(
+            header,
+            &format!("{header}access = {{ support = \"hide\", analyst = \"deny\" }}\n"),
+        )
+    })
+    .await;
+    let mut admin = fx.client("admin", "admin").await.unwrap();
+    let mut analyst = fx.client("analyst", "analyst").await.unwrap();
+    let mut support = fx.client("support", "support").await.unwrap();
+    assert_eq!(table_names(&mut admin).await, vec!["customers", "orders"]);
+    // deny: listed (with its schema), but no query reads it
+    assert_eq!(table_names(&mut analyst).await, vec!["customers", "orders"]);
+    let e = query(&mut analyst, "SELECT count(*) FROM lake.sales.orders")
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("does not have permission")
+            && e.contains("table 'lake.sales.orders' is denied to principal 'analyst' (rule: role:analyst)"),
+        "{e}"
+    );
+    let cols = query(
+        &mut analyst,
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'orders'",
+    )
+    .await
+    .unwrap();
+    assert!(cols[0].column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0) > 0);
+    // hide: not listed anywhere, and naming it reads as a table that does not exist
+    assert_eq!(table_names(&mut support).await, vec!["customers"]);
+    let e = query(&mut support, "SELECT * FROM lake.sales.orders")
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("entity was not found") && e.contains("lake.sales.orders' not found"),
+        "{e}"
+    );
+    let listed = query(
+        &mut support,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'sales'",
+    )
+    .await
+    .unwrap();
+    let listed: Vec<&str> = listed
+        .iter()
+        .flat_map(|b| b.column(0).as_string::<i32>().iter().map(Option::unwrap))
+        .collect();
+    assert_eq!(listed, vec!["customers"]);
+    // a table rule does not touch the other tables
+    assert_eq!(
+        query(&mut support, "SELECT count(*) FROM lake.sales.customers")
+            .await
+            .unwrap()[0]
+            .num_rows(),
+        1
+    );
+    // both refusals are audited
+    let log = std::fs::read_to_string(fx.dir.join("audit.jsonl")).unwrap();
+    let refused = |user: &str, what: &str| {
+        log.lines().any(|l| {
+            l.contains(&format!("\"user\":\"{user}\""))
+                && l.contains("\"allowed\":false")
+                && l.contains("lake.sales.orders")
+                && l.contains(what)
+        })
+    };
+    assert!(refused("analyst", "is denied"), "{log}");
+    assert!(refused("support", "hidden"), "{log}");
     fx.shutdown().await;
 }
 

@@ -112,6 +112,47 @@ impl fmt::Display for Decision {
     }
 }
 
+/// Whether a principal may read a table at all (`[tables."c.n.t"] access`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableDecision {
+    /// The table is listed and readable (columns still go through their rules).
+    Allow,
+    /// The table is listed, but any query naming it fails before reading data.
+    Deny,
+    /// The table is not listed, and naming it fails as for a table that does not exist.
+    Hide,
+}
+
+impl TableDecision {
+    /// Name as written in the policy file.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableDecision::Allow => "allow",
+            TableDecision::Deny => "deny",
+            TableDecision::Hide => "hide",
+        }
+    }
+
+    /// Parses a policy-file name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "allow" => TableDecision::Allow,
+            "deny" => TableDecision::Deny,
+            "hide" => TableDecision::Hide,
+            _ => return None,
+        })
+    }
+
+    /// Permissiveness rank (a denied table is at least known to exist).
+    pub fn rank(self) -> u8 {
+        match self {
+            TableDecision::Allow => 3,
+            TableDecision::Deny => 2,
+            TableDecision::Hide => 1,
+        }
+    }
+}
+
 /// Kind of a column, for checking that a mask applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnKind {

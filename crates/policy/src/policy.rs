@@ -6,7 +6,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{Error, Result};
-use crate::model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource};
+use crate::model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +53,8 @@ struct RawTable {
     #[serde(default)]
     plaintext_footer: bool,
     #[serde(default)]
+    access: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
     columns: BTreeMap<Spanned<String>, RawColumn>,
 }
 
@@ -97,6 +99,8 @@ pub struct TablePolicy {
     pub footer_key: Option<String>,
     /// Write the footer in plaintext (signed).
     pub plaintext_footer: bool,
+    /// Table-level access rules (no matching rule: allowed).
+    pub access: Vec<(Subject, TableDecision)>,
     /// Columns by name.
     pub columns: BTreeMap<String, ColumnPolicy>,
 }
@@ -236,6 +240,19 @@ impl Policy {
                     ),
                 ));
             }
+            let mut access = Vec::new();
+            for (k, v) in &t.access {
+                let d = TableDecision::parse(v.get_ref()).ok_or_else(|| {
+                    err(
+                        v.span().start,
+                        format!(
+                            "'{}' is not a table decision (expected one of allow, deny, hide)",
+                            v.get_ref()
+                        ),
+                    )
+                })?;
+                access.push((subject(k)?, d));
+            }
             let mut columns = BTreeMap::new();
             for (cname, c) in &t.columns {
                 let mut rules = Vec::new();
@@ -297,6 +314,7 @@ impl Policy {
                 TablePolicy {
                     footer_key: t.footer_key.clone(),
                     plaintext_footer: t.plaintext_footer,
+                    access,
                     columns,
                 },
             );
@@ -366,6 +384,49 @@ impl Policy {
             .unwrap_or(self.on_missing_key)
     }
 
+    /// The rule for `principal` among `rules`: a `user:` rule, else the most permissive
+    /// of the principal's roles, else `*`.
+    fn pick<D: Clone>(
+        &self,
+        principal: &str,
+        rules: &[(Subject, D)],
+        rank: impl Fn(&D) -> u8,
+    ) -> Option<(D, RuleSource)> {
+        if let Some((_, d)) = rules
+            .iter()
+            .find(|(s, _)| matches!(s, Subject::User(u) if u == principal))
+        {
+            return Some((d.clone(), RuleSource::User(principal.to_owned())));
+        }
+        let roles = self.roles_of(principal);
+        let best = rules
+            .iter()
+            .filter_map(|(s, d)| match s {
+                Subject::Role(r) if roles.contains(r) => Some((r, d)),
+                _ => None,
+            })
+            .max_by_key(|(_, d)| rank(d));
+        if let Some((r, d)) = best {
+            return Some((d.clone(), RuleSource::Role(r.clone())));
+        }
+        rules
+            .iter()
+            .find(|(s, _)| *s == Subject::Wildcard)
+            .map(|(_, d)| (d.clone(), RuleSource::Wildcard))
+    }
+
+    /// Whether `principal` may read `table` at all. Rules as for columns; no matching
+    /// rule allows the table; a principal the policy does not know is denied.
+    pub fn table_access(&self, principal: &str, table: &str) -> (TableDecision, RuleSource) {
+        if !self.is_known(principal) {
+            return (TableDecision::Deny, RuleSource::UnknownPrincipal);
+        }
+        self.tables
+            .get(table)
+            .and_then(|t| self.pick(principal, &t.access, |d| d.rank()))
+            .unwrap_or((TableDecision::Allow, RuleSource::DefaultUnprotected))
+    }
+
     /// What `principal` sees of `table.column`. Most specific rule wins (user over role
     /// over `*`); among a user's roles the most permissive decision wins; a protected
     /// column with no matching rule is denied, an unprotected one is plaintext.
@@ -383,36 +444,8 @@ impl Policy {
                 rule: RuleSource::DefaultUnprotected,
             };
         };
-        if let Some((_, d)) = col
-            .rules
-            .iter()
-            .find(|(s, _)| *s == Subject::User(principal.to_owned()))
-        {
-            return Resolved {
-                decision: d.clone(),
-                rule: RuleSource::User(principal.to_owned()),
-            };
-        }
-        let roles = self.roles_of(principal);
-        let best = col
-            .rules
-            .iter()
-            .filter_map(|(s, d)| match s {
-                Subject::Role(r) if roles.contains(r) => Some((r, d)),
-                _ => None,
-            })
-            .max_by_key(|(_, d)| d.rank());
-        if let Some((r, d)) = best {
-            return Resolved {
-                decision: d.clone(),
-                rule: RuleSource::Role(r.clone()),
-            };
-        }
-        if let Some((_, d)) = col.rules.iter().find(|(s, _)| *s == Subject::Wildcard) {
-            return Resolved {
-                decision: d.clone(),
-                rule: RuleSource::Wildcard,
-            };
+        if let Some((decision, rule)) = self.pick(principal, &col.rules, Decision::rank) {
+            return Resolved { decision, rule };
         }
         if col.master_key.is_some() {
             Resolved {
@@ -605,6 +638,26 @@ access = { "*" = "hide", admin = "plaintext" }
             text.contains("no column 'email'") && text.contains("show_last_4"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn table_access_rules() {
+        let t = format!(
+            "{P}\n[tables.\"lake.sales.payroll\"]\naccess = {{ \"*\" = \"hide\", analyst = \"deny\", admin = \"allow\" }}\n"
+        );
+        let p = Policy::parse(&t, "p").unwrap();
+        let d = |u: &str| p.table_access(u, "lake.sales.payroll");
+        assert_eq!(d("root"), (TableDecision::Allow, RuleSource::Role("admin".into())));
+        assert_eq!(d("alice"), (TableDecision::Deny, RuleSource::Role("analyst".into())));
+        // bob is analyst and support: the most permissive of his roles (deny) wins over `*`.
+        assert_eq!(d("bob").0, TableDecision::Deny);
+        assert_eq!(d("mallory"), (TableDecision::Deny, RuleSource::UnknownPrincipal));
+        // A table without rules is allowed.
+        assert_eq!(p.table_access("alice", "lake.sales.customers").0, TableDecision::Allow);
+        let e = Policy::parse(&t.replace("\"deny\"", "\"nope\""), "p")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'nope' is not a table decision") && e.contains("line 24"), "{e}");
     }
 
     #[test]

@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use clearice_crypto::KeyResolver;
+use clearice_policy::TableDecision;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
 use iceberg_catalog_sql::SqlCatalogBuilder;
 
-use crate::access::SessionAccess;
+use crate::access::{SessionAccess, TableAccess};
 use crate::error::{Error, Result};
 use crate::policy_provider::PolicyTableProvider;
 use crate::provider::IcebergTableProvider;
@@ -139,13 +140,18 @@ impl SchemaProvider for IcebergSchemaProvider {
 }
 
 impl IcebergSchemaProvider {
+    /// `catalog.namespace.table`.
+    pub fn full_name(&self, table: &str) -> String {
+        format!("{}.{}.{table}", self.catalog_name, self.schema_name)
+    }
+
     /// Loads a table fresh from the catalog.
     pub async fn load(&self, name: &str) -> DfResult<Option<IcebergTableProvider>> {
         if !self.table_exist(name) {
             return Ok(None);
         }
         let ident = TableIdent::new(self.namespace.clone(), name.to_owned());
-        let full = format!("{}.{}.{name}", self.catalog_name, self.schema_name);
+        let full = self.full_name(name);
         let table = self
             .catalog
             .load_table(&ident)
@@ -212,10 +218,31 @@ impl SchemaProvider for SessionSchemaProvider {
         if !self.access.policy().is_known(self.access.principal()) {
             return vec![];
         }
-        self.inner.table_names()
+        self.inner
+            .table_names()
+            .into_iter()
+            .filter(|t| !self.is_hidden(t))
+            .collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if self.is_hidden(name) {
+            // As for a table that does not exist, so the name leaks nothing; audited.
+            if self.inner.table_exist(name) {
+                let table = self.inner.full_name(name);
+                let (_, rule) = self
+                    .access
+                    .policy()
+                    .table_access(self.access.principal(), &table);
+                self.access.record(TableAccess {
+                    table,
+                    columns: vec![],
+                    allowed: false,
+                    error: Some(format!("table hidden from principal (rule: {rule})")),
+                });
+            }
+            return Ok(None);
+        }
         let Some(t) = self.inner.load(name).await? else {
             return Ok(None);
         };
@@ -226,6 +253,17 @@ impl SchemaProvider for SessionSchemaProvider {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        self.inner.table_exist(name) && !self.is_hidden(name)
+    }
+}
+
+impl SessionSchemaProvider {
+    fn is_hidden(&self, name: &str) -> bool {
+        let table = self.inner.full_name(name);
+        self.access
+            .policy()
+            .table_access(self.access.principal(), &table)
+            .0
+            == TableDecision::Hide
     }
 }

@@ -19,7 +19,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use clearice_crypto::KeyScope;
-use clearice_policy::{AuditColumn, ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource};
+use clearice_policy::{
+    AuditColumn, ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision,
+};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
@@ -57,6 +59,8 @@ pub struct PolicyTableProvider {
     columns: Vec<VisibleColumn>,
     /// Master keys of protected columns by inner index (for key scoping).
     protected_keys: Vec<Option<String>>,
+    /// Why the whole table is denied to this principal, if it is.
+    denied: Option<String>,
 }
 
 /// Column kind of an Arrow type, for policy checks.
@@ -80,7 +84,8 @@ impl PolicyTableProvider {
         let policy = Arc::clone(access.policy());
         let table = inner.name().to_owned();
         let principal = access.principal().to_owned();
-        if !policy.is_known(&principal) {
+        let (table_decision, rule) = policy.table_access(&principal, &table);
+        if rule == RuleSource::UnknownPrincipal {
             let msg = format!(
                 "access to table '{table}' denied: principal '{principal}' is not a user in policy '{}'",
                 policy.source()
@@ -143,12 +148,19 @@ impl PolicyTableProvider {
                 .map(|c| Arc::clone(&c.field))
                 .collect::<Vec<_>>(),
         ));
+        // A denied table keeps its schema (DESCRIBE, information_schema) but any scan fails.
+        let denied = (table_decision != TableDecision::Allow).then(|| {
+            format!(
+                "access denied: table '{table}' is denied to principal '{principal}' (rule: {rule})"
+            )
+        });
         Ok(Self {
             inner,
             access,
             schema,
             columns,
             protected_keys,
+            denied,
         })
     }
 
@@ -216,6 +228,15 @@ impl TableProvider for PolicyTableProvider {
             Some(p) => p.iter().map(|i| &self.columns[*i]).collect(),
             None => self.columns.iter().collect(),
         };
+        if let Some(msg) = &self.denied {
+            self.access.record(TableAccess {
+                table,
+                columns: self.audit_columns(&projected),
+                allowed: false,
+                error: Some(msg.clone()),
+            });
+            return Err(DataFusionError::Plan(msg.clone()));
+        }
         if let Some(c) = projected
             .iter()
             .find(|c| c.resolved.decision == Decision::Deny)
