@@ -158,6 +158,18 @@ fn adbc_clients_see_the_policy_of_their_user() {
         "{denied}"
     );
     assert!(denied.contains("card_number"), "{denied}");
+    // session options: default catalog, then lake.sales for unqualified names, per user
+    assert_eq!(
+        analyst["session"],
+        serde_json::json!(["datafusion", "lake", "sales"])
+    );
+    assert_eq!(analyst["unqualified"], serde_json::json!([["XXX-XX-1603"]]));
+    assert_eq!(admin["unqualified"], serde_json::json!([["609-11-1603"]]));
+    let bad_catalog = analyst["bad_catalog"].as_str().unwrap();
+    assert!(
+        bad_catalog.contains("'catalog' (invalid value)"),
+        "{bad_catalog}"
+    );
     let bad = analyst["bad_sql"].as_str().unwrap();
     assert!(
         bad.contains("INVALID_ARGUMENT") || bad.contains("InvalidArgument"),

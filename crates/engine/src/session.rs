@@ -75,6 +75,46 @@ impl Session {
         &self.ctx
     }
 
+    /// The catalog and schema that unqualified table names resolve in.
+    pub fn namespace(&self) -> (String, String) {
+        let state = self.ctx.state_ref();
+        let state = state.read();
+        let c = &state.config().options().catalog;
+        (c.default_catalog.clone(), c.default_schema.clone())
+    }
+
+    /// Sets the catalog and schema that unqualified table names resolve in (Flight SQL
+    /// session options; the JDBC driver's `catalog=`). An unknown catalog or schema is an
+    /// error naming it; `None` keeps the current one.
+    pub fn use_namespace(&self, catalog: Option<&str>, schema: Option<&str>) -> Result<()> {
+        // Look up first: the context's accessors take the state lock themselves.
+        let (current, _) = self.namespace();
+        let cat_name = catalog.unwrap_or(&current);
+        let cat = self.ctx.catalog(cat_name).ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "catalog '{cat_name}' not found (catalogs: {})",
+                self.ctx.catalog_names().join(", ")
+            ))
+        })?;
+        if let Some(s) = schema
+            && cat.schema(s).is_none()
+        {
+            return Err(DataFusionError::Plan(format!(
+                "schema '{s}' not found in catalog '{cat_name}'"
+            )));
+        }
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        let options = &mut state.config_mut().options_mut().catalog;
+        if let Some(c) = catalog {
+            options.default_catalog = c.to_owned();
+        }
+        if let Some(s) = schema {
+            options.default_schema = s.to_owned();
+        }
+        Ok(())
+    }
+
     /// Plans and runs SQL text (one statement) to completion, auditing table access.
     pub async fn sql(&self, sql: &str) -> Result<QueryOutput> {
         let ctx = &self.ctx;

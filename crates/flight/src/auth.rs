@@ -65,6 +65,11 @@ impl Auth {
         }
     }
 
+    /// Whether a bearer token is known and not expired.
+    pub fn token_valid(&self, token: &str) -> bool {
+        self.token_user(token).is_some()
+    }
+
     /// Checks `Basic` credentials (a valid token is accepted as the password, with any
     /// user name) and issues a bearer token. Returns (user, token).
     pub fn login(&self, header: &str) -> Result<(String, String), Status> {

@@ -15,6 +15,7 @@
 mod auth;
 mod error;
 mod service;
+pub mod session;
 
 pub use auth::Auth;
 pub use error::status_of;

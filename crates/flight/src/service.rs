@@ -37,6 +37,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::Auth;
 use crate::error::status_of;
+use crate::session::{
+    CATALOG, CloseSessionResult, CloseSessionStatus, OptionValue, SCHEMA, SessionOptions, Sessions,
+    SetSessionOptionsError, SetSessionOptionsErrorValue, SetSessionOptionsRequest,
+    SetSessionOptionsResult, options_result,
+};
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
 
@@ -51,6 +56,8 @@ pub struct ClearIceFlightSql {
     engine: Arc<Engine>,
     auth: Arc<Auth>,
     prepared: Mutex<HashMap<String, Prepared>>,
+    /// Session options by bearer token.
+    sessions: Sessions,
     /// Running results by ticket bytes, for `CancelFlightInfo`.
     running: Arc<Mutex<HashMap<Vec<u8>, Vec<futures::stream::AbortHandle>>>>,
     sql_info: SqlInfoData,
@@ -108,6 +115,17 @@ fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
             Status::internal(format!("schema encoding: {e}"))
         })?;
     Ok(bytes)
+}
+
+/// The bearer token of a call, if it carries one.
+fn bearer<T>(request: &Request<T>) -> Option<&str> {
+    request
+        .metadata()
+        .get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
 }
 
 /// Removes a result's cancel handle when its stream ends or is dropped.
@@ -326,12 +344,15 @@ impl ClearIceFlightSql {
             engine,
             auth: Arc::new(Auth::new(config)),
             prepared: Mutex::default(),
+            sessions: Sessions::default(),
             running: Arc::default(),
             sql_info: sql_info_data(),
             xdbc: xdbc_data(),
         }
     }
 
+    /// The engine session of a call: its authenticated user, with the options of its
+    /// Flight session (if it set any).
     fn session<T>(&self, request: &Request<T>) -> Result<Session, Status> {
         let header = request
             .metadata()
@@ -342,7 +363,67 @@ impl ClearIceFlightSql {
             .remote_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|| "flight".into());
-        Ok(self.engine.session_for(&user, &client))
+        let session = self.engine.session_for(&user, &client);
+        if let Some(token) = bearer(request) {
+            let options = self.sessions.get(token);
+            if options != SessionOptions::default() {
+                session
+                    .use_namespace(options.catalog.as_deref(), options.schema.as_deref())
+                    .map_err(|e| status_of(&e))?;
+            }
+        }
+        Ok(session)
+    }
+
+    /// `SetSessionOptions`: `catalog` and `schema` (strings); an empty value unsets.
+    fn set_session_options(
+        &self,
+        session: &Session,
+        token: &str,
+        request: SetSessionOptionsRequest,
+    ) -> SetSessionOptionsResult {
+        let mut options = self.sessions.get(token);
+        let mut errors = HashMap::new();
+        let mut fail = |name: &str, e: SetSessionOptionsError| {
+            errors.insert(
+                name.to_owned(),
+                SetSessionOptionsErrorValue { value: e as i32 },
+            );
+        };
+        // The catalog first: the schema is looked up in it.
+        let mut requested: Vec<_> = request.session_options.into_iter().collect();
+        requested.sort_by_key(|(name, _)| name != CATALOG);
+        for (name, value) in requested {
+            if name != CATALOG && name != SCHEMA {
+                fail(&name, SetSessionOptionsError::InvalidName);
+                continue;
+            }
+            let value = match value.option_value {
+                None => None,
+                Some(OptionValue::StringValue(v)) if v.is_empty() => None,
+                Some(OptionValue::StringValue(v)) => Some(v),
+                Some(_) => {
+                    fail(&name, SetSessionOptionsError::InvalidValue);
+                    continue;
+                }
+            };
+            let (catalog, schema) = if name == CATALOG {
+                (value.as_deref(), None)
+            } else {
+                (None, value.as_deref())
+            };
+            if session.use_namespace(catalog, schema).is_err() {
+                fail(&name, SetSessionOptionsError::InvalidValue);
+                continue;
+            }
+            if name == CATALOG {
+                options.catalog = value;
+            } else {
+                options.schema = value;
+            }
+        }
+        self.sessions.set(token, options);
+        SetSessionOptionsResult { errors }
     }
 
     async fn result_schema(&self, session: &Session, sql: &str) -> Result<SchemaRef, Status> {
@@ -447,6 +528,7 @@ impl FlightSqlService for ClearIceFlightSql {
                 Status::unauthenticated("Handshake needs 'authorization: Basic ...' credentials")
             })?;
         let (user, token) = self.auth.login(header)?;
+        self.sessions.retain(|t| self.auth.token_valid(t));
         tracing::info!(user, client = ?request.remote_addr(), "login");
         let reply = HandshakeResponse {
             protocol_version: 0,
@@ -910,13 +992,52 @@ impl FlightSqlService for ClearIceFlightSql {
         Response<<Self as arrow_flight::flight_service_server::FlightService>::DoActionStream>,
         Status,
     > {
-        self.session(&request)?;
+        let session = self.session(&request)?;
+        let token = bearer(&request).map(str::to_owned);
         let action = request.into_inner();
-        if action.r#type != "CancelFlightInfo" {
-            return Err(Status::unimplemented(format!(
-                "action '{}' is not supported",
-                action.r#type
-            )));
+        let reply = |body: Vec<u8>| -> Response<
+            <Self as arrow_flight::flight_service_server::FlightService>::DoActionStream,
+        > {
+            Response::new(Box::pin(futures::stream::iter(vec![Ok(
+                arrow_flight::Result { body: body.into() },
+            )])))
+        };
+        let session_token = || {
+            token.clone().ok_or_else(|| {
+                Status::failed_precondition(
+                    "session options need a bearer token: log in with Handshake first",
+                )
+            })
+        };
+        match action.r#type.as_str() {
+            "CancelFlightInfo" => {}
+            "SetSessionOptions" => {
+                let token = session_token()?;
+                let req = SetSessionOptionsRequest::decode(action.body).map_err(|e| {
+                    Status::invalid_argument(format!("SetSessionOptionsRequest: {e}"))
+                })?;
+                let result = self.set_session_options(&session, &token, req);
+                return Ok(reply(result.encode_to_vec()));
+            }
+            "GetSessionOptions" => {
+                session_token()?;
+                // What is in effect: the defaults until the session sets its own.
+                let (catalog, schema) = session.namespace();
+                return Ok(reply(options_result(&catalog, &schema).encode_to_vec()));
+            }
+            "CloseSession" => {
+                let token = session_token()?;
+                self.sessions.close(&token);
+                let result = CloseSessionResult {
+                    status: CloseSessionStatus::Closed as i32,
+                };
+                return Ok(reply(result.encode_to_vec()));
+            }
+            other => {
+                return Err(Status::unimplemented(format!(
+                    "action '{other}' is not supported"
+                )));
+            }
         }
         let req = arrow_flight::CancelFlightInfoRequest::decode(action.body)
             .map_err(|e| Status::invalid_argument(format!("CancelFlightInfoRequest: {e}")))?;
@@ -939,12 +1060,31 @@ impl FlightSqlService for ClearIceFlightSql {
             arrow_flight::CancelStatus::NotCancellable
         };
         let result = arrow_flight::CancelFlightInfoResult::new(status);
-        let body = arrow_flight::Result {
-            body: result.encode_to_vec().into(),
+        Ok(reply(result.encode_to_vec()))
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<arrow_flight::ActionType, Status>>> {
+        let action = |name: &str, description: &str| {
+            Ok(arrow_flight::ActionType {
+                r#type: name.into(),
+                description: description.into(),
+            })
         };
-        Ok(Response::new(Box::pin(futures::stream::iter(vec![Ok(
-            body,
-        )]))))
+        Some(vec![
+            action(
+                "CancelFlightInfo",
+                "Cancel a running FlightInfo (CancelFlightInfoRequest)",
+            ),
+            action(
+                "SetSessionOptions",
+                "Set session options: catalog, schema (SetSessionOptionsRequest)",
+            ),
+            action(
+                "GetSessionOptions",
+                "Current session options (GetSessionOptionsRequest)",
+            ),
+            action("CloseSession", "Close the session (CloseSessionRequest)"),
+        ])
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}

@@ -229,7 +229,9 @@ async fn table_rules_hide_or_deny_whole_tables() {
         .unwrap_err();
     assert!(
         e.contains("does not have permission")
-            && e.contains("table 'lake.sales.orders' is denied to principal 'analyst' (rule: role:analyst)"),
+            && e.contains(
+                "table 'lake.sales.orders' is denied to principal 'analyst' (rule: role:analyst)"
+            ),
         "{e}"
     );
     let cols = query(
@@ -238,7 +240,13 @@ async fn table_rules_hide_or_deny_whole_tables() {
     )
     .await
     .unwrap();
-    assert!(cols[0].column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0) > 0);
+    assert!(
+        cols[0]
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .value(0)
+            > 0
+    );
     // hide: not listed anywhere, and naming it reads as a table that does not exist
     assert_eq!(table_names(&mut support).await, vec!["customers"]);
     let e = query(&mut support, "SELECT * FROM lake.sales.orders")
@@ -352,4 +360,86 @@ async fn cancel(
     let mut results = c.do_action(action).await.unwrap();
     let result = results.try_next().await.unwrap().expect("one result");
     arrow_flight::CancelFlightInfoResult::decode(result.body).unwrap()
+}
+
+async fn action<M: prost::Message + Default>(
+    c: &mut FlightSqlServiceClient<Channel>,
+    kind: &str,
+    body: Vec<u8>,
+) -> M {
+    let mut results = c
+        .do_action(arrow_flight::Action::new(kind, body))
+        .await
+        .unwrap();
+    M::decode(results.try_next().await.unwrap().expect("one result").body).unwrap()
+}
+
+fn set_request(options: &[(&str, &str)]) -> Vec<u8> {
+    use clearice_flight::session::{OptionValue, SessionOptionValue, SetSessionOptionsRequest};
+    use prost::Message;
+    SetSessionOptionsRequest {
+        session_options: options
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    SessionOptionValue {
+                        option_value: Some(OptionValue::StringValue(v.to_string())),
+                    },
+                )
+            })
+            .collect(),
+    }
+    .encode_to_vec()
+}
+
+#[tokio::test]
+async fn session_options_set_the_default_catalog_and_schema_per_connection() {
+    use clearice_flight::session::{
+        CloseSessionResult, GetSessionOptionsResult, OptionValue, SetSessionOptionsError,
+        SetSessionOptionsResult,
+    };
+    let fx = Fixture::start().await;
+    let mut a = fx.client("analyst", "analyst").await.unwrap();
+    let mut b = fx.client("analyst", "analyst").await.unwrap();
+    let sql = "SELECT ssn FROM customers WHERE id = 1000001";
+    assert!(query(&mut a, sql).await.unwrap_err().contains("not found"));
+    // what the JDBC driver sends for `catalog=lake`, plus a schema
+    let r: SetSessionOptionsResult = action(
+        &mut a,
+        "SetSessionOptions",
+        set_request(&[("catalog", "lake"), ("schema", "sales")]),
+    )
+    .await;
+    assert!(r.errors.is_empty(), "{r:?}");
+    let rows = query(&mut a, sql).await.unwrap();
+    // still the analyst's view: the policy applies to unqualified names too
+    assert_eq!(rows[0].column(0).as_string::<i32>().value(0), "XXX-XX-1603");
+    let got: GetSessionOptionsResult = action(&mut a, "GetSessionOptions", vec![]).await;
+    assert_eq!(
+        got.session_options["catalog"].option_value,
+        Some(OptionValue::StringValue("lake".into()))
+    );
+    // another connection of the same user has its own session
+    assert!(query(&mut b, sql).await.unwrap_err().contains("not found"));
+    // bad values and names are reported per option, and change nothing
+    let r: SetSessionOptionsResult = action(
+        &mut a,
+        "SetSessionOptions",
+        set_request(&[("catalog", "nope"), ("timezone", "UTC")]),
+    )
+    .await;
+    assert_eq!(
+        r.errors["catalog"].value,
+        SetSessionOptionsError::InvalidValue as i32
+    );
+    assert_eq!(
+        r.errors["timezone"].value,
+        SetSessionOptionsError::InvalidName as i32
+    );
+    assert!(query(&mut a, sql).await.is_ok());
+    let closed: CloseSessionResult = action(&mut a, "CloseSession", vec![]).await;
+    assert_eq!(closed.status, 1, "CLOSED");
+    assert!(query(&mut a, sql).await.unwrap_err().contains("not found"));
+    fx.shutdown().await;
 }

@@ -647,17 +647,32 @@ access = { "*" = "hide", admin = "plaintext" }
         );
         let p = Policy::parse(&t, "p").unwrap();
         let d = |u: &str| p.table_access(u, "lake.sales.payroll");
-        assert_eq!(d("root"), (TableDecision::Allow, RuleSource::Role("admin".into())));
-        assert_eq!(d("alice"), (TableDecision::Deny, RuleSource::Role("analyst".into())));
+        assert_eq!(
+            d("root"),
+            (TableDecision::Allow, RuleSource::Role("admin".into()))
+        );
+        assert_eq!(
+            d("alice"),
+            (TableDecision::Deny, RuleSource::Role("analyst".into()))
+        );
         // bob is analyst and support: the most permissive of his roles (deny) wins over `*`.
         assert_eq!(d("bob").0, TableDecision::Deny);
-        assert_eq!(d("mallory"), (TableDecision::Deny, RuleSource::UnknownPrincipal));
+        assert_eq!(
+            d("mallory"),
+            (TableDecision::Deny, RuleSource::UnknownPrincipal)
+        );
         // A table without rules is allowed.
-        assert_eq!(p.table_access("alice", "lake.sales.customers").0, TableDecision::Allow);
+        assert_eq!(
+            p.table_access("alice", "lake.sales.customers").0,
+            TableDecision::Allow
+        );
         let e = Policy::parse(&t.replace("\"deny\"", "\"nope\""), "p")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("'nope' is not a table decision") && e.contains("line 24"), "{e}");
+        assert!(
+            e.contains("'nope' is not a table decision") && e.contains("line 24"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -52,6 +52,12 @@ def main():
         schema = conn.adbc_get_table_schema("customers", catalog_filter="lake", db_schema_filter="sales")
         denied = error_of(lambda: run(cur, "SELECT card_number FROM lake.sales.orders LIMIT 1"))
         bad_sql = error_of(lambda: run(cur, "SELEC nonsense"))
+        # session options (SetSessionOptions/GetSessionOptions), as DBeaver's `catalog=` does
+        default_catalog = conn.adbc_current_catalog
+        conn.adbc_current_catalog = "lake"
+        conn.adbc_current_db_schema = "sales"
+        unqualified = run(cur, "SELECT ssn FROM customers WHERE id = 1000001")
+        bad_catalog = error_of(lambda: setattr(conn, "adbc_current_catalog", "nope"))
         out[user] = {
             "rows": [list(r) for r in rows],
             "prepared": [list(r) for r in prepared],
@@ -61,6 +67,9 @@ def main():
             "schema_types": [str(t) for t in schema.types],
             "denied": denied,
             "bad_sql": bad_sql,
+            "session": [default_catalog, conn.adbc_current_catalog, conn.adbc_current_db_schema],
+            "unqualified": [list(r) for r in unqualified],
+            "bad_catalog": bad_catalog,
         }
         cur.close()
         conn.close()
