@@ -234,11 +234,10 @@ fn serve_refuses_plaintext_on_a_public_address() {
     );
 }
 
-#[test]
-fn adbc_connects_over_tls() {
-    let Some(python) = python() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let lake = tmp.path().join("lake");
+/// A demo lake served over TLS (certificates from tls_client.py `gen`); `server_extra` is
+/// added to `[server]`.
+fn tls_server(python: &str, tmp: &Path, server_extra: &str) -> (Server, PathBuf, PathBuf) {
+    let lake = tmp.join("lake");
     let out = Command::new(env!("CARGO_BIN_EXE_clearice"))
         .args(["demo", "init"])
         .arg(&lake)
@@ -246,7 +245,7 @@ fn adbc_connects_over_tls() {
         .unwrap();
     assert!(out.status.success());
     let script: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/tls_client.py");
-    let made = Command::new(&python)
+    let made = Command::new(python)
         .arg(&script)
         .arg("gen")
         .arg(&lake)
@@ -260,10 +259,56 @@ fn adbc_connects_over_tls() {
     let config = lake.join("clearice.toml");
     let text = std::fs::read_to_string(&config).unwrap().replace(
         "[server]\n",
-        "[server]\ntls_cert = \"server.pem\"\ntls_key = \"server.key\"\n",
+        &format!("[server]\ntls_cert = \"server.pem\"\ntls_key = \"server.key\"\n{server_extra}"),
     );
     std::fs::write(&config, text).unwrap();
-    let server = start(&config, tmp.path());
+    (start(&config, tmp), lake, script)
+}
+
+#[test]
+fn adbc_needs_a_client_certificate_with_mtls() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, lake, script) =
+        tls_server(&python, tmp.path(), "tls_client_ca = \"clients-ca.pem\"\n");
+    let run = |client: bool| {
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script)
+            .arg("query")
+            .arg(&server.addr)
+            .arg(lake.join("server.pem"));
+        if client {
+            cmd.arg(lake.join("client.pem"))
+                .arg(lake.join("client.key"));
+        }
+        cmd.output().unwrap()
+    };
+    let with = run(true);
+    assert!(
+        with.status.success(),
+        "mTLS client failed: {}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&with.stdout).trim(),
+        "[[\"XXX-XX-1603\"]]"
+    );
+    // the same client without a certificate is refused during the TLS handshake
+    let without = run(false);
+    assert!(!without.status.success());
+    let e = String::from_utf8_lossy(&without.stderr);
+    assert!(e.contains("certificate required"), "{e}");
+    assert!(
+        String::from_utf8_lossy(&without.stdout).trim().is_empty(),
+        "no rows without a client certificate"
+    );
+}
+
+#[test]
+fn adbc_connects_over_tls() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, lake, script) = tls_server(&python, tmp.path(), "");
     let out = Command::new(&python)
         .arg(&script)
         .arg("query")
