@@ -138,6 +138,11 @@ impl Engine {
         &self.policy
     }
 
+    /// Bytes reserved in the shared memory pool by running queries (0 when idle).
+    pub fn memory_reserved(&self) -> usize {
+        self.runtime.memory_pool.reserved()
+    }
+
     /// A new SQL session for `principal`, connected from `client` (for the audit log:
     /// `repl`, `cli`, `slt`, or a network address). The principal is fixed for the
     /// session's life: no SQL statement can change it.

@@ -15,6 +15,7 @@ struct Fixture {
     _tmp: tempfile::TempDir,
     dir: std::path::PathBuf,
     addr: std::net::SocketAddr,
+    engine: Arc<Engine>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -37,7 +38,7 @@ impl Fixture {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let service = ClearIceFlightSql::new(engine, &server);
+        let service = ClearIceFlightSql::new(Arc::clone(&engine), &server);
         let task = tokio::spawn(async move {
             clearice_flight::serve(service, listener, None, async {
                 let _ = rx.await;
@@ -49,6 +50,7 @@ impl Fixture {
             _tmp: tmp,
             dir,
             addr,
+            engine,
             stop: Some(tx),
             task: Some(task),
         }
@@ -293,6 +295,12 @@ async fn table_rules_hide_or_deny_whole_tables() {
 #[tokio::test]
 async fn a_client_that_stops_reading_cancels_its_query() {
     let fx = Fixture::start().await;
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let idle_tasks = tasks();
     let mut admin = fx.client("admin", "admin").await.unwrap();
     let info = admin.execute(BIG.into(), None).await.unwrap();
     let mut stream = admin
@@ -301,6 +309,11 @@ async fn a_client_that_stops_reading_cancels_its_query() {
         .unwrap();
     let first = stream.try_next().await.unwrap().unwrap();
     assert!(first.num_rows() > 0);
+    let busy = (fx.engine.memory_reserved(), tasks());
+    assert!(
+        busy.1 > idle_tasks,
+        "a running query shows in the task count: {busy:?}"
+    );
     drop(stream);
     drop(admin);
     // The server drops the query's stream: its audit record says it was cancelled.
@@ -321,6 +334,20 @@ async fn a_client_that_stops_reading_cancels_its_query() {
         cancelled,
         "no cancelled audit record: {}",
         std::fs::read_to_string(&audit).unwrap_or_default()
+    );
+    // Nothing is left behind: the query's memory is released and its tasks (and the
+    // connection's) have ended.
+    let mut left = (usize::MAX, usize::MAX);
+    for _ in 0..100 {
+        left = (fx.engine.memory_reserved(), tasks());
+        if left.0 == 0 && left.1 <= idle_tasks {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        left.0 == 0 && left.1 <= idle_tasks,
+        "(reserved bytes, live tasks) after disconnect: {left:?}, idle: {idle_tasks} tasks"
     );
     fx.shutdown().await;
 }
