@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: installs the pinned Python packages (PyArrow, PyIceberg, DuckDB...)
-# into a virtualenv, generates the PyArrow/PyIceberg interop lake, then runs the Rust
-# unit, integration, doc and sqllogictest suites with those fixtures required.
+# Runs every test: installs the pinned Python packages (PyArrow, PyIceberg, DuckDB, ADBC;
+# Superset's SQLAlchemy dialect in a second venv) into virtualenvs, generates the
+# PyArrow/PyIceberg interop lake, then runs the Rust unit, integration, doc and
+# sqllogictest suites with those fixtures required.
 #
 #   ./scripts/test.sh                 # everything
 #   ./scripts/test.sh -p clearice-sqllogictest --test sqllogictests -- demo
@@ -33,6 +34,16 @@ if [ ! -f "$STAMP" ] || ! cmp -s "$REQ" "$STAMP"; then
   cp "$REQ" "$STAMP"
 fi
 
+# Superset's SQLAlchemy dialect pins SQLAlchemy 1.4: a venv of its own.
+SVENV=$CACHE/venv-superset
+SREQ=$ROOT/scripts/requirements-superset.txt
+if [ ! -f "$SVENV/.installed" ] || ! cmp -s "$SREQ" "$SVENV/.installed"; then
+  echo "== installing Superset's Flight SQL dialect into $SVENV"
+  python3 -m venv "$SVENV"
+  "$SVENV/bin/pip" install --quiet --disable-pip-version-check -r "$SREQ"
+  cp "$SREQ" "$SVENV/.installed"
+fi
+
 INTEROP=$CACHE/interop
 echo "== generating the interop lake in $INTEROP"
 rm -rf "$INTEROP"
@@ -42,6 +53,7 @@ rm -rf "$INTEROP"
 export CLEARICE_INTEROP_DIR=$INTEROP
 export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing
 export CLEARICE_PYTHON=$VENV/bin/python
+export CLEARICE_SUPERSET_PYTHON=$SVENV/bin/python
 export CLEARICE_REQUIRE_FIXTURES=1
 
 echo "== cargo test"

@@ -234,6 +234,63 @@ fn serve_refuses_plaintext_on_a_public_address() {
     );
 }
 
+#[test]
+fn superset_sqlalchemy_dialect_browses_and_queries_under_the_policy() {
+    let Some(_) = python() else { return };
+    let python = std::env::var("CLEARICE_SUPERSET_PYTHON")
+        .expect("CLEARICE_SUPERSET_PYTHON (set by scripts/test.sh)");
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let out = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .args(["demo", "init"])
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let server = start(&lake.join("clearice.toml"), tmp.path());
+    let script: PathBuf =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/superset_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(&server.addr)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "Superset dialect client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for user in ["admin", "analyst"] {
+        assert!(
+            v[user]["schemas"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from("sales")),
+            "{v}"
+        );
+        assert_eq!(
+            v[user]["tables"],
+            serde_json::json!(["customers", "orders"])
+        );
+    }
+    let has_phone = |u: &str| {
+        v[u]["columns"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("phone"))
+    };
+    assert!(has_phone("admin") && !has_phone("analyst"), "{v}");
+    assert_eq!(
+        v["admin"]["rows"],
+        serde_json::json!([[1000001, "609-11-1603"]])
+    );
+    assert_eq!(
+        v["analyst"]["rows"],
+        serde_json::json!([[1000001, "XXX-XX-1603"]])
+    );
+}
+
 /// A demo lake served over TLS (certificates from tls_client.py `gen`); `server_extra` is
 /// added to `[server]`.
 fn tls_server(python: &str, tmp: &Path, server_extra: &str) -> (Server, PathBuf, PathBuf) {
