@@ -117,6 +117,9 @@ fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
     Ok(bytes)
 }
 
+/// Headers a client may use to pass a per-user KMS token (not supported yet).
+const KMS_TOKEN_HEADERS: [&str; 2] = ["key_access_token", "kms_token"];
+
 /// The bearer token of a call, if it carries one.
 fn bearer<T>(request: &Request<T>) -> Option<&str> {
     request
@@ -359,6 +362,20 @@ impl ClearIceFlightSql {
             .get("authorization")
             .and_then(|v| v.to_str().ok());
         let user = self.auth.authenticate(header)?;
+        // A per-user KMS token (PyArrow's key_access_token; a JDBC URL parameter arrives as
+        // a header) would be silently ignored by the keyring KMS: refuse it instead.
+        if let Some(name) = KMS_TOKEN_HEADERS
+            .iter()
+            .find(|h| request.metadata().contains_key(**h))
+        {
+            return Err(Status::invalid_argument(format!(
+                "'{name}' was sent, but per-user KMS tokens are not supported yet: the configured KMS ({}) does not take tokens",
+                self.engine
+                    .key_resolver()
+                    .kms()
+                    .map_or("none", |k| k.name())
+            )));
+        }
         let client = request
             .remote_addr()
             .map(|a| a.to_string())
