@@ -87,12 +87,12 @@ async fn demo_lake_reads_decrypted_and_files_hold_no_plaintext() {
 }
 
 #[tokio::test]
-async fn manifests_carry_no_bounds_for_encrypted_columns() {
+async fn manifests_carry_bounds_for_plaintext_columns_only() {
     let (_tmp, engine, _dir) = demo_engine().await;
     let catalog = engine.iceberg_catalog("lake").unwrap();
-    for (table, encrypted) in [
-        ("customers", vec!["ssn", "email", "phone", "balance"]),
-        ("orders", vec!["amount", "card_number"]),
+    for (table, encrypted, key) in [
+        ("customers", vec!["ssn", "email", "phone", "balance"], "id"),
+        ("orders", vec!["amount", "card_number"], "order_id"),
     ] {
         let t = catalog
             .load_table(&TableIdent::new(
@@ -106,6 +106,7 @@ async fn manifests_carry_no_bounds_for_encrypted_columns() {
             .iter()
             .map(|c| schema.field_by_name(c).unwrap().id)
             .collect();
+        let id_field = schema.field_by_name(key).unwrap().id;
         let snap = t.metadata().current_snapshot().unwrap();
         let bytes = t
             .file_io()
@@ -120,6 +121,22 @@ async fn manifests_carry_no_bounds_for_encrypted_columns() {
             let m = mf.load_manifest(t.file_io()).await.unwrap();
             for e in m.entries() {
                 files += 1;
+                // plaintext columns have bounds (file pruning), with their counts
+                let f = e.data_file();
+                assert!(
+                    f.lower_bounds().contains_key(&id_field)
+                        && f.upper_bounds().contains_key(&id_field)
+                        && f.lower_bounds()[&id_field] <= f.upper_bounds()[&id_field],
+                    "{table}: no bounds for {key}"
+                );
+                assert_eq!(f.value_counts()[&id_field], f.record_count());
+                for id in &ids {
+                    assert!(
+                        !f.value_counts().contains_key(id)
+                            && !f.null_value_counts().contains_key(id),
+                        "{table}: counts for encrypted field {id}"
+                    );
+                }
                 for id in &ids {
                     assert!(
                         !e.data_file().lower_bounds().contains_key(id),
@@ -176,6 +193,38 @@ async fn day_partition_filter_prunes_files() {
         &query(&ctx, "SELECT sum(CASE WHEN order_date = DATE '2025-01-05' THEN 1 ELSE 0 END) FROM lake.sales.orders").await.unwrap(),
     );
     assert_eq!(by_day, direct);
+}
+
+#[tokio::test]
+async fn point_lookup_on_a_plaintext_column_reads_one_file() {
+    let (_tmp, engine, dir) = demo_engine().await;
+    assert_eq!(data_files(&dir, "customers").len(), 4);
+    for user in ["admin", "analyst"] {
+        let ctx = engine.session(user);
+        let sql = "SELECT id, name FROM lake.sales.customers WHERE id = 1000001";
+        let plan = format!(
+            "{:?}",
+            json_rows(&query(&ctx, &format!("EXPLAIN {sql}")).await.unwrap())
+        );
+        assert_eq!(plan.matches(".parquet").count(), 1, "{user}: {plan}");
+        let rows = json_rows(&query(&ctx, sql).await.unwrap());
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0][0], Value::from(1000001));
+    }
+    // a filter on an encrypted column never prunes on bounds (there are none): all files
+    let ctx = engine.session("admin");
+    let plan = format!(
+        "{:?}",
+        json_rows(
+            &query(
+                &ctx,
+                "EXPLAIN SELECT id FROM lake.sales.customers WHERE ssn = '609-11-1603'"
+            )
+            .await
+            .unwrap()
+        )
+    );
+    assert_eq!(plan.matches(".parquet").count(), 4, "{plan}");
 }
 
 #[tokio::test]
