@@ -43,7 +43,7 @@ pub use config::{
     PolicyConfig, ServerConfig, ServerUser,
 };
 pub use error::{Error, Result};
-pub use session::{QueryOutput, Session, one_line};
+pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session, one_line};
 
 /// Process-wide state shared by all sessions: catalogs, keys, runtime.
 #[derive(Debug)]
@@ -192,6 +192,7 @@ impl Engine {
             access,
             self.audit.clone(),
             client.to_owned(),
+            self.catalogs.iter().map(|(_, c)| Arc::clone(c)).collect(),
         )
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clearice_policy::AuditRecord;
-use clearice_table::SessionAccess;
+use clearice_table::{IcebergCatalogProvider, SessionAccess};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
@@ -40,7 +40,11 @@ pub struct Session {
     access: Arc<SessionAccess>,
     audit: Option<Arc<AuditLog>>,
     client: String,
+    catalogs: Vec<Arc<IcebergCatalogProvider>>,
 }
+
+/// How stale a catalog's table listing may be when a statement starts.
+pub const CATALOG_LISTING_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 static QUERY_SEQ: AtomicU64 = AtomicU64::new(1);
 
@@ -56,12 +60,23 @@ impl Session {
         access: Arc<SessionAccess>,
         audit: Option<Arc<AuditLog>>,
         client: String,
+        catalogs: Vec<Arc<IcebergCatalogProvider>>,
     ) -> Self {
         Self {
             ctx,
             access,
             audit,
             client,
+            catalogs,
+        }
+    }
+
+    /// Lists the catalogs' namespaces and tables again if the listing is older than
+    /// [`CATALOG_LISTING_MAX_AGE`] (tables created or dropped by other writers). Called
+    /// before every statement; metadata endpoints call it too.
+    pub async fn refresh_catalogs(&self) {
+        for c in &self.catalogs {
+            c.refresh_if_older(CATALOG_LISTING_MAX_AGE).await;
         }
     }
 
@@ -117,6 +132,7 @@ impl Session {
 
     /// Plans and runs SQL text (one statement) to completion, auditing table access.
     pub async fn sql(&self, sql: &str) -> Result<QueryOutput> {
+        self.refresh_catalogs().await;
         let ctx = &self.ctx;
         self.audited(sql, async move { collect(ctx.sql(sql).await?).await })
             .await
@@ -124,6 +140,7 @@ impl Session {
 
     /// Runs a parsed statement (no round trip through SQL text), auditing table access.
     pub async fn execute(&self, stmt: Statement) -> Result<QueryOutput> {
+        self.refresh_catalogs().await;
         let text = stmt.to_string();
         let ctx = &self.ctx;
         self.audited(&text, async move {
@@ -170,6 +187,7 @@ impl Session {
     /// Plans SQL without running it (result schema, parameter types). Only refusals are
     /// audited (a hidden table, an unknown principal): a plan reads no data.
     pub async fn sql_plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
+        self.refresh_catalogs().await;
         let _ = self.access.take();
         let planned = self.ctx.sql(sql).await;
         let pending = self.pending_audit(&query_id(), sql);
@@ -196,6 +214,7 @@ impl Session {
         sql: &str,
         params: Option<datafusion::common::ParamValues>,
     ) -> Result<SendableRecordBatchStream> {
+        self.refresh_catalogs().await;
         let _ = self.access.take();
         let id = query_id();
         let started = async {

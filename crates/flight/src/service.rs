@@ -494,6 +494,7 @@ impl ClearIceFlightSql {
         &self,
         session: &Session,
     ) -> Vec<(String, String, String, String, SchemaRef)> {
+        session.refresh_catalogs().await;
         let ctx = session.ctx();
         let mut out = Vec::new();
         for c in ctx.catalog_names() {
@@ -779,6 +780,7 @@ impl FlightSqlService for ClearIceFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let session = self.session(&request)?;
+        session.refresh_catalogs().await;
         let mut b = query.into_builder();
         let ctx = session.ctx();
         for c in ctx.catalog_names() {

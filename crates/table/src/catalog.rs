@@ -45,45 +45,98 @@ pub fn redact_uri(uri: &str) -> String {
     }
 }
 
-/// A DataFusion catalog over an Iceberg catalog. Namespaces and table names are listed
-/// when the catalog is opened (DataFusion's listing API is synchronous); tables are
+type Schemas = BTreeMap<String, Arc<IcebergSchemaProvider>>;
+
+/// A DataFusion catalog over an Iceberg catalog. DataFusion's listing API is synchronous,
+/// so namespaces and table names are listed when the catalog is opened and again by
+/// [`IcebergCatalogProvider::refresh_if_older`] (sessions call it before each statement,
+/// so tables created or dropped by other writers show up without a restart); tables are
 /// loaded fresh from the catalog on every query.
-#[derive(Debug)]
 pub struct IcebergCatalogProvider {
-    schemas: BTreeMap<String, Arc<IcebergSchemaProvider>>,
+    name: String,
+    catalog: Arc<dyn Catalog>,
+    resolver: Arc<KeyResolver>,
+    schemas: std::sync::RwLock<Arc<Schemas>>,
+    /// When the listing was last refreshed (held while refreshing: one refresh at a time).
+    listed_at: tokio::sync::Mutex<std::time::Instant>,
+}
+
+impl std::fmt::Debug for IcebergCatalogProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcebergCatalogProvider")
+            .field("name", &self.name)
+            .field("schemas", &self.schemas())
+            .finish_non_exhaustive()
+    }
 }
 
 impl IcebergCatalogProvider {
-    /// Lists namespaces (nested ones joined with `.`) and their tables.
+    /// Opens the catalog's listing.
     pub async fn try_new(
         name: &str,
         catalog: Arc<dyn Catalog>,
         resolver: Arc<KeyResolver>,
     ) -> Result<Self> {
-        let err = |source: iceberg::Error| Error::Iceberg {
-            table: name.to_owned(),
-            source: Box::new(source),
-        };
-        let mut pending = catalog.list_namespaces(None).await.map_err(err)?;
-        let mut schemas = BTreeMap::new();
-        while let Some(ns) = pending.pop() {
-            pending.extend(catalog.list_namespaces(Some(&ns)).await.map_err(err)?);
-            let tables = catalog.list_tables(&ns).await.map_err(err)?;
-            let schema_name = ns.clone().inner().join(".");
-            schemas.insert(
-                schema_name.clone(),
-                Arc::new(IcebergSchemaProvider {
-                    catalog_name: name.to_owned(),
-                    schema_name,
-                    namespace: ns,
-                    tables: tables.into_iter().map(|t| t.name).collect(),
-                    catalog: Arc::clone(&catalog),
-                    resolver: Arc::clone(&resolver),
-                }),
-            );
-        }
-        Ok(Self { schemas })
+        let schemas = list(name, &catalog, &resolver).await?;
+        Ok(Self {
+            name: name.to_owned(),
+            catalog,
+            resolver,
+            schemas: std::sync::RwLock::new(Arc::new(schemas)),
+            listed_at: tokio::sync::Mutex::new(std::time::Instant::now()),
+        })
     }
+
+    fn schemas(&self) -> Arc<Schemas> {
+        Arc::clone(&self.schemas.read().expect("schemas"))
+    }
+
+    /// Lists namespaces and tables again if the listing is older than `max_age`. A
+    /// catalog that cannot be listed keeps its previous listing (logged).
+    pub async fn refresh_if_older(&self, max_age: std::time::Duration) {
+        let mut listed_at = self.listed_at.lock().await;
+        if listed_at.elapsed() < max_age {
+            return;
+        }
+        match list(&self.name, &self.catalog, &self.resolver).await {
+            Ok(schemas) => *self.schemas.write().expect("schemas") = Arc::new(schemas),
+            Err(e) => {
+                tracing::warn!(catalog = %self.name, error = %e, "catalog listing not refreshed")
+            }
+        }
+        *listed_at = std::time::Instant::now();
+    }
+}
+
+/// Lists namespaces (nested ones joined with `.`) and their tables.
+async fn list(
+    name: &str,
+    catalog: &Arc<dyn Catalog>,
+    resolver: &Arc<KeyResolver>,
+) -> Result<Schemas> {
+    let err = |source: iceberg::Error| Error::Iceberg {
+        table: name.to_owned(),
+        source: Box::new(source),
+    };
+    let mut pending = catalog.list_namespaces(None).await.map_err(err)?;
+    let mut schemas = BTreeMap::new();
+    while let Some(ns) = pending.pop() {
+        pending.extend(catalog.list_namespaces(Some(&ns)).await.map_err(err)?);
+        let tables = catalog.list_tables(&ns).await.map_err(err)?;
+        let schema_name = ns.clone().inner().join(".");
+        schemas.insert(
+            schema_name.clone(),
+            Arc::new(IcebergSchemaProvider {
+                catalog_name: name.to_owned(),
+                schema_name,
+                namespace: ns,
+                tables: tables.into_iter().map(|t| t.name).collect(),
+                catalog: Arc::clone(catalog),
+                resolver: Arc::clone(resolver),
+            }),
+        );
+    }
+    Ok(schemas)
 }
 
 impl CatalogProvider for IcebergCatalogProvider {
@@ -92,11 +145,11 @@ impl CatalogProvider for IcebergCatalogProvider {
     }
 
     fn schema_names(&self) -> Vec<String> {
-        self.schemas.keys().cloned().collect()
+        self.schemas().keys().cloned().collect()
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        self.schemas.get(name).map(|s| Arc::clone(s) as _)
+        self.schemas().get(name).map(|s| Arc::clone(s) as _)
     }
 }
 
@@ -192,7 +245,7 @@ impl CatalogProvider for SessionCatalogProvider {
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        let inner = Arc::clone(self.inner.schemas.get(name)?);
+        let inner = Arc::clone(self.inner.schemas().get(name)?);
         Some(Arc::new(SessionSchemaProvider {
             inner,
             access: Arc::clone(&self.access),

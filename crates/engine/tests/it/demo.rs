@@ -228,6 +228,72 @@ async fn point_lookup_on_a_plaintext_column_reads_one_file() {
 }
 
 #[tokio::test]
+async fn tables_created_or_dropped_by_other_writers_show_up_without_a_restart() {
+    let (_tmp, engine, _dir) = demo_engine().await;
+    let session = engine.session("admin");
+    let names = |out: &clearice_engine::QueryOutput| format!("{:?}", json_rows(&out.batches));
+    let before = session.sql("SHOW TABLES").await.unwrap();
+    assert!(!names(&before).contains("late_arrival"));
+    // another writer (here: the same SQLite catalog through its own handle) adds a table
+    let catalog = engine.iceberg_catalog("lake").unwrap();
+    let ns = NamespaceIdent::new("sales".into());
+    let schema = iceberg::spec::Schema::builder()
+        .with_fields(vec![
+            iceberg::spec::NestedField::required(1, "k", Type::Primitive(PrimitiveType::Long))
+                .into(),
+        ])
+        .build()
+        .unwrap();
+    let table = catalog
+        .create_table(
+            &ns,
+            iceberg::TableCreation::builder()
+                .name("late_arrival".into())
+                .schema(schema)
+                .build(),
+        )
+        .await
+        .unwrap();
+    let batch = datafusion::arrow::array::RecordBatch::try_new(
+        Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
+        ),
+        vec![Arc::new(datafusion::arrow::array::Int64Array::from(vec![
+            7, 8, 9,
+        ]))],
+    )
+    .unwrap();
+    clearice_table::write::append_encrypted(
+        catalog.as_ref(),
+        &table,
+        &[batch],
+        &clearice_table::write::EncryptionSpec::default(),
+        engine.key_resolver().kms().unwrap().as_ref(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(clearice_engine::CATALOG_LISTING_MAX_AGE).await;
+    let sum = session
+        .sql("SELECT sum(k) FROM lake.sales.late_arrival")
+        .await
+        .unwrap();
+    assert_eq!(json_rows(&sum.batches), vec![vec![Value::from(24)]]);
+    assert!(names(&session.sql("SHOW TABLES").await.unwrap()).contains("late_arrival"));
+    // and a dropped table disappears
+    catalog
+        .drop_table(&TableIdent::new(ns, "late_arrival".into()))
+        .await
+        .unwrap();
+    tokio::time::sleep(clearice_engine::CATALOG_LISTING_MAX_AGE).await;
+    let e = session
+        .sql("SELECT * FROM lake.sales.late_arrival")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not found"), "{e}");
+}
+
+#[tokio::test]
 async fn columns_resolve_by_field_id_after_schema_changes() {
     let (_tmp, engine, dir) = demo_engine().await;
     let catalog = Arc::clone(engine.iceberg_catalog("lake").unwrap());
