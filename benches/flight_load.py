@@ -4,7 +4,8 @@ mixing point queries, large scans and denied queries.
     python benches/flight_load.py --config DIR/clearice.toml [--clients 32] [--seconds 30]
 
 Starts the server itself (target/release/clearice, or --bin), reports queries/s, p50/p99
-latency per kind, unexpected errors (must be 0), the server's peak RSS, and the streaming
+latency per kind, unexpected errors (must be 0), the server's peak RSS, the latency of a point
+query from a single client on an otherwise idle server, and the streaming
 throughput of a large scan over Flight vs the same scan in-process (`clearice -c`).
 """
 import argparse
@@ -103,6 +104,16 @@ def main():
         for e in errors[:5]:
             print("   ", e)
         print(f"server peak RSS: {peak_rss_kib(server.pid) / 1024:.0f} MiB")
+        # unloaded latency: one client, point queries back to back (GetFlightInfo + DoGet)
+        conn = flightsql.connect(f"grpc://{addr}", db_kwargs={"username": "analyst", "password": "analyst"})
+        cur = conn.cursor()
+        lat = []
+        for _ in range(50):
+            sql = QUERIES["point"][1].format(id=random.randint(1_000_000, 1_049_999))
+            lat.append(timed(lambda: (cur.execute(sql), cur.fetchall())))
+        cur.close()
+        conn.close()
+        print(f"unloaded point query (1 client): p50={statistics.median(lat[5:]) * 1000:.1f} ms")
         # streaming throughput: one large scan over Flight vs in-process
         conn = flightsql.connect(f"grpc://{addr}", db_kwargs={"username": "admin", "password": "admin"})
         cur = conn.cursor()
