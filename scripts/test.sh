@@ -2,7 +2,8 @@
 # Runs every test: installs the pinned Python packages (PyArrow, PyIceberg, DuckDB, ADBC;
 # Superset's SQLAlchemy dialect in a second venv) into virtualenvs, generates the
 # PyArrow/PyIceberg interop lake, then runs the Rust unit, integration, doc and
-# sqllogictest suites with those fixtures required.
+# sqllogictest suites with those fixtures required. A throwaway PostgreSQL server (from the
+# machine's postgresql package, installed if missing) holds the PostgreSQL catalog tests.
 #
 #   ./scripts/test.sh                 # everything
 #   ./scripts/test.sh -p clearice-sqllogictest --test sqllogictests -- demo
@@ -49,6 +50,27 @@ echo "== generating the interop lake in $INTEROP"
 rm -rf "$INTEROP"
 "$VENV/bin/python" "$SHARED/interop/make_fixtures.py" "$INTEROP" > "$CACHE/make_fixtures.log" 2>&1 \
   || { cat "$CACHE/make_fixtures.log"; exit 1; }
+
+# A PostgreSQL server for the PostgreSQL Iceberg catalog tests: a throwaway cluster on a
+# free loopback port, stopped when this script exits.
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+if [ -z "$PGBIN" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing PostgreSQL"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+fi
+[ -n "$PGBIN" ] || { echo "error: PostgreSQL server binaries not found (apt-get install postgresql)" >&2; exit 2; }
+PGDIR=$(mktemp -d /tmp/clearice-pg.XXXXXX)
+PGPORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+as_pg() { if [ "$(id -u)" = 0 ]; then su postgres -s /bin/sh -c "$1"; else sh -c "$1"; fi; }
+[ "$(id -u)" = 0 ] && chown postgres "$PGDIR"
+echo "== starting PostgreSQL on 127.0.0.1:$PGPORT"
+as_pg "'$PGBIN/initdb' -D '$PGDIR/data' -A trust -U postgres > '$PGDIR/initdb.log' 2>&1" \
+  || { cat "$PGDIR/initdb.log"; exit 1; }
+as_pg "'$PGBIN/pg_ctl' -D '$PGDIR/data' -o \"-p $PGPORT -k '$PGDIR' -c listen_addresses=127.0.0.1\" -l '$PGDIR/server.log' -w start" >/dev/null \
+  || { cat "$PGDIR/server.log"; exit 1; }
+trap 'as_pg "\"$PGBIN/pg_ctl\" -D \"$PGDIR/data\" -m fast stop" >/dev/null 2>&1; rm -rf "$PGDIR"' EXIT
+export CLEARICE_PG_URI="postgres://postgres@127.0.0.1:$PGPORT/postgres"
 
 export CLEARICE_INTEROP_DIR=$INTEROP
 export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing

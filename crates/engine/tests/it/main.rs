@@ -6,4 +6,5 @@ mod demo;
 mod interop;
 mod parquet_testing;
 mod policy;
+mod postgres;
 mod pyarrow;

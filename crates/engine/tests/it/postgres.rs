@@ -1,0 +1,125 @@
+//! An Iceberg SQL catalog in a real PostgreSQL server (started by scripts/test.sh; its URI
+//! in CLEARICE_PG_URI): ClearIce writes an encrypted table into it, then reads it back
+//! through the engine under a policy, and sees tables another writer adds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use clearice_crypto::KeyringKms;
+use clearice_table::write::{EncryptionSpec, append_encrypted};
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::{Catalog, NamespaceIdent, TableCreation};
+use serde_json::Value;
+
+use crate::common::*;
+
+fn pg_uri() -> Option<String> {
+    let uri = std::env::var("CLEARICE_PG_URI").ok();
+    if uri.is_none() {
+        assert!(
+            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+            "CLEARICE_PG_URI is not set, but CLEARICE_REQUIRE_FIXTURES is set"
+        );
+        eprintln!("\n*** SKIPPED: CLEARICE_PG_URI not set; run ./scripts/test.sh ***\n");
+    }
+    uri
+}
+
+const KEYRING: &str =
+    r#"{"footer_key": "AAECAwQFBgcICQoLDA0ODw==", "pii_key": "EBESExQVFhcYGRobHB0eHw=="}"#;
+
+async fn write_table(catalog: &dyn Catalog, ns: &NamespaceIdent, name: &str, kms: &KeyringKms) {
+    let schema = Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::optional(2, "ssn", Type::Primitive(PrimitiveType::String)).into(),
+        ])
+        .build()
+        .unwrap();
+    let table = catalog
+        .create_table(
+            ns,
+            TableCreation::builder()
+                .name(name.into())
+                .schema(schema)
+                .build(),
+        )
+        .await
+        .unwrap();
+    let arrow = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
+    );
+    let batch = RecordBatch::try_new(
+        arrow,
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(StringArray::from(vec!["123-45-6789", "987-65-4321"])),
+        ],
+    )
+    .unwrap();
+    let spec = EncryptionSpec {
+        footer_key_id: "footer_key".into(),
+        column_keys: [("ssn".to_string(), "pii_key".to_string())].into(),
+        plaintext_footer: false,
+    };
+    append_encrypted(catalog, &table, &[batch], &spec, kms)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn encrypted_table_in_a_postgresql_catalog_reads_under_the_policy() {
+    let Some(uri) = pg_uri() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let warehouse = format!("file://{}/warehouse", tmp.path().display());
+    std::fs::write(tmp.path().join("keyring.json"), KEYRING).unwrap();
+    let kms = KeyringKms::from_json(KEYRING).unwrap();
+    // a namespace of its own, so runs against the same server do not meet
+    let ns_name = format!("t{:016x}", rand::random::<u64>());
+    let ns = NamespaceIdent::new(ns_name.clone());
+    let catalog = clearice_table::open_sql_catalog("pglake", &uri, &warehouse)
+        .await
+        .unwrap();
+    catalog.create_namespace(&ns, HashMap::new()).await.unwrap();
+    write_table(catalog.as_ref(), &ns, "people", &kms).await;
+
+    let policy = format!(
+        "[roles]\nanalyst = {{}}\nadmin = {{}}\n[users]\nann = {{ roles = [\"analyst\"] }}\nroot = {{ roles = [\"admin\"] }}\n\
+         [tables.\"pglake.{ns_name}.people\".columns.ssn]\nmaster_key = \"pii_key\"\n\
+         access = {{ admin = \"plaintext\", analyst = \"show_last_4\" }}\n"
+    );
+    std::fs::write(tmp.path().join("policy.toml"), policy).unwrap();
+    let engine = engine(
+        tmp.path(),
+        &format!(
+            "[catalogs.pglake]\ntype = \"sql\"\nuri = \"{uri}\"\nwarehouse = \"{warehouse}\"\n\
+             [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n[policy]\npath = \"policy.toml\"\n"
+        ),
+    )
+    .await;
+    let sql = format!("SELECT id, ssn FROM pglake.{ns_name}.people ORDER BY id");
+    let root = json_rows(&engine.session("root").sql(&sql).await.unwrap().batches);
+    assert_eq!(
+        root,
+        vec![
+            vec![Value::from(1), Value::from("123-45-6789")],
+            vec![Value::from(2), Value::from("987-65-4321")]
+        ]
+    );
+    let ann = json_rows(&engine.session("ann").sql(&sql).await.unwrap().batches);
+    assert_eq!(ann[0][1], Value::from("XXX-XX-6789"));
+
+    // another writer adds a table to the PostgreSQL catalog: visible without a restart
+    write_table(catalog.as_ref(), &ns, "late", &kms).await;
+    tokio::time::sleep(clearice_engine::CATALOG_LISTING_MAX_AGE).await;
+    let n = json_rows(
+        &engine
+            .session("root")
+            .sql(&format!("SELECT count(*) FROM pglake.{ns_name}.late"))
+            .await
+            .unwrap()
+            .batches,
+    );
+    assert_eq!(n, vec![vec![Value::from(2)]]);
+}
