@@ -14,6 +14,7 @@
 
 mod auth;
 mod error;
+mod placeholders;
 mod service;
 pub mod session;
 

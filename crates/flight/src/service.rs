@@ -37,6 +37,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::Auth;
 use crate::error::status_of;
+use crate::placeholders::number_question_marks;
 use crate::session::{
     CATALOG, CloseSessionResult, CloseSessionStatus, OptionValue, SCHEMA, SessionOptions, Sessions,
     SetSessionOptionsError, SetSessionOptionsErrorValue, SetSessionOptionsRequest,
@@ -575,9 +576,10 @@ impl FlightSqlService for ClearIceFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let session = self.session(&request)?;
-        let schema = self.result_schema(&session, &query.query).await?;
+        let sql = number_question_marks(&query.query).into_owned();
+        let schema = self.result_schema(&session, &sql).await?;
         let ticket = TicketStatementQuery {
-            statement_handle: query.query.into_bytes().into(),
+            statement_handle: sql.into_bytes().into(),
         };
         Ok(Response::new(flight_info(
             &schema,
@@ -609,10 +611,8 @@ impl FlightSqlService for ClearIceFlightSql {
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let session = self.session(&request)?;
-        let df = session
-            .sql_plan(&query.query)
-            .await
-            .map_err(|e| status_of(&e))?;
+        let sql = number_question_marks(&query.query).into_owned();
+        let df = session.sql_plan(&sql).await.map_err(|e| status_of(&e))?;
         let dataset = wire_schema(df.schema().as_arrow());
         let mut params: Vec<(String, Option<DataType>)> = df
             .logical_plan()
@@ -636,7 +636,7 @@ impl FlightSqlService for ClearIceFlightSql {
             handle.clone(),
             Prepared {
                 user: session.principal().to_owned(),
-                sql: query.query,
+                sql,
                 params: None,
             },
         );

@@ -478,3 +478,47 @@ async fn session_options_set_the_default_catalog_and_schema_per_connection() {
     assert!(query(&mut a, sql).await.unwrap_err().contains("not found"));
     fx.shutdown().await;
 }
+
+#[tokio::test]
+async fn prepared_statements_take_jdbc_question_mark_placeholders() {
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    let fx = Fixture::start().await;
+    let mut analyst = fx.client("analyst", "analyst").await.unwrap();
+    // what the JDBC driver sends for a PreparedStatement; the '?' inside the literal stays text
+    let mut stmt = analyst
+        .prepare(
+            "SELECT id, ssn, 'who?' AS q FROM lake.sales.customers WHERE id = ? AND name <> ?"
+                .into(),
+            None,
+        )
+        .await
+        .unwrap();
+    let params = stmt.parameter_schema().unwrap().clone();
+    assert_eq!(params.fields().len(), 2, "{params:?}");
+    assert_eq!(stmt.dataset_schema().unwrap().fields().len(), 3);
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("$1", DataType::Int64, true),
+            Field::new("$2", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![1000002])),
+            Arc::new(StringArray::from(vec!["nobody"])),
+        ],
+    )
+    .unwrap();
+    stmt.set_parameters(batch).unwrap();
+    let info = stmt.execute().await.unwrap();
+    let rows: Vec<RecordBatch> = analyst
+        .do_get(info.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
+    assert_eq!(rows[0].column(1).as_string::<i32>().value(0), "XXX-XX-8653");
+    assert_eq!(rows[0].column(2).as_string::<i32>().value(0), "who?");
+    fx.shutdown().await;
+}
