@@ -65,6 +65,11 @@ impl Auth {
         }
     }
 
+    /// Lifetime of a bearer token.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// Whether a bearer token is known and not expired.
     pub fn token_valid(&self, token: &str) -> bool {
         self.token_user(token).is_some()

@@ -50,6 +50,8 @@ struct Prepared {
     user: String,
     sql: String,
     params: Option<RecordBatch>,
+    /// Last use; statements a client never closed are dropped after a token lifetime.
+    used: std::time::Instant,
 }
 
 /// ClearIce's Flight SQL service: one [`Session`] per call, as the authenticated user.
@@ -632,14 +634,20 @@ impl FlightSqlService for ClearIceFlightSql {
                 .collect::<Vec<_>>(),
         );
         let handle = hex::encode(rand::random::<[u8; 16]>());
-        self.prepared.lock().expect("prepared").insert(
+        let mut prepared = self.prepared.lock().expect("prepared");
+        // Clients that crash never close their statements: forget idle ones.
+        let ttl = self.auth.ttl();
+        prepared.retain(|_, p| p.used.elapsed() < ttl);
+        prepared.insert(
             handle.clone(),
             Prepared {
                 user: session.principal().to_owned(),
                 sql,
                 params: None,
+                used: std::time::Instant::now(),
             },
         );
+        drop(prepared);
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into_bytes().into(),
             dataset_schema: schema_bytes(&dataset)?,
@@ -666,6 +674,7 @@ impl FlightSqlService for ClearIceFlightSql {
             .filter(|p| p.user == session.principal())
             .ok_or_else(|| Status::not_found(format!("no prepared statement '{handle}'")))?;
         p.params = batches.into_iter().find(|b| b.num_rows() > 0);
+        p.used = std::time::Instant::now();
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(handle.into_bytes().into()),
         })
@@ -679,11 +688,12 @@ impl FlightSqlService for ClearIceFlightSql {
         let session = self.session(&request)?;
         let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
         let sql = {
-            let prepared = self.prepared.lock().expect("prepared");
+            let mut prepared = self.prepared.lock().expect("prepared");
             let p = prepared
-                .get(&handle)
+                .get_mut(&handle)
                 .filter(|p| p.user == session.principal())
                 .ok_or_else(|| Status::not_found(format!("no prepared statement '{handle}'")))?;
+            p.used = std::time::Instant::now();
             p.sql.clone()
         };
         let schema = self.result_schema(&session, &sql).await?;

@@ -27,13 +27,22 @@ impl Fixture {
 
     /// The demo lake with its policy file edited by `edit`.
     async fn start_with(edit: impl FnOnce(String) -> String) -> Fixture {
+        Self::start_full(edit, |_| {}).await
+    }
+
+    /// The demo lake with its policy edited by `edit` and `[server]` by `server`.
+    async fn start_full(
+        edit: impl FnOnce(String) -> String,
+        server_edit: impl FnOnce(&mut clearice_engine::ServerConfig),
+    ) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("lake");
         let config_path = demo::init(&dir).await.unwrap();
         let policy = dir.join("policy.toml");
         std::fs::write(&policy, edit(std::fs::read_to_string(&policy).unwrap())).unwrap();
         let config = Config::load(&config_path).unwrap();
-        let server = config.server.clone().unwrap();
+        let mut server = config.server.clone().unwrap();
+        server_edit(&mut server);
         let engine = Arc::new(Engine::open(config).await.unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -520,5 +529,68 @@ async fn prepared_statements_take_jdbc_question_mark_placeholders() {
     assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
     assert_eq!(rows[0].column(1).as_string::<i32>().value(0), "XXX-XX-8653");
     assert_eq!(rows[0].column(2).as_string::<i32>().value(0), "who?");
+    fx.shutdown().await;
+}
+
+async fn prepare_handle(c: &mut FlightSqlServiceClient<Channel>, sql: &str) -> prost::bytes::Bytes {
+    use arrow_flight::sql::{
+        ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+        ProstMessageExt,
+    };
+    use prost::Message;
+    let req = ActionCreatePreparedStatementRequest {
+        query: sql.into(),
+        transaction_id: None,
+    };
+    let mut results = c
+        .do_action(arrow_flight::Action::new(
+            "CreatePreparedStatement",
+            req.as_any().encode_to_vec(),
+        ))
+        .await
+        .unwrap();
+    let body = results.try_next().await.unwrap().unwrap().body;
+    Any::decode(body)
+        .unwrap()
+        .unpack::<ActionCreatePreparedStatementResult>()
+        .unwrap()
+        .unwrap()
+        .prepared_statement_handle
+}
+
+async fn info_for_handle(
+    c: &mut FlightSqlServiceClient<Channel>,
+    handle: prost::bytes::Bytes,
+) -> Result<arrow_flight::FlightInfo, tonic::Status> {
+    use arrow_flight::sql::{CommandPreparedStatementQuery, ProstMessageExt};
+    use prost::Message;
+    let cmd = CommandPreparedStatementQuery {
+        prepared_statement_handle: handle,
+    };
+    let mut req = tonic::Request::new(arrow_flight::FlightDescriptor::new_cmd(
+        cmd.as_any().encode_to_vec(),
+    ));
+    let bearer = format!("Bearer {}", c.token().unwrap());
+    req.metadata_mut()
+        .insert("authorization", bearer.parse().unwrap());
+    c.inner_mut()
+        .get_flight_info(req)
+        .await
+        .map(|r| r.into_inner())
+}
+
+#[tokio::test]
+async fn prepared_statements_a_client_never_closed_are_forgotten() {
+    let fx = Fixture::start_full(|p| p, |s| s.token_ttl_s = Some(1)).await;
+    let mut first = fx.client("analyst", "analyst").await.unwrap();
+    let stale = prepare_handle(&mut first, "SELECT 1").await;
+    assert!(info_for_handle(&mut first, stale.clone()).await.is_ok());
+    // the client goes away without ClosePreparedStatement; a token lifetime later...
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut second = fx.client("analyst", "analyst").await.unwrap();
+    let fresh = prepare_handle(&mut second, "SELECT 2").await;
+    assert!(info_for_handle(&mut second, fresh).await.is_ok());
+    let gone = info_for_handle(&mut second, stale).await.unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{gone}");
     fx.shutdown().await;
 }
