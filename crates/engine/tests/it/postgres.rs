@@ -1,6 +1,7 @@
 //! An Iceberg SQL catalog in a real PostgreSQL server (started by scripts/test.sh; its URI
 //! in CLEARICE_PG_URI): ClearIce writes an encrypted table into it, then reads it back
-//! through the engine under a policy, and sees tables another writer adds.
+//! through the engine under a policy, and sees tables another writer adds; PyIceberg's own
+//! PostgreSQL catalog (its DDL) holding PyArrow-encrypted files reads the same as SQLite.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -122,4 +123,55 @@ async fn encrypted_table_in_a_postgresql_catalog_reads_under_the_policy() {
             .batches,
     );
     assert_eq!(n, vec![vec![Value::from(2)]]);
+}
+
+#[tokio::test]
+async fn pyiceberg_postgresql_catalog_reads_like_its_sqlite_twin() {
+    let Some(uri) = pg_uri() else { return };
+    let Some(interop) = interop_dir() else { return };
+    let python = std::env::var("CLEARICE_PYTHON").expect("CLEARICE_PYTHON (scripts/test.sh)");
+    let ns = format!("py{:016x}", rand::random::<u64>());
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pg_register.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(&uri)
+        .arg(&interop)
+        .arg(&ns)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PyIceberg could not register the table in PostgreSQL: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let keyring = interop.join("keyring.json");
+    // interop_config ends with the [kms] table: put the extra catalog first
+    let config = format!(
+        "[catalogs.pylake]\ntype = \"sql\"\nuri = \"{uri}\"\nwarehouse = \"file://{}/warehouse\"\n{}",
+        interop.display(),
+        interop_config(&interop, &keyring)
+    );
+    let engine = engine(tmp.path(), &config).await;
+    let session = engine.session("anyone");
+    let sql = |c: &str| {
+        format!("SELECT count(*), count(DISTINCT ssn), sum(balance), min(email) FROM {c}")
+    };
+    let pg = json_rows(
+        &session
+            .sql(&sql(&format!("pylake.{ns}.customers")))
+            .await
+            .unwrap()
+            .batches,
+    );
+    let sqlite = json_rows(
+        &session
+            .sql(&sql("lake.sales.customers"))
+            .await
+            .unwrap()
+            .batches,
+    );
+    assert_eq!(pg, sqlite);
+    assert!(pg[0][0].as_i64().unwrap() > 0, "{pg:?}");
 }
