@@ -202,6 +202,9 @@ struct Metrics {
     upper: HashMap<i32, Datum>,
 }
 
+/// Longest string (bytes) kept as a manifest bound.
+const MAX_STRING_BOUND: usize = 64;
+
 /// Metrics of the top-level primitive columns that are written in plaintext; encrypted
 /// columns get none (bounds would put their plaintext into the manifest).
 fn plaintext_metrics(
@@ -241,7 +244,13 @@ fn plaintext_metrics(
                 }
             });
         }
-        if let Some((lo, hi)) = bounds {
+        // Long strings would bloat every manifest: such a column gets no bounds in this
+        // file (no pruning on it, never a wrong one).
+        let too_long = |d: &Datum| matches!(d.literal(), PrimitiveLiteral::String(s) if s.len() > MAX_STRING_BOUND);
+        if let Some((lo, hi)) = bounds
+            && !too_long(&lo)
+            && !too_long(&hi)
+        {
             m.lower.insert(field.id, lo);
             m.upper.insert(field.id, hi);
         }
@@ -387,4 +396,62 @@ fn literal(a: &ArrayRef, row: usize) -> std::result::Result<Option<Literal>, Str
             ));
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::{NestedField, Schema};
+
+    #[test]
+    fn metrics_cover_plaintext_columns_only_and_skip_long_strings() {
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "note", Type::Primitive(PrimitiveType::String)).into(),
+                NestedField::optional(3, "ssn", Type::Primitive(PrimitiveType::String)).into(),
+                NestedField::optional(4, "day", Type::Primitive(PrimitiveType::Date)).into(),
+            ])
+            .build()
+            .unwrap();
+        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).unwrap());
+        let long = "x".repeat(MAX_STRING_BOUND + 1);
+        let batch = RecordBatch::try_new(
+            arrow,
+            vec![
+                Arc::new(Int64Array::from(vec![7, 3, 9])),
+                Arc::new(StringArray::from(vec![
+                    Some("a"),
+                    None,
+                    Some(long.as_str()),
+                ])),
+                Arc::new(StringArray::from(vec!["111", "222", "333"])),
+                Arc::new(Date32Array::from(vec![Some(20_000), Some(19_000), None])),
+            ],
+        )
+        .unwrap();
+        let spec = EncryptionSpec {
+            footer_key_id: "f".into(),
+            column_keys: [("ssn".to_string(), "k".to_string())].into(),
+            plaintext_footer: false,
+        };
+        let m = plaintext_metrics(&schema, &batch, &spec).unwrap();
+        assert_eq!(
+            (&m.lower[&1], &m.upper[&1]),
+            (&Datum::long(3), &Datum::long(9))
+        );
+        assert_eq!(
+            (&m.lower[&4], &m.upper[&4]),
+            (&Datum::date(19_000), &Datum::date(20_000))
+        );
+        assert_eq!((m.value_counts[&4], m.null_counts[&4]), (3, 1));
+        // a string bound longer than the limit: counts, but no bounds
+        assert_eq!(m.null_counts[&2], 1);
+        assert!(!m.lower.contains_key(&2) && !m.upper.contains_key(&2));
+        // the encrypted column: nothing at all
+        for map in [&m.value_counts, &m.null_counts] {
+            assert!(!map.contains_key(&3));
+        }
+        assert!(!m.lower.contains_key(&3) && !m.upper.contains_key(&3));
+    }
 }
