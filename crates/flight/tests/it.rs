@@ -581,12 +581,13 @@ async fn info_for_handle(
 
 #[tokio::test]
 async fn prepared_statements_a_client_never_closed_are_forgotten() {
-    let fx = Fixture::start_full(|p| p, |s| s.token_ttl_s = Some(1)).await;
+    // 3 s: enough for the first client's two calls on a loaded CI machine
+    let fx = Fixture::start_full(|p| p, |s| s.token_ttl_s = Some(3)).await;
     let mut first = fx.client("analyst", "analyst").await.unwrap();
     let stale = prepare_handle(&mut first, "SELECT 1").await;
     assert!(info_for_handle(&mut first, stale.clone()).await.is_ok());
     // the client goes away without ClosePreparedStatement; a token lifetime later...
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     let mut second = fx.client("analyst", "analyst").await.unwrap();
     let fresh = prepare_handle(&mut second, "SELECT 2").await;
     assert!(info_for_handle(&mut second, fresh).await.is_ok());
