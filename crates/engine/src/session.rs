@@ -190,10 +190,13 @@ impl Session {
         self.refresh_catalogs().await;
         let _ = self.access.take();
         let planned = self.ctx.sql(sql).await;
-        let pending = self.pending_audit(&query_id(), sql);
+        let accesses = self.access.take();
+        // Every Flight query is planned once before it runs: no audit work unless refused.
         if let Err(e) = &planned
-            && pending.accesses.iter().any(|a| !a.allowed)
+            && accesses.iter().any(|a| !a.allowed)
         {
+            let mut pending = self.pending_audit(&query_id(), sql);
+            pending.accesses = accesses;
             pending
                 .write(Err(one_line(e)))
                 .map_err(|a| DataFusionError::External(Box::new(a)))?;

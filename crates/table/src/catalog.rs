@@ -57,7 +57,8 @@ pub struct IcebergCatalogProvider {
     catalog: Arc<dyn Catalog>,
     resolver: Arc<KeyResolver>,
     schemas: std::sync::RwLock<Arc<Schemas>>,
-    /// When the listing was last refreshed (held while refreshing: one refresh at a time).
+    /// When the listing was last refreshed (held while refreshing: one refresh at a time;
+    /// others do not wait for it).
     listed_at: tokio::sync::Mutex<std::time::Instant>,
 }
 
@@ -92,9 +93,13 @@ impl IcebergCatalogProvider {
     }
 
     /// Lists namespaces and tables again if the listing is older than `max_age`. A
-    /// catalog that cannot be listed keeps its previous listing (logged).
+    /// catalog that cannot be listed keeps its previous listing (logged). Called before
+    /// every statement: while another caller refreshes, this one goes on with the current
+    /// listing instead of waiting.
     pub async fn refresh_if_older(&self, max_age: std::time::Duration) {
-        let mut listed_at = self.listed_at.lock().await;
+        let Ok(mut listed_at) = self.listed_at.try_lock() else {
+            return;
+        };
         if listed_at.elapsed() < max_age {
             return;
         }
