@@ -14,9 +14,11 @@
 #![deny(missing_docs)]
 
 mod audit;
+mod confine;
 mod config;
 pub mod demo;
 mod error;
+mod limits;
 mod session;
 
 use std::collections::HashMap;
@@ -33,15 +35,18 @@ use clearice_table::{
     SessionCatalogProvider, open_sql_catalog,
 };
 use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
+use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::parquet_encryption::EncryptionFactoryRegistry;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use audit::{AuditError, AuditLog};
+pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
-    PolicyConfig, ServerConfig, ServerUser,
+    LimitsConfig, PolicyConfig, ServerConfig, ServerUser, ShellConfig,
 };
+pub use limits::{LimitExceeded, limit_of};
 pub use error::{Error, Result};
 pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session, one_line};
 
@@ -55,6 +60,19 @@ pub struct Engine {
     policy: Arc<Policy>,
     audit: Option<Arc<AuditLog>>,
     runtime: Arc<RuntimeEnv>,
+    /// The policy's file areas with their canonical roots.
+    area_roots: Vec<(clearice_policy::Area, std::path::PathBuf)>,
+    permits: Arc<limits::Permits>,
+}
+
+/// Which front end a session serves: decides confinement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Front {
+    /// The machine's own user (shell, `-c`, `slt`, embedding): unconfined unless
+    /// `[shell] confine = true`.
+    Local,
+    /// A network principal (Flight SQL): always confined, with `[server.limits]`.
+    Network,
 }
 
 impl Engine {
@@ -77,9 +95,11 @@ impl Engine {
             None => HashMap::new(),
         };
         let resolver = Arc::new(KeyResolver::new(kms, explicit, ttl));
+        let mut policy_dir = config.base_dir.clone();
         let policy = match &config.policy {
             Some(p) => {
                 let path = config.resolve(&p.path);
+                policy_dir = path.parent().map(Into::into).unwrap_or_default();
                 let text = std::fs::read_to_string(&path).map_err(|e| Error::ConfigValue {
                     path: config.source.clone(),
                     key: "policy.path".into(),
@@ -94,6 +114,11 @@ impl Engine {
             None => None,
         };
         let runtime = Arc::new(RuntimeEnv::default());
+        // Iceberg data files are read through their own store name (see CATALOG_STORE_URL).
+        runtime.register_object_store(
+            &url::Url::parse(CATALOG_STORE_URL).expect("static URL"),
+            Arc::new(object_store::local::LocalFileSystem::new()),
+        );
         let mut catalogs = Vec::new();
         let mut iceberg = HashMap::new();
         for (name, cat) in &config.catalogs {
@@ -112,9 +137,38 @@ impl Engine {
             catalogs,
             iceberg,
             resolver,
-            policy: Arc::new(policy),
             audit,
             runtime,
+            area_roots: Confinement::resolve_roots(&policy, &policy_dir),
+            policy: Arc::new(policy),
+            permits: Arc::default(),
+        })
+    }
+
+    /// Writes an audit record that is not about a query (a failed or throttled login).
+    pub fn audit_event(
+        &self,
+        action: &str,
+        user: &str,
+        client: &str,
+        resource: &str,
+        error: &str,
+    ) -> std::result::Result<(), AuditError> {
+        let Some(log) = &self.audit else {
+            return Ok(());
+        };
+        log.write(&clearice_policy::AuditRecord {
+            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            user: user.to_owned(),
+            client: client.to_owned(),
+            action: action.to_owned(),
+            query_id: String::new(),
+            sql_sha256: String::new(),
+            table: resource.to_owned(),
+            columns: vec![],
+            allowed: false,
+            rows: None,
+            error: Some(error.to_owned()),
         })
     }
 
@@ -147,7 +201,28 @@ impl Engine {
     /// `repl`, `cli`, `slt`, or a network address). The principal is fixed for the
     /// session's life: no SQL statement can change it.
     pub fn session_for(&self, principal: &str, client: &str) -> Session {
+        self.build_session(principal, client, Front::Local)
+    }
+
+    /// A session for a network principal (Flight SQL): confined to catalog tables and the
+    /// policy's file areas, `SET` limited to [`SETTABLE_OPTIONS`], no DDL or DML, and
+    /// `[server.limits]` applied.
+    pub fn network_session(&self, principal: &str, client: &str) -> Session {
+        self.build_session(principal, client, Front::Network)
+    }
+
+    fn build_session(&self, principal: &str, client: &str, front: Front) -> Session {
+        let confined = front == Front::Network || self.config.shell.confine;
+        let limits = self
+            .config
+            .server
+            .as_ref()
+            .map(|s| s.limits.clone())
+            .unwrap_or_default();
         let mut config = SessionConfig::new().with_information_schema(true);
+        if confined && let Some(n) = limits.query_parallelism {
+            config = config.with_target_partitions(n.max(1));
+        }
         config.options_mut().execution.parquet.pushdown_filters = true;
         // Per-session runtime: shares memory, disk and object stores, but not the
         // metadata cache (decrypted footers must not cross principals) nor the
@@ -162,12 +237,48 @@ impl Engine {
         let registry = Arc::new(EncryptionFactoryRegistry::default());
         let factory = PmeEncryptionFactory::new(Arc::clone(&self.resolver)).with_scope(files_scope);
         registry.register_factory(ENCRYPTION_FACTORY_ID, Arc::new(factory));
+        let guard = confined.then(|| {
+            let front_name = match front {
+                Front::Network => "Flight SQL",
+                Front::Local => "a confined shell",
+            };
+            Arc::new(Confinement::new(
+                &self.policy,
+                &self.area_roots,
+                principal,
+                front_name,
+            ))
+        });
+        let memory_pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> =
+            match (confined, limits.query_memory()) {
+                (true, Some(limit)) => Arc::new(limits::QueryMemoryPool::new(
+                    Arc::clone(&self.runtime.memory_pool),
+                    limit,
+                )),
+                _ => Arc::clone(&self.runtime.memory_pool),
+            };
+        let object_store_registry: Arc<dyn ObjectStoreRegistry> = match &guard {
+            // `file://` confined to the areas; catalog data through its own store.
+            Some(g) => {
+                let reg = DefaultObjectStoreRegistry::new();
+                let catalog_url = url::Url::parse(CATALOG_STORE_URL).expect("static URL");
+                if let Ok(store) = self.runtime.object_store_registry.get_store(&catalog_url) {
+                    reg.register_store(&catalog_url, store);
+                }
+                reg.register_store(
+                    &url::Url::parse("file://").expect("static URL"),
+                    g.store(),
+                );
+                Arc::new(reg)
+            }
+            None => Arc::clone(&self.runtime.object_store_registry),
+        };
         let runtime = Arc::new(RuntimeEnv {
-            memory_pool: Arc::clone(&self.runtime.memory_pool),
+            memory_pool,
             disk_manager: Arc::clone(&self.runtime.disk_manager),
             cache_manager: CacheManager::try_new(&CacheManagerConfig::default())
                 .unwrap_or_else(|_| Arc::clone(&self.runtime.cache_manager)),
-            object_store_registry: Arc::clone(&self.runtime.object_store_registry),
+            object_store_registry,
             parquet_encryption_factory_registry: registry,
         });
         let ctx = SessionContext::new_with_config_rt(config, runtime);
@@ -186,20 +297,55 @@ impl Engine {
             let catalog = SessionCatalogProvider::new(Arc::clone(provider), Arc::clone(&access));
             ctx.register_catalog(name, Arc::new(catalog));
         }
-        tracing::debug!(principal, client, "session opened");
-        Session::new(
-            ctx.enable_url_table(),
+        tracing::debug!(principal, client, confined, "session opened");
+        let ctx = match &guard {
+            Some(g) => confined_url_tables(ctx, Arc::clone(g)),
+            None => ctx.enable_url_table(),
+        };
+        let mut session = Session::new(
+            ctx,
             access,
             self.audit.clone(),
             client.to_owned(),
             self.catalogs.iter().map(|(_, c)| Arc::clone(c)).collect(),
-        )
+        );
+        if let Some(g) = guard {
+            session.confine(
+                g,
+                limits::SessionLimits {
+                    config: limits,
+                    permits: Arc::clone(&self.permits),
+                },
+            );
+        }
+        session
     }
 
     /// A new SQL session for `principal` (client `embedded`).
     pub fn session(&self, principal: &str) -> Session {
         self.session_for(principal, "embedded")
     }
+}
+
+/// `SessionContext::enable_url_table` with a factory that admits only paths inside the
+/// principal's readable areas.
+fn confined_url_tables(ctx: SessionContext, guard: Arc<Confinement>) -> SessionContext {
+    use datafusion::catalog::{DynamicFileCatalog, UrlTableFactory};
+    let current = Arc::clone(ctx.state_ref().read().catalog_list());
+    let factory = Arc::new(confine::ConfinedUrlTableFactory::new(guard));
+    let list = Arc::new(DynamicFileCatalog::new(
+        current,
+        Arc::clone(&factory) as Arc<dyn UrlTableFactory>,
+    ));
+    let session_id = ctx.session_id();
+    let ctx: SessionContext = ctx
+        .into_state_builder()
+        .with_session_id(session_id)
+        .with_catalog_list(list)
+        .build()
+        .into();
+    factory.set_state(ctx.state_weak_ref());
+    ctx
 }
 
 fn resolve_sqlite_uri(config: &Config, uri: &str) -> String {

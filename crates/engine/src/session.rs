@@ -16,6 +16,8 @@ use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::audit::AuditLog;
+use crate::confine::{Confinement, refusal_of};
+use crate::limits::{LimitExceeded, LimitedStream, SessionLimits, limit_of};
 
 /// A query's result.
 #[derive(Debug)]
@@ -41,6 +43,9 @@ pub struct Session {
     audit: Option<Arc<AuditLog>>,
     client: String,
     catalogs: Vec<Arc<IcebergCatalogProvider>>,
+    /// Set for network principals (and a confined shell): what the session may touch.
+    confine: Option<Arc<Confinement>>,
+    limits: Option<SessionLimits>,
 }
 
 /// How stale a catalog's table listing may be when a statement starts.
@@ -68,6 +73,54 @@ impl Session {
             audit,
             client,
             catalogs,
+            confine: None,
+            limits: None,
+        }
+    }
+
+    pub(crate) fn confine(&mut self, guard: Arc<Confinement>, limits: SessionLimits) {
+        self.confine = Some(guard);
+        self.limits = Some(limits);
+    }
+
+    /// Whether the session is confined (network principal or `[shell] confine`).
+    pub fn is_confined(&self) -> bool {
+        self.confine.is_some()
+    }
+
+    /// Plans a statement; a confined session checks the plan before anything runs (DDL
+    /// runs when planned: `CREATE EXTERNAL TABLE` would infer a schema from the file).
+    async fn plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
+        let plan = self.ctx.state().create_logical_plan(sql).await?;
+        self.checked(plan).await
+    }
+
+    async fn checked(
+        &self,
+        plan: datafusion::logical_expr::LogicalPlan,
+    ) -> Result<datafusion::dataframe::DataFrame> {
+        if let Some(c) = &self.confine {
+            c.check_plan(&plan).await?;
+        }
+        self.ctx.execute_logical_plan(plan).await
+    }
+
+    fn timeout(&self) -> Option<std::time::Duration> {
+        self.limits.as_ref()?.config.statement_timeout()
+    }
+
+    /// A concurrency permit for one more statement of this principal.
+    fn permit(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>> {
+        let Some(l) = &self.limits else {
+            return Ok(None);
+        };
+        match l.config.max_concurrent() {
+            Some(n) => l
+                .permits
+                .acquire(self.principal(), n)
+                .map(Some)
+                .map_err(|e| DataFusionError::External(Box::new(e))),
+            None => Ok(None),
         }
     }
 
@@ -133,19 +186,21 @@ impl Session {
     /// Plans and runs SQL text (one statement) to completion, auditing table access.
     pub async fn sql(&self, sql: &str) -> Result<QueryOutput> {
         self.refresh_catalogs().await;
-        let ctx = &self.ctx;
-        self.audited(sql, async move { collect(ctx.sql(sql).await?).await })
-            .await
+        self.audited(sql, async move {
+            let _permit = self.permit()?;
+            collect(self.plan(sql).await?).await
+        })
+        .await
     }
 
     /// Runs a parsed statement (no round trip through SQL text), auditing table access.
     pub async fn execute(&self, stmt: Statement) -> Result<QueryOutput> {
         self.refresh_catalogs().await;
         let text = stmt.to_string();
-        let ctx = &self.ctx;
         self.audited(&text, async move {
-            let plan = ctx.state().statement_to_plan(stmt).await?;
-            collect(ctx.execute_logical_plan(plan).await?).await
+            let _permit = self.permit()?;
+            let plan = self.ctx.state().statement_to_plan(stmt).await?;
+            collect(self.checked(plan).await?).await
         })
         .await
     }
@@ -157,19 +212,28 @@ impl Session {
     ) -> Result<QueryOutput> {
         let _ = self.access.take();
         let id = query_id();
-        let result = run.await;
+        let result = match self.timeout() {
+            Some(limit) => tokio::time::timeout(limit, run)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(DataFusionError::External(Box::new(LimitExceeded::Timeout {
+                        limit,
+                    })))
+                }),
+            None => run.await,
+        };
         self.write_audit(&id, sql, &result)?;
         result
     }
 
     fn write_audit(&self, id: &str, sql: &str, result: &Result<QueryOutput>) -> Result<()> {
-        let outcome = match result {
-            Ok(o) => Ok(o.rows() as u64),
-            Err(e) => Err(one_line(e)),
+        let (outcome, event) = match result {
+            Ok(o) => (Ok(o.rows() as u64), None),
+            Err(e) => (Err(one_line(e)), event_of(e)),
         };
         let pending = self.pending_audit(id, sql);
         pending
-            .write(outcome)
+            .write(outcome, event)
             .map_err(|e| DataFusionError::External(Box::new(e)))
     }
 
@@ -189,16 +253,25 @@ impl Session {
     pub async fn sql_plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
         self.refresh_catalogs().await;
         let _ = self.access.take();
-        let planned = self.ctx.sql(sql).await;
+        let planned = match self.timeout() {
+            Some(limit) => tokio::time::timeout(limit, self.plan(sql))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(DataFusionError::External(Box::new(LimitExceeded::Timeout {
+                        limit,
+                    })))
+                }),
+            None => self.plan(sql).await,
+        };
         let accesses = self.access.take();
         // Every Flight query is planned once before it runs: no audit work unless refused.
         if let Err(e) = &planned
-            && accesses.iter().any(|a| !a.allowed)
+            && (accesses.iter().any(|a| !a.allowed) || event_of(e).is_some())
         {
             let mut pending = self.pending_audit(&query_id(), sql);
             pending.accesses = accesses;
             pending
-                .write(Err(one_line(e)))
+                .write(Err(one_line(e)), event_of(e))
                 .map_err(|a| DataFusionError::External(Box::new(a)))?;
         }
         planned
@@ -220,24 +293,43 @@ impl Session {
         self.refresh_catalogs().await;
         let _ = self.access.take();
         let id = query_id();
+        let deadline = self
+            .timeout()
+            .map(|d| (tokio::time::Instant::now() + d, d));
         let started = async {
-            let mut df = self.ctx.sql(sql).await?;
+            let permit = self.permit()?;
+            let mut df = self.plan(sql).await?;
             if let Some(p) = params {
                 df = df.with_param_values(p)?;
             }
-            df.execute_stream().await
-        }
-        .await;
+            Ok((df.execute_stream().await?, permit))
+        };
+        let started = match deadline {
+            Some((at, limit)) => tokio::time::timeout_at(at, started)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(DataFusionError::External(Box::new(LimitExceeded::Timeout {
+                        limit,
+                    })))
+                }),
+            None => started.await,
+        };
         let pending = self.pending_audit(&id, sql);
         match started {
-            Ok(inner) => Ok(Box::pin(AuditedStream {
-                inner,
-                rows: 0,
-                pending: Some(pending),
-            })),
+            Ok((inner, permit)) => {
+                let inner: SendableRecordBatchStream = match &self.limits {
+                    Some(l) => Box::pin(LimitedStream::new(inner, deadline, &l.config, permit)),
+                    None => inner,
+                };
+                Ok(Box::pin(AuditedStream {
+                    inner,
+                    rows: 0,
+                    pending: Some(pending),
+                }))
+            }
             Err(e) => {
                 pending
-                    .write(Err(one_line(&e)))
+                    .write(Err(one_line(&e)), event_of(&e))
                     .map_err(|a| DataFusionError::External(Box::new(a)))?;
                 Err(e)
             }
@@ -272,16 +364,35 @@ struct PendingAudit {
 }
 
 impl PendingAudit {
+    /// Writes the records of the query's table accesses, and one of its refusal or limit
+    /// (`event`: action and resource) if it was stopped by one.
     fn write(
         self,
         outcome: std::result::Result<u64, String>,
+        event: Option<(String, String)>,
     ) -> std::result::Result<(), crate::audit::AuditError> {
         let Some(log) = &self.log else { return Ok(()) };
+        if let Some((action, resource)) = event {
+            log.write(&AuditRecord {
+                time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                user: self.user.clone(),
+                client: self.client.clone(),
+                action,
+                query_id: self.query_id.clone(),
+                sql_sha256: self.sql_sha256.clone(),
+                table: resource,
+                columns: vec![],
+                allowed: false,
+                rows: None,
+                error: outcome.as_ref().err().cloned(),
+            })?;
+        }
         for a in self.accesses {
             let record = AuditRecord {
                 time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                 user: self.user.clone(),
                 client: self.client.clone(),
+                action: "query".to_owned(),
                 query_id: self.query_id.clone(),
                 sql_sha256: self.sql_sha256.clone(),
                 table: a.table,
@@ -305,9 +416,13 @@ struct AuditedStream {
 }
 
 impl AuditedStream {
-    fn finish(&mut self, outcome: std::result::Result<u64, String>) {
+    fn finish(
+        &mut self,
+        outcome: std::result::Result<u64, String>,
+        event: Option<(String, String)>,
+    ) {
         if let Some(p) = self.pending.take()
-            && let Err(e) = p.write(outcome)
+            && let Err(e) = p.write(outcome, event)
         {
             tracing::error!(error = %e, "audit record not written");
         }
@@ -326,11 +441,12 @@ impl futures::Stream for AuditedStream {
             std::task::Poll::Ready(Some(Ok(b))) => self.rows += b.num_rows() as u64,
             std::task::Poll::Ready(Some(Err(e))) => {
                 let msg = one_line(e);
-                self.finish(Err(msg));
+                let event = event_of(e);
+                self.finish(Err(msg), event);
             }
             std::task::Poll::Ready(None) => {
                 let rows = self.rows;
-                self.finish(Ok(rows));
+                self.finish(Ok(rows), None);
             }
             std::task::Poll::Pending => {}
         }
@@ -346,7 +462,7 @@ impl datafusion::execution::RecordBatchStream for AuditedStream {
 
 impl Drop for AuditedStream {
     fn drop(&mut self) {
-        self.finish(Err("cancelled: the client stopped reading".into()));
+        self.finish(Err("cancelled: the client stopped reading".into()), None);
     }
 }
 
@@ -354,6 +470,30 @@ async fn collect(df: datafusion::dataframe::DataFrame) -> Result<QueryOutput> {
     let schema = SchemaRef::new(df.schema().as_arrow().clone());
     let batches = df.execute_stream().await?.try_collect().await?;
     Ok(QueryOutput { schema, batches })
+}
+
+/// The audit action and resource of a statement stopped by confinement or a limit.
+fn event_of(e: &DataFusionError) -> Option<(String, String)> {
+    if let Some(r) = refusal_of(e) {
+        return Some((r.action().to_owned(), r.resource()));
+    }
+    if let Some(l) = limit_of(e) {
+        let what = match l {
+            LimitExceeded::Timeout { .. } => "statement_timeout",
+            LimitExceeded::Concurrency { .. } => "max_concurrent_statements",
+            LimitExceeded::Rows { .. } => "max_result_rows",
+            LimitExceeded::Bytes { .. } => "max_result_bytes",
+        };
+        return Some(("limit".to_owned(), format!("limit:{what}")));
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(DataFusionError::ResourcesExhausted(_)) = err.downcast_ref() {
+            return Some(("limit".to_owned(), "limit:query_memory".to_owned()));
+        }
+        cur = err.source();
+    }
+    None
 }
 
 /// An error on one line.

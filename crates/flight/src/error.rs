@@ -1,6 +1,9 @@
 //! DataFusion errors to gRPC status codes (exhaustive over error kinds).
 
+use clearice_engine::{LimitExceeded, Refusal, limit_of, refusal_of};
 use datafusion::error::DataFusionError;
+
+use crate::auth::AuthError;
 use tonic::{Code, Status};
 
 fn one_line(e: &impl std::fmt::Display) -> String {
@@ -12,10 +15,45 @@ fn one_line(e: &impl std::fmt::Display) -> String {
         .join(" ")
 }
 
+/// The status of refused credentials (every kind is UNAUTHENTICATED; the message says
+/// which, without telling whether a user name exists).
+pub fn auth_status(e: &AuthError) -> Status {
+    let code = match e {
+        AuthError::Missing
+        | AuthError::Malformed
+        | AuthError::EmptyPassword { .. }
+        | AuthError::Invalid { .. }
+        | AuthError::Throttled { .. }
+        | AuthError::BadToken => Code::Unauthenticated,
+    };
+    Status::new(code, e.to_string())
+}
+
+/// The code of a typed ClearIce error inside an engine error, if there is one.
+fn typed_code(e: &DataFusionError) -> Option<Code> {
+    if let Some(r) = refusal_of(e) {
+        return Some(match r {
+            Refusal::FileRead { .. }
+            | Refusal::FileWrite { .. }
+            | Refusal::Setting { .. }
+            | Refusal::Statement { .. } => Code::PermissionDenied,
+        });
+    }
+    limit_of(e).map(|l| match l {
+        LimitExceeded::Timeout { .. } => Code::DeadlineExceeded,
+        LimitExceeded::Concurrency { .. }
+        | LimitExceeded::Rows { .. }
+        | LimitExceeded::Bytes { .. } => Code::ResourceExhausted,
+    })
+}
+
 /// The status a client sees for an engine error: the engine's one-line message and the
 /// code that says what to do about it.
 pub fn status_of(e: &DataFusionError) -> Status {
     let msg = one_line(e);
+    if let Some(code) = typed_code(e) {
+        return Status::new(code, msg);
+    }
     let policy = msg.contains("access denied")
         || msg.contains("is not a user in policy")
         || msg.contains("may not decrypt");

@@ -18,6 +18,6 @@ mod placeholders;
 mod service;
 pub mod session;
 
-pub use auth::Auth;
-pub use error::status_of;
+pub use auth::{Auth, AuthError};
+pub use error::{auth_status, status_of};
 pub use service::{ClearIceFlightSql, serve};

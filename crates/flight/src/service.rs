@@ -35,8 +35,8 @@ use prost::Message;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::Auth;
-use crate::error::status_of;
+use crate::auth::{Auth, AuthError};
+use crate::error::{auth_status, status_of};
 use crate::placeholders::number_question_marks;
 use crate::session::{
     CATALOG, CloseSessionResult, CloseSessionStatus, OptionValue, SCHEMA, SessionOptions, Sessions,
@@ -359,19 +359,45 @@ impl ClearIceFlightSql {
 
     /// The engine session of a call: its authenticated user, with the options of its
     /// Flight session (if it set any).
-    fn session<T>(&self, request: &Request<T>) -> Result<Session, Status> {
-        self.session_with(request, true)
+    async fn session<T>(&self, request: &Request<T>) -> Result<Session, Status> {
+        self.session_with(request, true).await
+    }
+
+    /// The status of a refused login or call; failed and throttled logins are audited.
+    fn auth_refused(&self, e: &AuthError, client: &str) -> Status {
+        if matches!(e, AuthError::Invalid { .. } | AuthError::Throttled { .. }) {
+            tracing::info!(user = e.user(), client, error = %e, "login refused");
+            if let Err(a) = self
+                .engine
+                .audit_event("login", e.user(), client, "login", &e.to_string())
+            {
+                tracing::error!(error = %a, "audit record not written");
+            }
+        }
+        auth_status(e)
     }
 
     /// [`Self::session`]; with `strict = false` session options that no longer apply (a
     /// namespace dropped since) are skipped instead of failing the call, so the session
     /// actions can still repair or close the session.
-    fn session_with<T>(&self, request: &Request<T>, strict: bool) -> Result<Session, Status> {
+    async fn session_with<T>(
+        &self,
+        request: &Request<T>,
+        strict: bool,
+    ) -> Result<Session, Status> {
         let header = request
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        let user = self.auth.authenticate(header)?;
+        let client = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "flight".into());
+        let user = self
+            .auth
+            .authenticate(header, request.remote_addr().map(|a| a.ip()))
+            .await
+            .map_err(|e| self.auth_refused(&e, &client))?;
         // A per-user KMS token (PyArrow's key_access_token; a JDBC URL parameter arrives as
         // a header) would be silently ignored by the keyring KMS: refuse it instead.
         if let Some(name) = KMS_TOKEN_HEADERS
@@ -386,11 +412,7 @@ impl ClearIceFlightSql {
                     .map_or("none", |k| k.name())
             )));
         }
-        let client = request
-            .remote_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|| "flight".into());
-        let session = self.engine.session_for(&user, &client);
+        let session = self.engine.network_session(&user, &client);
         if let Some(token) = bearer(request) {
             let options = self.sessions.get(token);
             if options != SessionOptions::default()
@@ -557,7 +579,16 @@ impl FlightSqlService for ClearIceFlightSql {
             .ok_or_else(|| {
                 Status::unauthenticated("Handshake needs 'authorization: Basic ...' credentials")
             })?;
-        let (user, token) = self.auth.login(header)?;
+        let client = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "flight".into());
+        let (user, token) = self
+            .auth
+            .login(header, request.remote_addr().map(|a| a.ip()))
+            .await
+            .map_err(|e| self.auth_refused(&e, &client))?;
+        self.auth.prune();
         self.sessions.retain(|t| self.auth.token_valid(t));
         tracing::info!(user, client = ?request.remote_addr(), "login");
         let reply = HandshakeResponse {
@@ -577,7 +608,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let sql = number_question_marks(&query.query).into_owned();
         let schema = self.result_schema(&session, &sql).await?;
         let ticket = TicketStatementQuery {
@@ -595,7 +626,7 @@ impl FlightSqlService for ClearIceFlightSql {
         ticket: TicketStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let sql = String::from_utf8(ticket.statement_handle.to_vec())
             .map_err(|_| Status::invalid_argument("statement handle is not UTF-8 SQL"))?;
         let key = ticket_key(
@@ -612,7 +643,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: ActionCreatePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let sql = number_question_marks(&query.query).into_owned();
         let df = session.sql_plan(&sql).await.map_err(|e| status_of(&e))?;
         let dataset = wire_schema(df.schema().as_arrow());
@@ -660,7 +691,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let handle = String::from_utf8_lossy(&query.prepared_statement_handle).into_owned();
         let stream = request.into_inner().map_err(|e| e.into());
         let batches: Vec<RecordBatch> =
@@ -685,7 +716,7 @@ impl FlightSqlService for ClearIceFlightSql {
         cmd: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
         let sql = {
             let mut prepared = self.prepared.lock().expect("prepared");
@@ -709,7 +740,7 @@ impl FlightSqlService for ClearIceFlightSql {
         cmd: CommandPreparedStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
         let (sql, params) = {
             let prepared = self.prepared.lock().expect("prepared");
@@ -737,7 +768,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: ActionClosePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<(), Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let handle = String::from_utf8_lossy(&query.prepared_statement_handle).into_owned();
         let mut prepared = self.prepared.lock().expect("prepared");
         if prepared
@@ -754,7 +785,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let schema = query.into_builder().schema();
         Ok(Response::new(flight_info(
             &schema,
@@ -768,7 +799,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetCatalogs,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let mut b: GetCatalogsBuilder = query.into_builder();
         let mut names = session.ctx().catalog_names();
         names.sort();
@@ -784,7 +815,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let schema = query.clone().into_builder().schema();
         Ok(Response::new(flight_info(
             &schema,
@@ -798,7 +829,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetDbSchemas,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         session.refresh_catalogs().await;
         let mut b = query.into_builder();
         let ctx = session.ctx();
@@ -818,7 +849,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let schema = query.clone().into_builder().schema();
         Ok(Response::new(flight_info(
             &schema,
@@ -832,7 +863,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetTables,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let session = self.session(&request)?;
+        let session = self.session(&request).await?;
         let mut b = query.into_builder();
         for (c, s, t, kind, schema) in self.table_list(&session).await {
             b.append(c, s, t, kind, &schema)
@@ -847,7 +878,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let schema = query.into_builder().schema();
         Ok(Response::new(flight_info(
             &schema,
@@ -861,7 +892,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetTableTypes,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let mut b = query.into_builder();
         b.append("TABLE");
         b.append("VIEW");
@@ -874,7 +905,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let schema = query.clone().into_builder(&self.sql_info).schema();
         Ok(Response::new(flight_info(
             &schema,
@@ -888,7 +919,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetSqlInfo,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let b = query.into_builder(&self.sql_info);
         let schema = b.schema();
         Ok(Response::new(batch_stream(schema, b.build())))
@@ -899,7 +930,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetXdbcTypeInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let schema = query.into_builder(&self.xdbc).schema();
         Ok(Response::new(flight_info(
             &schema,
@@ -913,7 +944,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetXdbcTypeInfo,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let b = query.into_builder(&self.xdbc);
         let schema = b.schema();
         Ok(Response::new(batch_stream(schema, b.build())))
@@ -924,7 +955,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetPrimaryKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         Ok(Response::new(flight_info(
             &keys_schema(false),
             query.as_any(),
@@ -937,7 +968,7 @@ impl FlightSqlService for ClearIceFlightSql {
         _query: CommandGetPrimaryKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let s = keys_schema(false);
         Ok(Response::new(batch_stream(
             Arc::clone(&s),
@@ -950,7 +981,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetExportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         Ok(Response::new(flight_info(
             &keys_schema(true),
             query.as_any(),
@@ -963,7 +994,7 @@ impl FlightSqlService for ClearIceFlightSql {
         _query: CommandGetExportedKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let s = keys_schema(true);
         Ok(Response::new(batch_stream(
             Arc::clone(&s),
@@ -976,7 +1007,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetImportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         Ok(Response::new(flight_info(
             &keys_schema(true),
             query.as_any(),
@@ -989,7 +1020,7 @@ impl FlightSqlService for ClearIceFlightSql {
         _query: CommandGetImportedKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let s = keys_schema(true);
         Ok(Response::new(batch_stream(
             Arc::clone(&s),
@@ -1002,7 +1033,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetCrossReference,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         Ok(Response::new(flight_info(
             &keys_schema(true),
             query.as_any(),
@@ -1015,7 +1046,7 @@ impl FlightSqlService for ClearIceFlightSql {
         _query: CommandGetCrossReference,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request)?;
+        self.session(&request).await?;
         let s = keys_schema(true);
         Ok(Response::new(batch_stream(
             Arc::clone(&s),
@@ -1030,7 +1061,7 @@ impl FlightSqlService for ClearIceFlightSql {
         Response<<Self as arrow_flight::flight_service_server::FlightService>::DoActionStream>,
         Status,
     > {
-        let session = self.session_with(&request, false)?;
+        let session = self.session_with(&request, false).await?;
         let token = bearer(&request).map(str::to_owned);
         let action = request.into_inner();
         let reply = |body: Vec<u8>| -> Response<

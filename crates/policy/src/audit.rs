@@ -25,6 +25,10 @@ pub struct AuditRecord {
     pub user: String,
     /// Client: `repl`, `cli`, `slt`, or a network address.
     pub client: String,
+    /// What was attempted: `query` (a table read under the policy), `read_file`,
+    /// `write_file`, `set`, `statement` (refused by confinement), `limit` (stopped by a
+    /// resource limit), `login` (a failed or throttled login).
+    pub action: String,
     /// Query id (unique per process run).
     pub query_id: String,
     /// SHA-256 of the SQL text (hex); the text itself is not logged.

@@ -21,6 +21,18 @@ struct RawPolicy {
     files: Option<RawFiles>,
     #[serde(default)]
     tables: BTreeMap<Spanned<String>, RawTable>,
+    #[serde(default)]
+    areas: BTreeMap<Spanned<String>, RawArea>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawArea {
+    root: Spanned<String>,
+    #[serde(default)]
+    read: Vec<Spanned<String>>,
+    #[serde(default)]
+    write: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +117,20 @@ pub struct TablePolicy {
     pub columns: BTreeMap<String, ColumnPolicy>,
 }
 
+/// A named directory that confined sessions (Flight SQL) may read files from by path
+/// (`read`) or export query results into (`write`), per `[areas.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Area {
+    /// Area name (for messages and the audit log).
+    pub name: String,
+    /// Root directory as written (relative: to the policy file's directory).
+    pub root: String,
+    /// Who may read files under the root by path.
+    pub read: Vec<Subject>,
+    /// Who may write (`COPY ... TO`) under the root.
+    pub write: Vec<Subject>,
+}
+
 /// A validated column policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -112,6 +138,7 @@ pub struct Policy {
     users: BTreeMap<String, Vec<String>>,
     roles: BTreeSet<String>,
     file_decrypt: Vec<Subject>,
+    areas: Vec<Area>,
     tables: BTreeMap<String, TablePolicy>,
     on_missing_key: MissingKey,
 }
@@ -163,6 +190,7 @@ impl Policy {
             users: BTreeMap::new(),
             roles: BTreeSet::new(),
             file_decrypt: vec![Subject::Wildcard],
+            areas: Vec::new(),
             tables: BTreeMap::new(),
             on_missing_key: MissingKey::Error,
         }
@@ -225,6 +253,25 @@ impl Policy {
             Some(f) => f.decrypt.iter().map(&subject).collect::<Result<_>>()?,
             None => Vec::new(),
         };
+        let mut areas = Vec::new();
+        for (name, a) in &raw.areas {
+            let root = a.root.get_ref();
+            if root.is_empty() || root.contains("://") {
+                return Err(err(
+                    a.root.span().start,
+                    format!(
+                        "area '{}': root '{root}' must be a local directory (object-store areas are not supported yet)",
+                        name.get_ref()
+                    ),
+                ));
+            }
+            areas.push(Area {
+                name: name.get_ref().clone(),
+                root: root.clone(),
+                read: a.read.iter().map(&subject).collect::<Result<_>>()?,
+                write: a.write.iter().map(&subject).collect::<Result<_>>()?,
+            });
+        }
         let on_missing_key = match &raw.on_missing_key {
             Some(v) => parse_missing_key(v, &err)?,
             None => MissingKey::Error,
@@ -324,6 +371,7 @@ impl Policy {
             users,
             roles,
             file_decrypt,
+            areas,
             tables,
             on_missing_key,
         })
@@ -355,6 +403,21 @@ impl Policy {
     /// Whether `principal` may decrypt standalone files (not in a catalog), per `[files]`.
     pub fn may_decrypt_files(&self, principal: &str) -> bool {
         self.file_decrypt.iter().any(|s| self.matches(s, principal))
+    }
+
+    /// Every `[areas.NAME]` of the policy.
+    pub fn areas(&self) -> &[Area] {
+        &self.areas
+    }
+
+    /// Whether `principal` may read files by path under `area`.
+    pub fn may_read_area(&self, area: &Area, principal: &str) -> bool {
+        area.read.iter().any(|s| self.matches(s, principal))
+    }
+
+    /// Whether `principal` may export (`COPY ... TO`) under `area`.
+    pub fn may_write_area(&self, area: &Area, principal: &str) -> bool {
+        area.write.iter().any(|s| self.matches(s, principal))
     }
 
     fn matches(&self, s: &Subject, principal: &str) -> bool {
@@ -683,5 +746,42 @@ access = { "*" = "hide", admin = "plaintext" }
             p.decide("u", "a.b.c", "x").decision,
             Decision::Mask(Mask::Fixed(Some("42".into())))
         );
+    }
+}
+
+#[cfg(test)]
+mod area_tests {
+    use super::*;
+
+    const P: &str = r#"
+[users]
+ann = { roles = ["analyst"] }
+sam = { roles = ["support"] }
+[roles]
+analyst = {}
+support = {}
+[areas.exports]
+root = "/srv/exports"
+read = ["analyst"]
+write = ["analyst", "user:sam"]
+"#;
+
+    #[test]
+    fn area_grants_follow_roles_and_users() {
+        let p = Policy::parse(P, "p.toml").unwrap();
+        let a = &p.areas()[0];
+        assert_eq!((a.name.as_str(), a.root.as_str()), ("exports", "/srv/exports"));
+        assert!(p.may_read_area(a, "ann"));
+        assert!(!p.may_read_area(a, "sam"));
+        assert!(p.may_write_area(a, "sam"));
+        assert!(!p.may_write_area(a, "stranger"));
+    }
+
+    #[test]
+    fn area_with_url_root_or_unknown_role_is_refused_with_its_line() {
+        let e = Policy::parse(&P.replace("/srv/exports", "s3://b/x"), "p.toml").unwrap_err();
+        assert!(e.to_string().contains("line 9") && e.to_string().contains("object-store"), "{e}");
+        let e = Policy::parse(&P.replace("\"user:sam\"", "\"nobody\""), "p.toml").unwrap_err();
+        assert!(e.to_string().contains("unknown role 'nobody'"), "{e}");
     }
 }

@@ -34,5 +34,5 @@ pub use encryption::{
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};
-pub use provider::IcebergTableProvider;
+pub use provider::{CATALOG_STORE_URL, IcebergTableProvider};
 pub use schema::arrow_schema;

@@ -34,6 +34,11 @@ use crate::filter::to_iceberg_predicate;
 use crate::reader::NamedFileReaderFactory;
 use crate::schema::arrow_schema;
 
+/// Object store URL that Iceberg data files are read through: a local filesystem store
+/// the engine registers under this name, apart from `file://`, so sessions whose
+/// `file://` is confined to file areas still read catalog data.
+pub const CATALOG_STORE_URL: &str = "clearice-catalog://local";
+
 /// A table of an Iceberg catalog, at its current snapshot.
 pub struct IcebergTableProvider {
     name: String,
@@ -110,8 +115,9 @@ impl IcebergTableProvider {
             location: location.to_owned(),
             reason,
         };
+        let store = || ObjectStoreUrl::parse(CATALOG_STORE_URL).expect("static URL");
         if location.starts_with('/') {
-            return Ok((ObjectStoreUrl::local_filesystem(), location.to_owned()));
+            return Ok((store(), location.to_owned()));
         }
         let url = url::Url::parse(location).map_err(|e| unsupported(e.to_string()))?;
         match url.scheme() {
@@ -120,7 +126,7 @@ impl IcebergTableProvider {
                     .to_file_path()
                     .map_err(|()| unsupported("not a local path".into()))?;
                 Ok((
-                    ObjectStoreUrl::local_filesystem(),
+                    store(),
                     path.to_string_lossy().into_owned(),
                 ))
             }

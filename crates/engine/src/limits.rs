@@ -1,0 +1,265 @@
+//! Per-principal resource limits of confined sessions (`[server.limits]`): statement
+//! timeout, concurrent statements, per-query memory, result size.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{
+    MemoryLimit, MemoryPool, MemoryReservation, MemoryConsumer,
+};
+use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
+use futures::Stream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::LimitsConfig;
+
+/// A statement stopped by a limit. Carried inside DataFusion errors (`External`); Flight
+/// maps it to `DEADLINE_EXCEEDED` / `RESOURCE_EXHAUSTED`.
+#[derive(Debug, Clone, thiserror::Error)]
+// Not non_exhaustive: Flight matches every variant, so a new one forces a gRPC code.
+pub enum LimitExceeded {
+    /// The statement ran longer than the timeout.
+    #[error(
+        "statement cancelled: it ran longer than the statement timeout of {limit:?} ([server.limits] statement_timeout_s)"
+    )]
+    Timeout {
+        /// The timeout.
+        limit: Duration,
+    },
+    /// The principal already runs as many statements as allowed.
+    #[error(
+        "too many statements running for principal '{principal}': the limit is {limit} at once ([server.limits] max_concurrent_statements); wait for one to finish"
+    )]
+    Concurrency {
+        /// The principal.
+        principal: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// The result has more rows than allowed.
+    #[error("result has more than {limit} rows ([server.limits] max_result_rows)")]
+    Rows {
+        /// The limit.
+        limit: u64,
+    },
+    /// The result has more bytes than allowed.
+    #[error("result is larger than {limit} bytes ([server.limits] max_result_bytes)")]
+    Bytes {
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// The limit inside a DataFusion error, if any.
+pub fn limit_of(e: &DataFusionError) -> Option<&LimitExceeded> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(l) = err.downcast_ref::<LimitExceeded>() {
+            return Some(l);
+        }
+        if let Some(DataFusionError::External(inner)) = err.downcast_ref::<DataFusionError>()
+            && let Some(l) = inner.downcast_ref::<LimitExceeded>()
+        {
+            return Some(l);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// Concurrency permits per principal, shared by all sessions of an engine.
+#[derive(Debug, Default)]
+pub(crate) struct Permits {
+    by_principal: std::sync::Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Permits {
+    /// A permit for one more statement of `principal`, or the limit error.
+    pub(crate) fn acquire(
+        &self,
+        principal: &str,
+        limit: usize,
+    ) -> Result<OwnedSemaphorePermit, LimitExceeded> {
+        let sem = {
+            let mut map = self.by_principal.lock().expect("permits");
+            Arc::clone(
+                map.entry(principal.to_owned())
+                    .or_insert_with(|| Arc::new(Semaphore::new(limit))),
+            )
+        };
+        sem.try_acquire_owned()
+            .map_err(|_| LimitExceeded::Concurrency {
+                principal: principal.to_owned(),
+                limit,
+            })
+    }
+}
+
+/// A session's limits: the config and the engine's permits.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionLimits {
+    pub(crate) config: LimitsConfig,
+    pub(crate) permits: Arc<Permits>,
+}
+
+/// One query's share of the shared memory pool: reservations count against both the
+/// query's limit and the shared pool, so a query that wants more than its limit spills or
+/// fails alone, and other principals' queries keep their memory.
+#[derive(Debug)]
+pub(crate) struct QueryMemoryPool {
+    inner: Arc<dyn MemoryPool>,
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl QueryMemoryPool {
+    pub(crate) fn new(inner: Arc<dyn MemoryPool>, limit: usize) -> Self {
+        Self {
+            inner,
+            limit,
+            used: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl MemoryPool for QueryMemoryPool {
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.inner.register(consumer);
+    }
+
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.inner.unregister(consumer);
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.used.fetch_add(additional, Ordering::Relaxed);
+        self.inner.grow(reservation, additional);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.used.fetch_sub(shrink, Ordering::Relaxed);
+        self.inner.shrink(reservation, shrink);
+    }
+
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
+        let grown = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                (u + additional <= self.limit).then_some(u + additional)
+            });
+        if grown.is_err() {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "query memory limit of {} MiB reached by {} wanting {} more bytes ([server.limits] query_memory_mb)",
+                self.limit >> 20,
+                reservation.consumer().name(),
+                additional
+            )));
+        }
+        if let Err(e) = self.inner.try_grow(reservation, additional) {
+            self.used.fetch_sub(additional, Ordering::Relaxed);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        MemoryLimit::Finite(self.limit)
+    }
+}
+
+/// A result stream under the statement's deadline and result-size limits; holds the
+/// principal's concurrency permit until it ends or is dropped.
+pub(crate) struct LimitedStream {
+    inner: SendableRecordBatchStream,
+    deadline: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
+    max_rows: Option<u64>,
+    max_bytes: Option<u64>,
+    rows: u64,
+    bytes: u64,
+    done: bool,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl LimitedStream {
+    pub(crate) fn new(
+        inner: SendableRecordBatchStream,
+        deadline: Option<(tokio::time::Instant, Duration)>,
+        config: &LimitsConfig,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        Self {
+            inner,
+            deadline: deadline.map(|(at, d)| (Box::pin(tokio::time::sleep_until(at)), d)),
+            max_rows: config.max_result_rows,
+            max_bytes: config.max_result_bytes,
+            rows: 0,
+            bytes: 0,
+            done: false,
+            _permit: permit,
+        }
+    }
+
+    fn fail(&mut self, e: LimitExceeded) -> Poll<Option<Result<RecordBatch>>> {
+        self.done = true;
+        // Drop the query now (cancels its tasks), not when the client goes away.
+        self.inner = Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(
+            self.inner.schema(),
+        ));
+        Poll::Ready(Some(Err(DataFusionError::External(Box::new(e)))))
+    }
+}
+
+impl Stream for LimitedStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if let Some((sleep, limit)) = &mut self.deadline
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            let limit = *limit;
+            return self.fail(LimitExceeded::Timeout { limit });
+        }
+        let polled = self.inner.as_mut().poll_next(cx);
+        if let Poll::Ready(Some(Ok(b))) = &polled {
+            let (rows, bytes) = (b.num_rows() as u64, b.get_array_memory_size() as u64);
+            self.rows += rows;
+            self.bytes += bytes;
+            if let Some(limit) = self.max_rows
+                && self.rows > limit
+            {
+                return self.fail(LimitExceeded::Rows { limit });
+            }
+            if let Some(limit) = self.max_bytes
+                && self.bytes > limit
+            {
+                return self.fail(LimitExceeded::Bytes { limit });
+            }
+        }
+        if let Poll::Ready(None) = &polled {
+            self.done = true;
+        }
+        polled
+    }
+}
+
+impl RecordBatchStream for LimitedStream {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
+    }
+}
+
+use std::future::Future as _;
