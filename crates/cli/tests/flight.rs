@@ -401,3 +401,280 @@ fn adbc_connects_over_tls() {
         .unwrap();
     assert!(!plain.status.success());
 }
+
+/// Starts `clearice serve` with `cwd` as its working directory (relative paths in SQL
+/// resolve against it).
+fn start_in(config: &Path, dir: &Path, cwd: &Path) -> Server {
+    let addr_file = dir.join("addr");
+    let child = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .current_dir(cwd)
+        .arg("--config")
+        .arg(config)
+        .args(["serve", "--addr", "127.0.0.1:0", "--addr-file"])
+        .arg(&addr_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::fs::read_to_string(&addr_file)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Server {
+        child,
+        addr: std::fs::read_to_string(&addr_file).unwrap(),
+    }
+}
+
+fn error_text(v: &Value) -> &str {
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a refusal, got {v}"))
+}
+
+/// The threat model's attack suite (README "Threat model"): a low-privilege principal
+/// (`support`, no file area), an analyst granted a read area and an export area, and an
+/// admin, over ADBC against the real binary.
+#[test]
+fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let lake = root.join("lake");
+    let out = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .args(["demo", "init"])
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // Files the server can read but no Flight user may.
+    let outside = root.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.csv"), "secret\ntopsecret-1\n").unwrap();
+    std::fs::write(outside.join("secret.json"), "{\"secret\": \"topsecret-2\"}\n").unwrap();
+    // A read area with a legit file, a symlink out of it, and a directory hiding one.
+    let shared = root.join("areas/shared");
+    std::fs::create_dir_all(shared.join("dir")).unwrap();
+    std::fs::write(shared.join("data.csv"), "x\n41\n").unwrap();
+    std::fs::write(shared.join("dir/good.csv"), "secret\nfine\n").unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.csv"), shared.join("link.csv")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.csv"), shared.join("dir/evil.csv")).unwrap();
+    // An export area with a symlink pointing out of it.
+    let exports = root.join("areas/exports");
+    std::fs::create_dir_all(&exports).unwrap();
+    std::os::unix::fs::symlink(&outside, exports.join("escape")).unwrap();
+    let policy = std::fs::read_to_string(lake.join("policy.toml")).unwrap();
+    let policy = policy.replace(
+        "[tables.\"lake.sales.orders\"]\nfooter_key = \"footer_key\"",
+        "[tables.\"lake.sales.orders\"]\nfooter_key = \"footer_key\"\naccess = { support = \"hide\" }",
+    );
+    std::fs::write(
+        lake.join("policy.toml"),
+        format!(
+            "{policy}\n[areas.shared]\nroot = \"{}\"\nread = [\"analyst\", \"admin\"]\n\n[areas.exports]\nroot = \"{}\"\nwrite = [\"analyst\", \"admin\"]\n",
+            shared.display(),
+            exports.display()
+        ),
+    )
+    .unwrap();
+    let config = std::fs::read_to_string(lake.join("clearice.toml")).unwrap();
+    let config = config.replace(
+        "addr = \"127.0.0.1:50051\"",
+        "addr = \"127.0.0.1:50051\"\nlogin_free_failures = 3\nlogin_backoff_max_ms = 2000",
+    );
+    std::fs::write(
+        lake.join("clearice.toml"),
+        format!(
+            "{config}\n[server.limits]\nstatement_timeout_s = 4\nmax_concurrent_statements = 2\nquery_memory_mb = 32\n"
+        ),
+    )
+    .unwrap();
+    let hidden_file = walk(&lake.join("warehouse/sales/orders"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .unwrap();
+    let server = start_in(&lake.join("clearice.toml"), &root, &shared);
+    let paths = serde_json::json!({
+        "outside": outside, "shared": shared, "exports": exports, "hidden_file": hidden_file,
+    });
+    let script: PathBuf =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/attack_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(&server.addr)
+        .arg(paths.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "attack client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let permission_denied = |user: &str, attack: &str, needle: &str| {
+        let e = error_text(&v[user][attack]);
+        assert!(
+            e.contains("PERMISSION_DENIED") || e.contains("PermissionDenied"),
+            "{user} {attack}: {e}"
+        );
+        assert!(e.contains(needle), "{user} {attack}: {e}");
+        assert!(!e.contains("topsecret"), "{user} {attack} leaks: {e}");
+    };
+    for user in ["support", "analyst", "admin"] {
+        for (attack, needle) in [
+            ("read_abs", "secret.csv"),
+            ("read_rel_dotdot", "secret.csv"),
+            ("read_abs_dotdot", "secret.csv"),
+            ("read_symlink", "link.csv"),
+            ("read_file_url", "file://"),
+            ("read_s3_url", "'s3' URLs are not in any area"),
+            ("read_catalog_store", "clearice-catalog"),
+            ("read_hidden_datafile", ".parquet"),
+            ("read_json", "secret.json"),
+            ("external_outside", "secret.csv"),
+            ("copy_outside_csv", "owned.csv"),
+            ("copy_outside_parquet", "owned.parquet"),
+            ("copy_outside_json", "owned.json"),
+            ("copy_outside_dir", "owned_dir"),
+            ("copy_export_symlink", "escape"),
+            ("explain_analyze_copy", "owned2.csv"),
+            ("set_memory", "datafusion.runtime.memory_limit"),
+            ("set_partitions", "datafusion.execution.target_partitions"),
+            ("set_catalog", "datafusion.catalog.default_catalog"),
+            ("set_crypto", "pushdown_filters"),
+            ("ddl_ctas", "not allowed over Flight SQL"),
+            ("ddl_drop", "not allowed over Flight SQL"),
+            ("ddl_schema", "not allowed over Flight SQL"),
+            ("ddl_view", "not allowed over Flight SQL"),
+            ("ddl_memory_table", "not allowed over Flight SQL"),
+            ("dml_insert", "not allowed over Flight SQL"),
+        ] {
+            permission_denied(user, attack, needle);
+        }
+        assert_eq!(v[user]["set_allowed"]["error"], Value::Null, "{user}");
+    }
+    // The low-privilege user has no area: the granted statements are refused too.
+    for attack in [
+        "area_read",
+        "area_read_rel",
+        "area_read_dir",
+        "area_external",
+        "export_csv",
+        "export_parquet",
+        "export_json",
+        "export_masked",
+    ] {
+        permission_denied("support", attack, "granted no area");
+    }
+    // The analyst reads and exports inside its areas; the directory's symlink is skipped.
+    let analyst = &v["analyst"];
+    for ok in [
+        "area_read",
+        "area_read_rel",
+        "area_read_dir",
+        "area_external",
+        "export_csv",
+        "export_parquet",
+        "export_json",
+        "export_masked",
+    ] {
+        assert_eq!(analyst[ok]["error"], Value::Null, "{ok}: {}", analyst[ok]);
+    }
+    assert_eq!(analyst["area_read"]["ok"], serde_json::json!([[41]]));
+    assert_eq!(analyst["area_read_dir"]["ok"], serde_json::json!([["fine"]]));
+    // A masked column is exported masked; a denied one is not exported at all.
+    let ssn = std::fs::read_to_string(exports.join("ssn_analyst.csv")).unwrap();
+    assert!(
+        ssn.contains("XXX-XX-1603") && !ssn.contains("609-11-1603"),
+        "{ssn}"
+    );
+    assert!(error_text(&analyst["export_denied"]).contains("card_number"));
+    assert!(!exports.join("cards_analyst.csv").exists());
+    // Nothing was written outside the export area.
+    let written: Vec<String> = walk(&outside)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(written.len(), 2, "only the two secrets: {written:?}");
+
+    eprintln!(
+        "limits: timeout after {} s, point latencies during runaway {}",
+        v["timeout_seconds"], v["point_latencies_during_runaway"]
+    );
+    // Limits.
+    let e = v["timeout_error"].as_str().unwrap();
+    assert!(
+        e.contains("DEADLINE_EXCEEDED") || e.contains("DeadlineExceeded") || e.contains("timeout"),
+        "{e}"
+    );
+    let took = v["timeout_seconds"].as_f64().unwrap();
+    assert!((3.5..20.0).contains(&took), "timeout after {took} s");
+    let e = v["concurrency_error"].as_str().unwrap();
+    assert!(e.contains("too many statements"), "{e}");
+    let worst = v["point_latencies_during_runaway"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .fold(0.0, f64::max);
+    // Stated latency (README): another user's point query answers within 2 s while one
+    // principal's runaway queries fill their limit.
+    assert!(worst < 2.0, "point query took {worst} s during the runaway");
+    let e = v["memory_error"].as_str().unwrap();
+    assert!(e.contains("memory limit"), "{e}");
+    assert_eq!(v["memory_other_user"], serde_json::json!([[200000]]));
+
+    // Login throttling.
+    let errors: Vec<&str> = v["wrong_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(errors.iter().all(|e| e.contains("UNAUTHENTICATED") || e.contains("Unauthenticated")));
+    let throttled = errors.iter().filter(|e| e.contains("too many failed logins")).count();
+    assert!(throttled >= 10, "{errors:?}");
+    assert!(v["right_during_backoff"]
+        .as_str()
+        .is_some_and(|e| e.contains("too many failed logins")));
+    assert_eq!(v["right_after_backoff"], Value::Null);
+
+    // Every refusal is audited with its action.
+    let audit = std::fs::read_to_string(lake.join("audit.jsonl")).unwrap();
+    let rec: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let count = |action: &str, user: &str| {
+        rec.iter()
+            .filter(|r| r["action"] == action && r["user"] == user && r["allowed"] == false)
+            .count()
+    };
+    assert!(count("read_file", "support") >= 13, "{audit}");
+    assert!(count("write_file", "support") >= 6);
+    assert!(count("set", "admin") >= 4);
+    assert!(count("statement", "admin") >= 6);
+    assert!(count("limit", "support") >= 3);
+    assert!(count("login", "analyst") >= 20);
+    assert!(!audit.contains("topsecret"));
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

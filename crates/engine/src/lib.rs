@@ -18,6 +18,7 @@ mod confine;
 mod config;
 pub mod demo;
 mod error;
+mod fair;
 mod limits;
 mod session;
 
@@ -37,6 +38,7 @@ use clearice_table::{
 use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::parquet_encryption::EncryptionFactoryRegistry;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -281,7 +283,17 @@ impl Engine {
             object_store_registry,
             parquet_encryption_factory_registry: registry,
         });
-        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let mut state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .build();
+        if confined {
+            state = SessionStateBuilder::new_from_existing(state)
+                .with_physical_optimizer_rule(Arc::new(fair::FairJoins))
+                .build();
+        }
+        let ctx = SessionContext::new_with_state(state);
         {
             let state = ctx.state_ref();
             let mut state = state.write();

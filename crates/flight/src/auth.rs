@@ -257,18 +257,19 @@ impl Auth {
         if let Some(u) = self.token_user(password) {
             return Ok(u);
         }
-        let remembered = digest(&[user.as_bytes(), password.as_bytes()]);
-        if let Some((u, exp)) = self.verified.lock().expect("verified").get(&remembered)
-            && *exp > Instant::now()
-        {
-            return Ok(u.clone());
-        }
+        // Throttle first: remembered credentials must not answer a guess during a backoff.
         let keys = Self::throttle_keys(user, addr);
         if let Some(retry_after) = self.throttled(&keys) {
             return Err(AuthError::Throttled {
                 user: user.into(),
                 retry_after,
             });
+        }
+        let remembered = digest(&[user.as_bytes(), password.as_bytes()]);
+        if let Some((u, exp)) = self.verified.lock().expect("verified").get(&remembered)
+            && *exp > Instant::now()
+        {
+            return Ok(u.clone());
         }
         let hash = self
             .users
@@ -378,6 +379,19 @@ mod tests {
                 .unwrap(),
             "ann"
         );
+    }
+
+    #[tokio::test]
+    async fn remembered_credentials_do_not_answer_during_a_backoff() {
+        let a = auth(1, 60_000);
+        a.login(&basic("ann", "secret"), None).await.unwrap();
+        for _ in 0..2 {
+            let _ = a.login(&basic("ann", "guess"), None).await;
+        }
+        assert!(matches!(
+            a.login(&basic("ann", "secret"), None).await,
+            Err(AuthError::Throttled { .. })
+        ));
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 //! lake, parquet-testing's encrypted files, and demo lakes written by ClearIce.
 
 mod common;
+mod confine;
 mod demo;
 mod interop;
 mod parquet_testing;

@@ -1,0 +1,169 @@
+//! Confinement in-process: network sessions vs. the local shell, `[shell] confine`,
+//! planning-only paths (Flight's GetFlightInfo) that must not run DDL, and the limits.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use clearice_engine::{Config, Engine, Refusal, demo, refusal_of};
+
+async fn lake(extra_config: &str) -> (tempfile::TempDir, Arc<Engine>, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let config = demo::init(&dir).await.unwrap();
+    let area = tmp.path().join("area");
+    std::fs::create_dir_all(&area).unwrap();
+    std::fs::write(area.join("in.csv"), "x\n7\n").unwrap();
+    std::fs::write(tmp.path().join("out.csv"), "secret\ns3cr3t\n").unwrap();
+    let policy = std::fs::read_to_string(dir.join("policy.toml")).unwrap();
+    std::fs::write(
+        dir.join("policy.toml"),
+        format!(
+            "{policy}\n[areas.area]\nroot = \"../area\"\nread = [\"analyst\"]\nwrite = [\"analyst\"]\n"
+        ),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{extra_config}\n{text}")).unwrap();
+    let engine = Arc::new(Engine::open(Config::load(&config).unwrap()).await.unwrap());
+    (tmp, engine, dir)
+}
+
+fn refusal(e: &datafusion::error::DataFusionError) -> &Refusal {
+    refusal_of(e).unwrap_or_else(|| panic!("not a refusal: {e}"))
+}
+
+#[tokio::test]
+async fn network_session_reads_only_inside_its_areas_local_shell_reads_anything() {
+    let (tmp, engine, _) = lake("").await;
+    let out = tmp.path().join("out.csv");
+    let inside = tmp.path().join("area/in.csv");
+    let net = engine.network_session("analyst", "test");
+    let e = net
+        .sql(&format!("SELECT * FROM '{}'", out.display()))
+        .await
+        .unwrap_err();
+    assert!(matches!(refusal(&e), Refusal::FileRead { .. }), "{e}");
+    assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    let ok = net
+        .sql(&format!("SELECT * FROM '{}'", inside.display()))
+        .await
+        .unwrap();
+    assert_eq!(ok.rows(), 1);
+    // A principal without a grant is refused even inside the area.
+    let e = engine
+        .network_session("support", "test")
+        .sql(&format!("SELECT * FROM '{}'", inside.display()))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("granted no area"), "{e}");
+    // The local user owns the machine's files (no [shell] confine).
+    let local = engine.session_for("analyst", "repl");
+    assert!(!local.is_confined());
+    assert_eq!(
+        local
+            .sql(&format!("SELECT * FROM '{}'", out.display()))
+            .await
+            .unwrap()
+            .rows(),
+        1
+    );
+    // Plain names that do not exist still read as "not found", never as a path refusal.
+    let e = net.sql("SELECT * FROM nosuchtable").await.unwrap_err();
+    assert!(refusal_of(&e).is_none() && e.to_string().contains("not found"), "{e}");
+}
+
+#[tokio::test]
+async fn shell_confine_switch_confines_the_local_shell() {
+    let (tmp, engine, _) = lake("[shell]\nconfine = true\n").await;
+    let local = engine.session_for("admin", "repl");
+    assert!(local.is_confined());
+    let out = tmp.path().join("out.csv");
+    let e = local
+        .sql(&format!("SELECT * FROM '{}'", out.display()))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("a confined shell") || matches!(refusal(&e), Refusal::FileRead { .. }), "{e}");
+    let e = local.sql("CREATE VIEW v AS SELECT 1").await.unwrap_err();
+    assert!(e.to_string().contains("not allowed over a confined shell"), "{e}");
+}
+
+#[tokio::test]
+async fn planning_alone_runs_no_ddl_and_writes_no_file() {
+    let (tmp, engine, _) = lake("").await;
+    let net = engine.network_session("support", "test");
+    let target = tmp.path().join("planted.csv");
+    // Flight's GetFlightInfo only plans: a COPY or CREATE EXTERNAL TABLE must not run.
+    let e = net
+        .sql_plan(&format!(
+            "COPY (SELECT 1 AS x) TO '{}' STORED AS CSV",
+            target.display()
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(refusal(&e), Refusal::FileWrite { .. }), "{e}");
+    let e = net
+        .sql_plan(&format!(
+            "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '{}'",
+            tmp.path().join("out.csv").display()
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(refusal(&e), Refusal::FileRead { .. }), "{e}");
+    assert!(!target.exists());
+    assert!(!Path::new(&format!("{}/", target.display())).exists());
+}
+
+#[tokio::test]
+async fn export_area_takes_copies_and_masks_stay_masked() {
+    let (tmp, engine, _) = lake("").await;
+    let net = engine.network_session("analyst", "test");
+    let target = tmp.path().join("area/ssn.csv");
+    net.sql(&format!(
+        "COPY (SELECT ssn FROM lake.sales.customers WHERE id = 1000001) TO '{}' STORED AS CSV",
+        target.display()
+    ))
+    .await
+    .unwrap();
+    let text = std::fs::read_to_string(&target).unwrap();
+    assert!(text.contains("XXX-XX-") && !text.contains("609-11-1603"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_and_result_rows_are_enforced() {
+    let (_tmp, engine, _) = lake_with_limits("statement_timeout_s = 1\nmax_result_rows = 10").await;
+    let net = engine.network_session("admin", "test");
+    let t = std::time::Instant::now();
+    let e = net
+        .sql("SELECT count(*) FROM lake.sales.customers a, lake.sales.customers b WHERE a.id + b.id = -1")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(clearice_engine::limit_of(&e), Some(clearice_engine::LimitExceeded::Timeout { .. })),
+        "{e}"
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    let mut s = net
+        .sql_stream("SELECT id FROM lake.sales.customers")
+        .await
+        .unwrap();
+    use futures::StreamExt;
+    let mut err = None;
+    while let Some(b) = s.next().await {
+        if let Err(e) = b {
+            err = Some(e);
+            break;
+        }
+    }
+    let e = err.expect("row limit");
+    assert!(e.to_string().contains("more than 10 rows"), "{e}");
+}
+
+async fn lake_with_limits(limits: &str) -> (tempfile::TempDir, Arc<Engine>, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let config = demo::init(&dir).await.unwrap();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}\n[server.limits]\n{limits}\n")).unwrap();
+    let engine = Arc::new(Engine::open(Config::load(&config).unwrap()).await.unwrap());
+    (tmp, engine, dir)
+}
