@@ -458,7 +458,11 @@ fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
     let outside = root.join("outside");
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("secret.csv"), "secret\ntopsecret-1\n").unwrap();
-    std::fs::write(outside.join("secret.json"), "{\"secret\": \"topsecret-2\"}\n").unwrap();
+    std::fs::write(
+        outside.join("secret.json"),
+        "{\"secret\": \"topsecret-2\"}\n",
+    )
+    .unwrap();
     // A read area with a legit file, a symlink out of it, and a directory hiding one.
     let shared = root.join("areas/shared");
     std::fs::create_dir_all(shared.join("dir")).unwrap();
@@ -588,7 +592,10 @@ fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
         assert_eq!(analyst[ok]["error"], Value::Null, "{ok}: {}", analyst[ok]);
     }
     assert_eq!(analyst["area_read"]["ok"], serde_json::json!([[41]]));
-    assert_eq!(analyst["area_read_dir"]["ok"], serde_json::json!([["fine"]]));
+    assert_eq!(
+        analyst["area_read_dir"]["ok"],
+        serde_json::json!([["fine"]])
+    );
     // A masked column is exported masked; a denied one is not exported at all.
     let ssn = std::fs::read_to_string(exports.join("ssn_analyst.csv")).unwrap();
     assert!(
@@ -638,12 +645,21 @@ fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
         .iter()
         .map(|e| e.as_str().unwrap())
         .collect();
-    assert!(errors.iter().all(|e| e.contains("UNAUTHENTICATED") || e.contains("Unauthenticated")));
-    let throttled = errors.iter().filter(|e| e.contains("too many failed logins")).count();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("UNAUTHENTICATED") || e.contains("Unauthenticated"))
+    );
+    let throttled = errors
+        .iter()
+        .filter(|e| e.contains("too many failed logins"))
+        .count();
     assert!(throttled >= 10, "{errors:?}");
-    assert!(v["right_during_backoff"]
-        .as_str()
-        .is_some_and(|e| e.contains("too many failed logins")));
+    assert!(
+        v["right_during_backoff"]
+            .as_str()
+            .is_some_and(|e| e.contains("too many failed logins"))
+    );
     assert_eq!(v["right_after_backoff"], Value::Null);
 
     // Every refusal is audited with its action.

@@ -91,9 +91,7 @@ pub enum Refusal {
         reason: String,
     },
     /// Writing outside every area the principal may write.
-    #[error(
-        "principal '{principal}' may not write '{path}': {reason} (policy [areas.NAME] write)"
-    )]
+    #[error("principal '{principal}' may not write '{path}': {reason} (policy [areas.NAME] write)")]
     FileWrite {
         /// The principal.
         principal: String,
@@ -277,10 +275,12 @@ impl Confinement {
             ));
         };
         let me = Arc::clone(self);
-        let found = SpawnedTask::spawn_blocking(move || resolve(&path).map(|p| me.area_of(&me.read, &p).is_some()))
-            .join()
-            .await
-            .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?;
+        let found = SpawnedTask::spawn_blocking(move || {
+            resolve(&path).map(|p| me.area_of(&me.read, &p).is_some())
+        })
+        .join()
+        .await
+        .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?;
         match found {
             Ok(true) => Ok(()),
             Ok(false) => Err(self.read_refusal(shown, Self::areas_text(&self.read))),
@@ -508,8 +508,10 @@ impl UrlTableFactory for ConfinedUrlTableFactory {
         if !looks_like_path(url) {
             return Ok(None);
         }
-        let table_url = ListingTableUrl::parse(url)
-            .map_err(|e| self.guard.read_refusal(url, format!("not a path or URL: {e}")))?;
+        let table_url = ListingTableUrl::parse(url).map_err(|e| {
+            self.guard
+                .read_refusal(url, format!("not a path or URL: {e}"))
+        })?;
         self.guard.check_read(url, &table_url).await?;
         let state = self
             .state
@@ -517,7 +519,10 @@ impl UrlTableFactory for ConfinedUrlTableFactory {
             .and_then(Weak::upgrade)
             .map(|s| s.read().clone())
             .ok_or_else(|| DataFusionError::Internal("confined session state is gone".into()))?;
-        match ListingTableConfig::new(table_url).infer_options(&state).await {
+        match ListingTableConfig::new(table_url)
+            .infer_options(&state)
+            .await
+        {
             Ok(cfg) => {
                 let cfg = cfg
                     .infer_partitions_from_path(&state)

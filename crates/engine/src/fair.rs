@@ -25,9 +25,7 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec,
 };
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{FutureExt, Stream};
 
 /// Rows per slice of a nested-loop/cross join's probe side (the work of one poll is at
@@ -153,8 +151,7 @@ impl PhysicalOptimizerRule for FairJoins {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
             let any = node.as_any();
-            let quadratic =
-                any.is::<NestedLoopJoinExec>() || any.is::<CrossJoinExec>();
+            let quadratic = any.is::<NestedLoopJoinExec>() || any.is::<CrossJoinExec>();
             let join = quadratic || any.is::<HashJoinExec>() || any.is::<SortMergeJoinExec>();
             if !join {
                 return Ok(Transformed::no(node));

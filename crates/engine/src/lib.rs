@@ -14,8 +14,8 @@
 #![deny(missing_docs)]
 
 mod audit;
-mod confine;
 mod config;
+mod confine;
 pub mod demo;
 mod error;
 mod fair;
@@ -38,18 +38,18 @@ use clearice_table::{
 use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::parquet_encryption::EncryptionFactoryRegistry;
-use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use audit::{AuditError, AuditLog};
-pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
     LimitsConfig, PolicyConfig, ServerConfig, ServerUser, ShellConfig,
 };
-pub use limits::{LimitExceeded, limit_of};
+pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
 pub use error::{Error, Result};
+pub use limits::{LimitExceeded, limit_of};
 pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session, one_line};
 
 /// Process-wide state shared by all sessions: catalogs, keys, runtime.
@@ -267,10 +267,7 @@ impl Engine {
                 if let Ok(store) = self.runtime.object_store_registry.get_store(&catalog_url) {
                     reg.register_store(&catalog_url, store);
                 }
-                reg.register_store(
-                    &url::Url::parse("file://").expect("static URL"),
-                    g.store(),
-                );
+                reg.register_store(&url::Url::parse("file://").expect("static URL"), g.store());
                 Arc::new(reg)
             }
             None => Arc::clone(&self.runtime.object_store_registry),

@@ -12,7 +12,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{
-    MemoryLimit, MemoryPool, MemoryReservation, MemoryConsumer,
+    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
 };
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
 use futures::Stream;

@@ -213,13 +213,11 @@ impl Session {
         let _ = self.access.take();
         let id = query_id();
         let result = match self.timeout() {
-            Some(limit) => tokio::time::timeout(limit, run)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(DataFusionError::External(Box::new(LimitExceeded::Timeout {
-                        limit,
-                    })))
-                }),
+            Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
+                Err(DataFusionError::External(Box::new(
+                    LimitExceeded::Timeout { limit },
+                )))
+            }),
             None => run.await,
         };
         self.write_audit(&id, sql, &result)?;
@@ -257,9 +255,9 @@ impl Session {
             Some(limit) => tokio::time::timeout(limit, self.plan(sql))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(DataFusionError::External(Box::new(LimitExceeded::Timeout {
-                        limit,
-                    })))
+                    Err(DataFusionError::External(Box::new(
+                        LimitExceeded::Timeout { limit },
+                    )))
                 }),
             None => self.plan(sql).await,
         };
@@ -293,9 +291,7 @@ impl Session {
         self.refresh_catalogs().await;
         let _ = self.access.take();
         let id = query_id();
-        let deadline = self
-            .timeout()
-            .map(|d| (tokio::time::Instant::now() + d, d));
+        let deadline = self.timeout().map(|d| (tokio::time::Instant::now() + d, d));
         let started = async {
             let permit = self.permit()?;
             let mut df = self.plan(sql).await?;
@@ -308,9 +304,9 @@ impl Session {
             Some((at, limit)) => tokio::time::timeout_at(at, started)
                 .await
                 .unwrap_or_else(|_| {
-                    Err(DataFusionError::External(Box::new(LimitExceeded::Timeout {
-                        limit,
-                    })))
+                    Err(DataFusionError::External(Box::new(
+                        LimitExceeded::Timeout { limit },
+                    )))
                 }),
             None => started.await,
         };

@@ -404,7 +404,11 @@ mod tests {
             a.authenticate(Some(&h), None).await.unwrap();
         }
         // 50 argon2 checks take seconds; remembered credentials take microseconds.
-        assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            t.elapsed()
+        );
         // Nothing is issued per call.
         assert!(a.tokens.lock().unwrap().is_empty());
     }

@@ -367,9 +367,9 @@ impl ClearIceFlightSql {
     fn auth_refused(&self, e: &AuthError, client: &str) -> Status {
         if matches!(e, AuthError::Invalid { .. } | AuthError::Throttled { .. }) {
             tracing::info!(user = e.user(), client, error = %e, "login refused");
-            if let Err(a) = self
-                .engine
-                .audit_event("login", e.user(), client, "login", &e.to_string())
+            if let Err(a) =
+                self.engine
+                    .audit_event("login", e.user(), client, "login", &e.to_string())
             {
                 tracing::error!(error = %a, "audit record not written");
             }
@@ -380,11 +380,7 @@ impl ClearIceFlightSql {
     /// [`Self::session`]; with `strict = false` session options that no longer apply (a
     /// namespace dropped since) are skipped instead of failing the call, so the session
     /// actions can still repair or close the session.
-    async fn session_with<T>(
-        &self,
-        request: &Request<T>,
-        strict: bool,
-    ) -> Result<Session, Status> {
+    async fn session_with<T>(&self, request: &Request<T>, strict: bool) -> Result<Session, Status> {
         let header = request
             .metadata()
             .get("authorization")

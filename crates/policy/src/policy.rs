@@ -770,7 +770,10 @@ write = ["analyst", "user:sam"]
     fn area_grants_follow_roles_and_users() {
         let p = Policy::parse(P, "p.toml").unwrap();
         let a = &p.areas()[0];
-        assert_eq!((a.name.as_str(), a.root.as_str()), ("exports", "/srv/exports"));
+        assert_eq!(
+            (a.name.as_str(), a.root.as_str()),
+            ("exports", "/srv/exports")
+        );
         assert!(p.may_read_area(a, "ann"));
         assert!(!p.may_read_area(a, "sam"));
         assert!(p.may_write_area(a, "sam"));
@@ -780,7 +783,10 @@ write = ["analyst", "user:sam"]
     #[test]
     fn area_with_url_root_or_unknown_role_is_refused_with_its_line() {
         let e = Policy::parse(&P.replace("/srv/exports", "s3://b/x"), "p.toml").unwrap_err();
-        assert!(e.to_string().contains("line 9") && e.to_string().contains("object-store"), "{e}");
+        assert!(
+            e.to_string().contains("line 9") && e.to_string().contains("object-store"),
+            "{e}"
+        );
         let e = Policy::parse(&P.replace("\"user:sam\"", "\"nobody\""), "p.toml").unwrap_err();
         assert!(e.to_string().contains("unknown role 'nobody'"), "{e}");
     }

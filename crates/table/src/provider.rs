@@ -125,10 +125,7 @@ impl IcebergTableProvider {
                 let path = url
                     .to_file_path()
                     .map_err(|()| unsupported("not a local path".into()))?;
-                Ok((
-                    store(),
-                    path.to_string_lossy().into_owned(),
-                ))
+                Ok((store(), path.to_string_lossy().into_owned()))
             }
             other => Err(unsupported(format!(
                 "scheme '{other}' is not supported yet"

@@ -69,7 +69,10 @@ async fn network_session_reads_only_inside_its_areas_local_shell_reads_anything(
     );
     // Plain names that do not exist still read as "not found", never as a path refusal.
     let e = net.sql("SELECT * FROM nosuchtable").await.unwrap_err();
-    assert!(refusal_of(&e).is_none() && e.to_string().contains("not found"), "{e}");
+    assert!(
+        refusal_of(&e).is_none() && e.to_string().contains("not found"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -82,9 +85,16 @@ async fn shell_confine_switch_confines_the_local_shell() {
         .sql(&format!("SELECT * FROM '{}'", out.display()))
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("a confined shell") || matches!(refusal(&e), Refusal::FileRead { .. }), "{e}");
+    assert!(
+        e.to_string().contains("a confined shell")
+            || matches!(refusal(&e), Refusal::FileRead { .. }),
+        "{e}"
+    );
     let e = local.sql("CREATE VIEW v AS SELECT 1").await.unwrap_err();
-    assert!(e.to_string().contains("not allowed over a confined shell"), "{e}");
+    assert!(
+        e.to_string().contains("not allowed over a confined shell"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -125,7 +135,10 @@ async fn export_area_takes_copies_and_masks_stay_masked() {
     .await
     .unwrap();
     let text = std::fs::read_to_string(&target).unwrap();
-    assert!(text.contains("XXX-XX-") && !text.contains("609-11-1603"), "{text}");
+    assert!(
+        text.contains("XXX-XX-") && !text.contains("609-11-1603"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +151,10 @@ async fn statement_timeout_and_result_rows_are_enforced() {
         .await
         .unwrap_err();
     assert!(
-        matches!(clearice_engine::limit_of(&e), Some(clearice_engine::LimitExceeded::Timeout { .. })),
+        matches!(
+            clearice_engine::limit_of(&e),
+            Some(clearice_engine::LimitExceeded::Timeout { .. })
+        ),
         "{e}"
     );
     assert!(t.elapsed() < std::time::Duration::from_secs(10));
