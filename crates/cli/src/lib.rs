@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use clearice_engine::whoami::{self, PrincipalSource};
 use clearice_engine::{Config, Engine};
 
 use crate::output::Format;
@@ -103,10 +104,26 @@ pub enum DemoAction {
     },
 }
 
-fn os_user() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("USERNAME"))
-        .unwrap_or_else(|_| "unknown".into())
+/// The principal of local sessions and where it came from: `--user`, `CLEARICE_USER`,
+/// else the OS account of the effective uid. `None` when none can be found.
+pub fn local_principal(cli: &Cli) -> Option<(String, PrincipalSource)> {
+    if let Some(u) = &cli.user {
+        let from_flag = std::env::args().any(|a| a == "--user" || a.starts_with("--user="));
+        let source = if from_flag {
+            PrincipalSource::Flag
+        } else {
+            PrincipalSource::Env
+        };
+        return Some((u.clone(), source));
+    }
+    whoami::default_principal()
+}
+
+/// The one-line error when no principal can be found.
+fn no_principal() -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot tell who you are: the effective uid has no entry in the user database and USER is not set; pass --user NAME (or set CLEARICE_USER)"
+    )
 }
 
 /// The default demo lake's directory.
@@ -137,7 +154,11 @@ async fn config_or_demo(config: Option<&Path>, quiet: bool) -> Result<Config> {
 
 /// Runs the CLI; returns the process exit code. Interactive queries run on `cpu`.
 pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
-    let user = cli.user.clone().unwrap_or_else(os_user);
+    let principal = local_principal(&cli);
+    let user = principal
+        .as_ref()
+        .map(|(u, _)| u.clone())
+        .unwrap_or_default();
     match &cli.command {
         Some(Command::Demo {
             action: DemoAction::Init { dir },
@@ -188,6 +209,9 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             if *complete {
                 bail!("--complete rewrites files from an in-process run; drop --flight");
             }
+            if principal.is_none() {
+                return Err(no_principal());
+            }
             let mut summary = clearice_sqllogictest::Summary::default();
             for p in paths {
                 for f in clearice_sqllogictest::collect_files(p)
@@ -205,6 +229,9 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             complete,
             flight: None,
         }) => {
+            if principal.is_none() {
+                return Err(no_principal());
+            }
             let engine =
                 Arc::new(Engine::open(config_or_demo(cli.config.as_deref(), true).await?).await?);
             let mut files = Vec::new();
@@ -221,12 +248,29 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
         }
         None => {}
     }
+    let Some((_, source)) = principal else {
+        return Err(no_principal());
+    };
     let engine = Engine::open(config_or_demo(cli.config.as_deref(), cli.quiet).await?).await?;
     let interactive = cli.commands.is_empty() && cli.file.is_none();
     let ctx = Arc::new(engine.session_for(&user, if interactive { "repl" } else { "cli" }));
     if interactive {
+        let hint = match source {
+            PrincipalSource::Flag | PrincipalSource::Env => String::new(),
+            PrincipalSource::OsAccount | PrincipalSource::UserVariable => {
+                "; --user NAME to act as another principal".into()
+            }
+        };
+        let known = if engine.policy().is_known(&user) {
+            String::new()
+        } else {
+            format!(
+                "\nWarning: '{user}' is not a user in policy '{}': every table is denied",
+                engine.policy().source()
+            )
+        };
         let banner = format!(
-            "ClearIce {} — {} as '{user}'",
+            "ClearIce {} — {} as '{user}' (from {source}{hint}){known}",
             env!("CARGO_PKG_VERSION"),
             engine.config().source
         );

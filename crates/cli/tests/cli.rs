@@ -310,3 +310,101 @@ fn principals_see_the_demo_policy() {
         );
     }
 }
+
+/// Runs the default-demo first query with no `USER`/`LOGNAME` (a container's defaults),
+/// in a fresh HOME, as `account` (switched to with setpriv) or the current account.
+fn first_query_without_user_variables(home: &Path, account: Option<&str>) -> Output {
+    let mut c = match account {
+        Some(a) => {
+            // setpriv changes uid/gid and nothing else: no USER, LOGNAME or HOME is set
+            // for the child (runuser and su would set them).
+            let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+                .into_iter()
+                .find(|p| Path::new(p).exists())
+                .expect("setpriv (util-linux)");
+            let mut c = Command::new(setpriv);
+            let groups = if a.parse::<u32>().is_ok() {
+                "--clear-groups"
+            } else {
+                "--init-groups"
+            };
+            c.args(["--reuid", a, "--regid", a, groups, "--"])
+                .arg(env!("CARGO_BIN_EXE_clearice"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_clearice")),
+    };
+    c.env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/bin:/bin")
+        .args([
+            "-c",
+            "SELECT ssn FROM lake.sales.customers WHERE id = 1000001",
+        ])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn first_run_without_user_variables_is_the_os_account_and_sees_plaintext() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home-current");
+    std::fs::create_dir_all(&home).unwrap();
+    let o = first_query_without_user_variables(&home, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("609-11-1603"), "{}", stdout(&o));
+    // And as a non-root account created for the test (needs root to create it).
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        eprintln!("\n*** SKIPPED (non-root part): not running as root ***\n");
+        return;
+    }
+    let account = format!("ci{:06x}", rand_suffix());
+    let made = Command::new("useradd")
+        .args(["-M", "-s", "/usr/sbin/nologin", &account])
+        .status()
+        .unwrap();
+    assert!(made.success(), "useradd {account}");
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = Command::new("userdel").arg(&self.0).status();
+        }
+    }
+    let _remove = Remove(account.clone());
+    let home = Path::new("/tmp").join(format!("clearice-home-{account}"));
+    std::fs::create_dir_all(&home).unwrap();
+    let chown = Command::new("chown")
+        .arg(&account)
+        .arg(&home)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let o = first_query_without_user_variables(&home, Some(&account));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("609-11-1603"), "{}", stdout(&o));
+    // A uid with no passwd entry and no USER: one line saying how to pass --user.
+    let nobody = "54321";
+    let chown = Command::new("chown")
+        .arg(nobody)
+        .arg(&home)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let o = first_query_without_user_variables(&home, Some(nobody));
+    let _ = std::fs::remove_dir_all(&home);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.lines().count() == 1 && e.contains("cannot tell who you are") && e.contains("--user"),
+        "{e}"
+    );
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+        & 0xff_ffff
+}

@@ -56,7 +56,9 @@ async fn init_with(dir: &Path, encrypt: bool) -> Result<PathBuf, Error> {
 }
 
 async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
-    let owner = std::env::var("USER").ok().filter(|u| !u.is_empty());
+    // The account that will run the shell becomes an admin, so the first query shows
+    // plaintext (the OS account, not only $USER: containers have none).
+    let owner = crate::whoami::default_principal().map(|(name, _)| name);
     std::fs::create_dir_all(dir.join("warehouse"))?;
     let dir = dir.canonicalize()?;
     let keyring = KeyringKms::from_keys([

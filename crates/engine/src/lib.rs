@@ -21,6 +21,7 @@ mod error;
 mod fair;
 mod limits;
 mod session;
+pub mod whoami;
 
 use std::collections::HashMap;
 use std::sync::Arc;
