@@ -8,7 +8,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::sql::parser::{DFParser, Statement};
 
-use crate::output::{Format, render};
+use crate::output::{BatchWriter, Format, render};
 
 /// Result of one statement.
 #[derive(Debug)]
@@ -19,6 +19,8 @@ pub struct StatementResult {
     pub batches: Vec<RecordBatch>,
     /// Wall time.
     pub elapsed: Duration,
+    /// Rows the statement returned (more than `batches` hold when a row limit applied).
+    pub total: usize,
 }
 
 impl StatementResult {
@@ -46,11 +48,52 @@ pub async fn run_parsed(session: &Session, stmt: Statement) -> Result<StatementR
 }
 
 fn result(out: QueryOutput, start: Instant) -> StatementResult {
+    let total = out.rows();
     StatementResult {
         schema: out.schema,
         batches: out.batches,
         elapsed: start.elapsed(),
+        total,
     }
+}
+
+/// Runs one parsed statement as a stream, keeping at most `max_rows` rows (the shell's
+/// table limit) and counting the rest, so memory stays bounded for any result size.
+pub async fn run_parsed_limited(
+    session: &Session,
+    stmt: Statement,
+    max_rows: usize,
+) -> Result<StatementResult> {
+    use futures::StreamExt;
+    let start = Instant::now();
+    let mut stream = session.execute_stream(stmt).await?;
+    let schema = stream.schema();
+    let (mut batches, mut kept, mut total) = (Vec::new(), 0usize, 0usize);
+    while let Some(b) = stream.next().await {
+        let b = b?;
+        total += b.num_rows();
+        let room = max_rows.saturating_sub(kept);
+        if room > 0 && b.num_rows() > 0 {
+            let b = b.slice(0, room.min(b.num_rows()));
+            kept += b.num_rows();
+            batches.push(b);
+        }
+    }
+    Ok(StatementResult {
+        schema,
+        batches,
+        elapsed: start.elapsed(),
+        total,
+    })
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    use datafusion::arrow::error::ArrowError;
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || matches!(c.downcast_ref::<ArrowError>(), Some(ArrowError::IoError(_, io)) if io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Expands a backslash command into SQL, or `None` if `line` is not one.
@@ -91,8 +134,15 @@ pub fn print_result(r: &StatementResult, format: Format, quiet: bool) -> Result<
         return Ok(());
     }
     print!("{}", render(&r.schema, &r.batches, format)?);
+    if r.total > r.rows() {
+        let more = r.total - r.rows();
+        println!(
+            "({more} more row{} not shown; --format csv or a LIMIT shows them)",
+            if more == 1 { "" } else { "s" }
+        );
+    }
     if !quiet {
-        let n = r.rows();
+        let n = r.total;
         eprintln!(
             "{n} row{} in {:.3}s",
             if n == 1 { "" } else { "s" },
@@ -123,7 +173,58 @@ async fn run_sql_text(ctx: &Session, sql: &str, format: Format, quiet: bool) -> 
         return Ok(());
     }
     for stmt in split_statements(sql)? {
-        print_result(&run_parsed(ctx, stmt).await?, format, quiet)?;
+        stream_parsed(ctx, stmt, format, quiet, usize::MAX).await?;
+    }
+    Ok(())
+}
+
+/// Runs one parsed statement and writes its result to stdout batch by batch (bounded
+/// memory for the streaming formats; the table format shows at most `max_rows` rows).
+pub async fn stream_parsed(
+    session: &Session,
+    stmt: Statement,
+    format: Format,
+    quiet: bool,
+    max_rows: usize,
+) -> Result<()> {
+    use futures::StreamExt;
+    let start = Instant::now();
+    let mut stream = session.execute_stream(stmt).await?;
+    let schema = stream.schema();
+    if schema.fields().is_empty() {
+        // DDL and SET: nothing to show
+        while let Some(b) = stream.next().await {
+            b?;
+        }
+        if !quiet {
+            eprintln!("OK in {:.3}s", start.elapsed().as_secs_f64());
+        }
+        return Ok(());
+    }
+    let mut w = BatchWriter::new(
+        std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()),
+        schema,
+        format,
+        max_rows,
+    );
+    while let Some(b) = stream.next().await {
+        let b = b?;
+        if let Err(e) = w.write(&b) {
+            // `clearice -c ... | head`: the reader is gone; stop quietly like other CLIs.
+            return if is_broken_pipe(&e) { Ok(()) } else { Err(e) };
+        }
+    }
+    let n = match w.finish() {
+        Ok(n) => n,
+        Err(e) if is_broken_pipe(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !quiet {
+        eprintln!(
+            "{n} row{} in {:.3}s",
+            if n == 1 { "" } else { "s" },
+            start.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use datafusion::sql::parser::Statement;
 
-use crate::exec::{HELP, backslash_sql, print_result, run_parsed, run_statement, split_statements};
+use crate::exec::{
+    HELP, backslash_sql, print_result, run_parsed_limited, run_statement, split_statements,
+};
 use crate::output::Format;
 
 const KEYWORDS: &[&str] = &[
@@ -251,6 +253,10 @@ enum Query {
     Parsed(Statement),
 }
 
+/// Rows the shell shows of a result in the table format (DuckDB's shell shows 40); the
+/// rest are counted, and a line says how many.
+pub const TABLE_MAX_ROWS: usize = 40;
+
 /// Runs one statement with Ctrl-C cancellation and a progress indicator after 1 s.
 /// Returns false when it failed or was cancelled.
 async fn execute(
@@ -265,7 +271,14 @@ async fn execute(
     let task = cpu.spawn(async move {
         match q {
             Query::Sql(sql) => run_statement(&ctx, &sql).await,
-            Query::Parsed(stmt) => run_parsed(&ctx, stmt).await,
+            Query::Parsed(stmt) => {
+                let max_rows = if format == Format::Table {
+                    TABLE_MAX_ROWS
+                } else {
+                    usize::MAX
+                };
+                run_parsed_limited(&ctx, stmt, max_rows).await
+            }
         }
     });
     // Aborting the task on Ctrl-C drops the plan's streams, which cancels its work.

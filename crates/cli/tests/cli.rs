@@ -104,7 +104,60 @@ fn nested_columns_render_in_csv() {
         "SELECT tags FROM lake.sales.customers WHERE id = 1000000",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o), "tags\n\"[b2b, vip, newsletter]\"\n");
+    // JSON text, CSV-quoted: a reader gets back ["b2b","vip","newsletter"].
+    assert_eq!(
+        stdout(&o),
+        "tags\n\"[\"\"b2b\"\",\"\"vip\"\",\"\"newsletter\"\"]\"\n"
+    );
+}
+
+#[test]
+fn copy_of_nested_columns_to_csv_names_the_column_and_leaves_no_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("out.csv");
+    let o = run(&[
+        "-c",
+        &format!(
+            "COPY (SELECT id, tags FROM lake.sales.customers) TO '{}' STORED AS CSV",
+            target.display()
+        ),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.lines().count() == 1 && e.contains("column 'tags' is a list"),
+        "{e}"
+    );
+    assert!(!target.exists());
+}
+
+#[test]
+fn shell_table_shows_a_row_limit_with_the_count_of_the_rest() {
+    let mut child = bin()
+        .arg("--config")
+        .arg(lake())
+        .args(["--user", "admin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"SELECT id FROM lake.sales.customers;\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = stdout(&o);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("| 10")).count(),
+        40,
+        "{out}"
+    );
+    assert!(out.contains("(99960 more rows not shown"), "{out}");
+    assert!(stderr(&o).contains("100000 rows"), "{}", stderr(&o));
 }
 
 #[test]
@@ -407,4 +460,76 @@ fn rand_suffix() -> u32 {
         .unwrap()
         .subsec_nanos()
         & 0xff_ffff
+}
+
+/// Peak RSS of a child, from `wait4` (per child, unlike RUSAGE_CHILDREN, which other tests'
+/// children would contaminate).
+fn wait_peak_rss_kib(child: std::process::Child) -> (i32, i64) {
+    let pid = child.id() as libc::pid_t;
+    std::mem::forget(child); // reaped by wait4 below
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter; wait4 fills it for this child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; pointers are to live locals.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4");
+    (libc::WEXITSTATUS(status), usage.ru_maxrss)
+}
+
+/// Runs `sql` as CSV to a pipe; returns (data lines read, peak RSS in KiB).
+fn csv_to_pipe(sql: &str) -> (usize, i64) {
+    use std::io::Read;
+    let mut child = bin()
+        .arg("--config")
+        .arg(lake())
+        .args(["--user", "admin", "--quiet", "--format", "csv", "-c", sql])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let (mut lines, mut buf) = (0usize, vec![0u8; 1 << 16]);
+    loop {
+        let n = out.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        lines += buf[..n].iter().filter(|b| **b == b'\n').count();
+    }
+    let (code, peak_kib) = wait_peak_rss_kib(child);
+    assert_eq!(code, 0, "{sql}");
+    (lines - 1, peak_kib)
+}
+
+#[test]
+fn csv_export_of_millions_of_rows_streams_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("big.parquet");
+    let o = run(&[
+        "--quiet",
+        "-c",
+        &format!(
+            "COPY (SELECT value AS id, value * 2 AS amount, 'customer-' || value AS name, \
+             to_timestamp(value) AS ts FROM generate_series(1, 3000000)) TO '{}' \
+             STORED AS PARQUET OPTIONS ('format.max_row_group_size' '100000')",
+            file.display()
+        ),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sql = format!("SELECT * FROM '{}'", file.display());
+    let (rows, peak) = csv_to_pipe(&sql);
+    assert_eq!(rows, 3_000_000);
+    let (small_rows, small_peak) = csv_to_pipe(&format!("{sql} LIMIT 100000"));
+    assert_eq!(small_rows, 100_000);
+    eprintln!(
+        "csv export to a pipe: 3M rows peak RSS {} MiB, 100k rows {} MiB",
+        peak / 1024,
+        small_peak / 1024
+    );
+    // Bounded: 30x the rows costs (almost) no more memory, and stays under 150 MiB.
+    assert!(peak < 150 * 1024, "peak RSS {} MiB", peak / 1024);
+    assert!(
+        peak - small_peak < 24 * 1024,
+        "RSS grows with rows: {} KiB more for 30x the rows",
+        peak - small_peak
+    );
 }

@@ -102,6 +102,7 @@ impl Session {
         if let Some(c) = &self.confine {
             c.check_plan(&plan).await?;
         }
+        check_copy_formats(&plan)?;
         self.ctx.execute_logical_plan(plan).await
     }
 
@@ -288,16 +289,39 @@ impl Session {
         sql: &str,
         params: Option<datafusion::common::ParamValues>,
     ) -> Result<SendableRecordBatchStream> {
+        self.start_stream(sql, async {
+            let mut df = self.plan(sql).await?;
+            if let Some(p) = params {
+                df = df.with_param_values(p)?;
+            }
+            Ok(df)
+        })
+        .await
+    }
+
+    /// Runs a parsed statement as a stream (batch by batch, audited like
+    /// [`Session::sql_stream`]): results of any size in bounded memory.
+    pub async fn execute_stream(&self, stmt: Statement) -> Result<SendableRecordBatchStream> {
+        let text = stmt.to_string();
+        self.start_stream(&text, async {
+            let plan = self.ctx.state().statement_to_plan(stmt).await?;
+            self.checked(plan).await
+        })
+        .await
+    }
+
+    async fn start_stream(
+        &self,
+        sql: &str,
+        planned: impl Future<Output = Result<datafusion::dataframe::DataFrame>>,
+    ) -> Result<SendableRecordBatchStream> {
         self.refresh_catalogs().await;
         let _ = self.access.take();
         let id = query_id();
         let deadline = self.timeout().map(|d| (tokio::time::Instant::now() + d, d));
         let started = async {
             let permit = self.permit()?;
-            let mut df = self.plan(sql).await?;
-            if let Some(p) = params {
-                df = df.with_param_values(p)?;
-            }
+            let df = planned.await?;
             Ok((df.execute_stream().await?, permit))
         };
         let started = match deadline {
@@ -466,6 +490,40 @@ async fn collect(df: datafusion::dataframe::DataFrame) -> Result<QueryOutput> {
     let schema = SchemaRef::new(df.schema().as_arrow().clone());
     let batches = df.execute_stream().await?.try_collect().await?;
     Ok(QueryOutput { schema, batches })
+}
+
+/// `COPY ... STORED AS CSV` of nested columns fails while planning, naming the column,
+/// instead of failing in the CSV writer after the output file was created.
+fn check_copy_formats(plan: &datafusion::logical_expr::LogicalPlan) -> Result<()> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::LogicalPlan;
+    let mut problem = None;
+    plan.apply(|node| {
+        if let LogicalPlan::Copy(c) = node
+            && c.file_type.get_ext().eq_ignore_ascii_case("csv")
+            && let Some(f) = c
+                .input
+                .schema()
+                .fields()
+                .iter()
+                .find(|f| f.data_type().is_nested())
+        {
+            problem = Some(DataFusionError::Plan(format!(
+                "COPY TO '{}' STORED AS CSV: column '{}' is a {} which CSV cannot hold; select it as text (e.g. CAST to VARCHAR) or write PARQUET or JSON",
+                c.output_url,
+                f.name(),
+                match f.data_type() {
+                    datafusion::arrow::datatypes::DataType::Struct(_) => "struct",
+                    datafusion::arrow::datatypes::DataType::Map(..) => "map",
+                    datafusion::arrow::datatypes::DataType::Union(..) => "union",
+                    _ => "list",
+                }
+            )));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    problem.map_or(Ok(()), Err)
 }
 
 /// The audit action and resource of a statement stopped by confinement or a limit.
