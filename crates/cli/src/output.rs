@@ -35,7 +35,7 @@ enum Sink<W: Write> {
         kept_rows: usize,
         max_rows: usize,
     },
-    Csv(datafusion::arrow::csv::Writer<W>),
+    Csv(Box<datafusion::arrow::csv::Writer<W>>),
     Json(datafusion::arrow::json::Writer<W, JsonArray>),
     Ndjson(datafusion::arrow::json::Writer<W, LineDelimited>),
 }
@@ -58,12 +58,12 @@ impl<W: Write> BatchWriter<W> {
                 kept_rows: 0,
                 max_rows,
             },
-            Format::Csv | Format::Tsv => Sink::Csv(
+            Format::Csv | Format::Tsv => Sink::Csv(Box::new(
                 datafusion::arrow::csv::WriterBuilder::new()
                     .with_header(true)
                     .with_delimiter(if format == Format::Csv { b',' } else { b'\t' })
                     .build(out),
-            ),
+            )),
             Format::Json => Sink::Json(datafusion::arrow::json::ArrayWriter::new(out)),
             Format::Ndjson => Sink::Ndjson(datafusion::arrow::json::LineDelimitedWriter::new(out)),
         };
