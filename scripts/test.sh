@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: installs the pinned Python packages (PyArrow, PyIceberg, DuckDB, ADBC;
-# Superset's SQLAlchemy dialect in a second venv) into virtualenvs, generates the
+# Superset's SQLAlchemy dialect in a second venv) into virtualenvs, fetches the Flight SQL
+# JDBC driver jars (DBeaver's driver; run with the machine's Java 17), generates the
 # PyArrow/PyIceberg interop lake, then runs the Rust unit, integration, doc and
 # sqllogictest suites with those fixtures required. A throwaway PostgreSQL server (from the
 # machine's postgresql package, installed if missing) holds the PostgreSQL catalog tests.
@@ -45,6 +46,26 @@ if [ ! -f "$SVENV/.installed" ] || ! cmp -s "$SREQ" "$SVENV/.installed"; then
   cp "$SREQ" "$SVENV/.installed"
 fi
 
+# The Arrow Flight SQL JDBC driver that DBeaver loads: the newest release and the previous
+# major line, from Maven Central, checked against Central's SHA-1.
+JDBC=$CACHE/jdbc
+mkdir -p "$JDBC"
+JARS=""
+for v in 18.3.0 17.0.0; do
+  jar=$JDBC/flight-sql-jdbc-driver-$v.jar
+  if [ ! -s "$jar" ]; then
+    echo "== fetching flight-sql-jdbc-driver $v"
+    base=https://repo.maven.apache.org/maven2/org/apache/arrow/flight-sql-jdbc-driver/$v/flight-sql-jdbc-driver-$v.jar
+    curl -fsSL --retry 3 -o "$jar.part" "$base"
+    want=$(curl -fsSL --retry 3 "$base.sha1" | cut -c1-40)
+    got=$(sha1sum "$jar.part" | cut -c1-40)
+    [ "$want" = "$got" ] || { echo "error: $jar: SHA-1 $got, Maven Central says $want" >&2; exit 1; }
+    mv "$jar.part" "$jar"
+  fi
+  JARS=${JARS:+$JARS:}$jar
+done
+command -v java >/dev/null || { echo "error: java (17+) is needed for the JDBC driver tests" >&2; exit 2; }
+
 INTEROP=$CACHE/interop
 echo "== generating the interop lake in $INTEROP"
 rm -rf "$INTEROP"
@@ -76,6 +97,7 @@ export CLEARICE_INTEROP_DIR=$INTEROP
 export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing
 export CLEARICE_PYTHON=$VENV/bin/python
 export CLEARICE_SUPERSET_PYTHON=$SVENV/bin/python
+export CLEARICE_JDBC_JARS=$JARS
 export CLEARICE_REQUIRE_FIXTURES=1
 
 echo "== cargo test"

@@ -694,3 +694,164 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// The Flight SQL JDBC driver jars (newest release, previous major), set by scripts/test.sh.
+fn jdbc_jars() -> Option<Vec<PathBuf>> {
+    let v = std::env::var("CLEARICE_JDBC_JARS").ok();
+    if v.is_none() {
+        assert!(
+            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+            "CLEARICE_JDBC_JARS is not set"
+        );
+        eprintln!("\n*** SKIPPED: CLEARICE_JDBC_JARS not set; run ./scripts/test.sh ***\n");
+    }
+    v.map(|v| v.split(':').map(PathBuf::from).collect())
+}
+
+/// Runs tests/java/JdbcClient.java with `jar` on the class path; returns its `name\tvalue`
+/// lines as a map.
+fn jdbc_client(jar: &Path, args: &[&str]) -> std::collections::HashMap<String, String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/JdbcClient.java");
+    let out = Command::new("java")
+        .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
+        .arg("-cp")
+        .arg(jar)
+        .arg(src)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("done\ttrue"),
+        "{}: {stdout}\n{}",
+        jar.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// A bearer token for `user` (what DBeaver's `token=` property would carry), via pyarrow.
+fn bearer_token(python: &str, addr: &str, user: &str) -> String {
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(format!(
+            "import pyarrow.flight as f; c = f.FlightClient('grpc://{addr}'); \
+             print(dict([c.authenticate_basic_token('{user}', '{user}')])[b'authorization'].decode().split(' ', 1)[1])"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// What DBeaver does on connect and browse, with the driver DBeaver loads (both lines).
+#[test]
+fn jdbc_driver_connects_browses_and_queries_like_dbeaver() {
+    let Some(python) = python() else { return };
+    let Some(jars) = jdbc_jars() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let out = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .args(["demo", "init"])
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let server = start(&lake.join("clearice.toml"), tmp.path());
+    let url = format!(
+        "jdbc:arrow-flight-sql://{}/?useEncryption=false",
+        server.addr
+    );
+    for jar in &jars {
+        let token = bearer_token(&python, &server.addr, "support");
+        let v = jdbc_client(jar, &[&url, "full", &token]);
+        let get = |k: &str| {
+            v.get(k)
+                .map(String::as_str)
+                .unwrap_or_else(|| panic!("{k}: {v:?}"))
+        };
+        let which = jar.display();
+        assert!(get("product").starts_with("ClearIce "), "{which}");
+        assert_eq!(get("catalogs"), "[datafusion, lake]", "{which}");
+        assert_eq!(get("schemas"), "[sales]", "{which}");
+        assert_eq!(get("tables"), "[customers, orders]", "{which}");
+        assert!(
+            get("columns").contains("balance:DECIMAL") && get("columns").contains("tags:ARRAY"),
+            "{which}"
+        );
+        assert_eq!(get("primary_keys"), "[]");
+        assert_eq!(
+            get("session_catalog_count"),
+            "100000",
+            "{which}: catalog=lake"
+        );
+        let row = get("row");
+        for want in [
+            "id=Long:1000001",
+            "ssn=String:609-11-1603",
+            "birth_date=Date:1982-08-31",
+            "balance=BigDecimal:489247.72",
+            "tags=ArrowFlightJdbcArray:[\"vip\"]",
+        ] {
+            assert!(row.contains(want), "{which}: {want} in {row}");
+        }
+        assert_eq!(get("balance_decimal"), "489247.72");
+        assert_eq!(get("amount"), "3593.99");
+        assert_eq!(get("null_is_null"), "true");
+        assert_eq!(get("timestamp"), "2025-01-05 10:00:00.0");
+        assert_eq!(get("timestamp_tz"), "true");
+        assert_eq!(
+            get("prepared"),
+            "[1000002/231-68-8653, 1000003/735-64-8852]"
+        );
+        assert_eq!(get("max_rows"), "5");
+        assert!(
+            get("cancel").starts_with("cancelled after"),
+            "{which}: {}",
+            get("cancel")
+        );
+        assert_eq!(get("token"), "1", "{which}: token=");
+        assert_eq!(get("analyst_ssn"), "XXX-XX-1603");
+        let denied = get("denied");
+        assert!(
+            denied.contains("access denied") && denied.contains("card_number"),
+            "{denied}"
+        );
+        let by_path = get("file_by_path");
+        assert!(
+            by_path.contains("may not read '/etc/passwd.csv' by path"),
+            "{by_path}"
+        );
+        assert!(!by_path.contains("External error"), "{by_path}");
+        assert!(get("wrong_password").contains("invalid user name or password"));
+        eprintln!("{which}: close with catalog= -> {}", get("close"));
+    }
+}
+
+/// The JDBC driver over TLS (`tlsRootCerts`) with a client certificate (mTLS).
+#[test]
+fn jdbc_driver_connects_with_tls_and_a_client_certificate() {
+    let Some(python) = python() else { return };
+    let Some(jars) = jdbc_jars() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, lake, _) = tls_server(&python, tmp.path(), "tls_client_ca = \"clients-ca.pem\"\n");
+    for jar in &jars {
+        let url = format!(
+            "jdbc:arrow-flight-sql://{}/?useEncryption=true&tlsRootCerts={}&clientCertificate={}&clientKey={}",
+            server.addr.replace("127.0.0.1", "localhost"),
+            lake.join("server.pem").display(),
+            lake.join("client.pem").display(),
+            lake.join("client.key").display()
+        );
+        let v = jdbc_client(jar, &[&url, "tls"]);
+        assert_eq!(v["tls_ssn"], "XXX-XX-1603", "{}: {v:?}", jar.display());
+    }
+}

@@ -162,11 +162,12 @@ pub fn refusal_of(e: &DataFusionError) -> Option<&Refusal> {
     None
 }
 
-/// One area, resolved: its canonical root.
+/// One area, resolved: its canonical root, and the root as configured (absolute).
 #[derive(Debug, Clone)]
 struct Root {
     name: String,
     path: PathBuf,
+    lexical: PathBuf,
 }
 
 /// What a confined principal may touch on the server's filesystem.
@@ -183,17 +184,18 @@ impl Confinement {
     /// areas with their canonical root directories (resolved once, when the engine opens).
     pub(crate) fn new(
         policy: &clearice_policy::Policy,
-        roots: &[(clearice_policy::Area, PathBuf)],
+        roots: &[(clearice_policy::Area, PathBuf, PathBuf)],
         principal: &str,
         front: &'static str,
     ) -> Self {
         let pick = |may: &dyn Fn(&clearice_policy::Area) -> bool| -> Vec<Root> {
             roots
                 .iter()
-                .filter(|(a, _)| may(a))
-                .map(|(a, p)| Root {
+                .filter(|(a, _, _)| may(a))
+                .map(|(a, p, l)| Root {
                     name: a.name.clone(),
                     path: p.clone(),
+                    lexical: l.clone(),
                 })
                 .collect()
         };
@@ -210,12 +212,12 @@ impl Confinement {
     pub(crate) fn resolve_roots(
         policy: &clearice_policy::Policy,
         base: &Path,
-    ) -> Vec<(clearice_policy::Area, PathBuf)> {
+    ) -> Vec<(clearice_policy::Area, PathBuf, PathBuf)> {
         policy
             .areas()
             .iter()
             .filter_map(|a| match std::fs::canonicalize(base.join(&a.root)) {
-                Ok(p) => Some((a.clone(), p)),
+                Ok(p) => Some((a.clone(), p, lexical_normal(&base.join(&a.root)))),
                 Err(e) => {
                     tracing::warn!(area = %a.name, root = %a.root, error = %e, "file area root cannot be resolved; it grants nothing");
                     None
@@ -274,6 +276,11 @@ impl Confinement {
                 ),
             ));
         };
+        // Outside every area as written: refused without touching the filesystem (so a
+        // refusal does not tell whether the path exists).
+        if !lexically_inside(&self.read, &path) {
+            return Err(self.read_refusal(shown, Self::areas_text(&self.read)));
+        }
         let me = Arc::clone(self);
         let found = SpawnedTask::spawn_blocking(move || {
             resolve(&path).map(|p| me.area_of(&me.read, &p).is_some())
@@ -298,6 +305,9 @@ impl Confinement {
                 format!("'{}' URLs are not in any area", url.scheme()),
             ));
         };
+        if !lexically_inside(&self.write, &path) {
+            return Err(self.write_refusal(shown, Self::areas_text(&self.write)));
+        }
         let me = Arc::clone(self);
         let found = SpawnedTask::spawn_blocking(move || {
             resolve_for_write(&path).map(|p| me.area_of(&me.write, &p).is_some())
@@ -418,6 +428,29 @@ impl Confinement {
             guard: Arc::clone(self),
         })
     }
+}
+
+/// `path` with `.` and `..` removed without looking at the filesystem.
+fn lexical_normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Whether `path`, as written, lies under one of `roots` (canonical or as configured).
+fn lexically_inside(roots: &[Root], path: &Path) -> bool {
+    let p = lexical_normal(path);
+    roots
+        .iter()
+        .any(|r| p.starts_with(&r.path) || p.starts_with(&r.lexical))
 }
 
 /// The local path of a `file://` listing URL (its prefix, before any glob).
@@ -560,6 +593,22 @@ fn store_error(path: &ObjectPath, reason: String) -> object_store::Error {
 impl AreaStore {
     async fn allow(&self, location: &ObjectPath, write: bool) -> object_store::Result<()> {
         let fs_path = PathBuf::from(format!("/{location}"));
+        let roots = if write {
+            &self.guard.write
+        } else {
+            &self.guard.read
+        };
+        if !lexically_inside(roots, &fs_path) {
+            return Err(store_error(
+                location,
+                format!(
+                    "principal '{}' may not {} it: {}",
+                    self.guard.principal,
+                    if write { "write" } else { "read" },
+                    Confinement::areas_text(roots)
+                ),
+            ));
+        }
         let guard = Arc::clone(&self.guard);
         let verdict = SpawnedTask::spawn_blocking(move || {
             let (roots, resolved) = if write {

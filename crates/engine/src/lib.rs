@@ -64,7 +64,11 @@ pub struct Engine {
     audit: Option<Arc<AuditLog>>,
     runtime: Arc<RuntimeEnv>,
     /// The policy's file areas with their canonical roots.
-    area_roots: Vec<(clearice_policy::Area, std::path::PathBuf)>,
+    area_roots: Vec<(
+        clearice_policy::Area,
+        std::path::PathBuf,
+        std::path::PathBuf,
+    )>,
     permits: Arc<limits::Permits>,
 }
 

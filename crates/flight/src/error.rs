@@ -29,21 +29,26 @@ pub fn auth_status(e: &AuthError) -> Status {
     Status::new(code, e.to_string())
 }
 
-/// The code of a typed ClearIce error inside an engine error, if there is one.
-fn typed_code(e: &DataFusionError) -> Option<Code> {
+/// The status of a typed ClearIce error inside an engine error, if there is one: its
+/// code, and its own message (without DataFusion's "External error:" wrapping).
+fn typed_status(e: &DataFusionError) -> Option<Status> {
     if let Some(r) = refusal_of(e) {
-        return Some(match r {
+        let code = match r {
             Refusal::FileRead { .. }
             | Refusal::FileWrite { .. }
             | Refusal::Setting { .. }
             | Refusal::Statement { .. } => Code::PermissionDenied,
-        });
+        };
+        return Some(Status::new(code, r.to_string()));
     }
-    limit_of(e).map(|l| match l {
-        LimitExceeded::Timeout { .. } => Code::DeadlineExceeded,
-        LimitExceeded::Concurrency { .. }
-        | LimitExceeded::Rows { .. }
-        | LimitExceeded::Bytes { .. } => Code::ResourceExhausted,
+    limit_of(e).map(|l| {
+        let code = match l {
+            LimitExceeded::Timeout { .. } => Code::DeadlineExceeded,
+            LimitExceeded::Concurrency { .. }
+            | LimitExceeded::Rows { .. }
+            | LimitExceeded::Bytes { .. } => Code::ResourceExhausted,
+        };
+        Status::new(code, l.to_string())
     })
 }
 
@@ -51,8 +56,8 @@ fn typed_code(e: &DataFusionError) -> Option<Code> {
 /// code that says what to do about it.
 pub fn status_of(e: &DataFusionError) -> Status {
     let msg = one_line(e);
-    if let Some(code) = typed_code(e) {
-        return Status::new(code, msg);
+    if let Some(status) = typed_status(e) {
+        return status;
     }
     let policy = msg.contains("access denied")
         || msg.contains("is not a user in policy")

@@ -573,17 +573,32 @@ impl FlightSqlService for ClearIceFlightSql {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| {
-                Status::unauthenticated("Handshake needs 'authorization: Basic ...' credentials")
+                Status::unauthenticated(
+                    "Handshake needs 'authorization: Basic ...' credentials or a bearer token",
+                )
             })?;
         let client = request
             .remote_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|| "flight".into());
-        let (user, token) = self
-            .auth
-            .login(header, request.remote_addr().map(|a| a.ip()))
-            .await
-            .map_err(|e| self.auth_refused(&e, &client))?;
+        // A client holding a token (the JDBC driver's `token=` property) handshakes with
+        // `Bearer`: the token stays the session's, as long as it is valid.
+        let (user, token) = match header.strip_prefix("Bearer ") {
+            Some(t) => {
+                let t = t.trim();
+                let user = self
+                    .auth
+                    .authenticate(Some(header), None)
+                    .await
+                    .map_err(|e| self.auth_refused(&e, &client))?;
+                (user, t.to_owned())
+            }
+            None => self
+                .auth
+                .login(header, request.remote_addr().map(|a| a.ip()))
+                .await
+                .map_err(|e| self.auth_refused(&e, &client))?,
+        };
         self.auth.prune();
         self.sessions.retain(|t| self.auth.token_valid(t));
         tracing::info!(user, client = ?request.remote_addr(), "login");

@@ -183,3 +183,23 @@ async fn lake_with_limits(limits: &str) -> (tempfile::TempDir, Arc<Engine>, std:
     let engine = Arc::new(Engine::open(Config::load(&config).unwrap()).await.unwrap());
     (tmp, engine, dir)
 }
+
+#[tokio::test]
+async fn refusals_do_not_tell_whether_a_path_exists() {
+    let (tmp, engine, _) = lake("").await;
+    let net = engine.network_session("analyst", "test");
+    let exists = tmp.path().join("out.csv");
+    let missing = tmp.path().join("missing.csv");
+    let msg = |p: &std::path::Path| {
+        let net = &net;
+        let p = p.display().to_string();
+        async move {
+            net.sql(&format!("SELECT * FROM '{p}'"))
+                .await
+                .unwrap_err()
+                .to_string()
+                .replace(&p, "PATH")
+        }
+    };
+    assert_eq!(msg(&exists).await, msg(&missing).await);
+}
