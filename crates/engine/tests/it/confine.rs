@@ -190,7 +190,7 @@ async fn refusals_do_not_tell_whether_a_path_exists() {
     let net = engine.network_session("analyst", "test");
     let exists = tmp.path().join("out.csv");
     let missing = tmp.path().join("missing.csv");
-    let msg = |p: &std::path::Path| {
+    let msg = |p: &Path| {
         let net = &net;
         let p = p.display().to_string();
         async move {
