@@ -355,5 +355,10 @@ pub fn one_line(e: &anyhow::Error) -> Cow<'static, str> {
             out.push_str(&msg);
         }
     }
-    Cow::Owned(out)
+    // ClearIce's own errors travel inside DataFusion's `External`; its "External error: "
+    // label says nothing to a user.
+    match out.strip_prefix("External error: ") {
+        Some(rest) => Cow::Owned(rest.to_owned()),
+        None => Cow::Owned(out),
+    }
 }

@@ -44,6 +44,7 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use audit::{AuditError, AuditLog};
+pub use clearice_table::Error as TableError;
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
     LimitsConfig, PolicyConfig, ServerConfig, ServerUser, ShellConfig,

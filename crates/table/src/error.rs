@@ -3,9 +3,45 @@
 use datafusion::error::DataFusionError;
 
 /// Errors raised while resolving and scanning Iceberg tables.
+// Not non_exhaustive: Flight matches every variant, so a new one forces a gRPC code.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
+    /// The principal is not a user of the policy: every table is denied.
+    #[error(
+        "access to table '{table}' denied: principal '{principal}' is not a user in policy '{policy}'"
+    )]
+    UnknownPrincipal {
+        /// Table.
+        table: String,
+        /// Principal.
+        principal: String,
+        /// Policy source.
+        policy: String,
+    },
+    /// A table rule (`deny`) refuses every scan of the table.
+    #[error("access denied: table '{table}' is denied to principal '{principal}' (rule: {rule})")]
+    TableDenied {
+        /// Table.
+        table: String,
+        /// Principal.
+        principal: String,
+        /// The deciding rule.
+        rule: String,
+    },
+    /// A column rule (`deny`) refuses any query naming the column.
+    #[error(
+        "access denied: column '{column}' of table '{table}' is denied to principal '{principal}' (rule: {rule})"
+    )]
+    ColumnDenied {
+        /// Table.
+        table: String,
+        /// Column.
+        column: String,
+        /// Principal.
+        principal: String,
+        /// The deciding rule.
+        rule: String,
+    },
     /// The catalog could not be opened.
     #[error("catalog '{catalog}' ({uri}) cannot be opened: {source}")]
     CatalogOpen {

@@ -37,6 +37,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::StreamExt;
 
 use crate::access::{SessionAccess, TableAccess};
+use crate::error::Error;
 use crate::mask;
 use crate::provider::IcebergTableProvider;
 
@@ -59,8 +60,8 @@ pub struct PolicyTableProvider {
     columns: Vec<VisibleColumn>,
     /// Master keys of protected columns by inner index (for key scoping).
     protected_keys: Vec<Option<String>>,
-    /// Why the whole table is denied to this principal, if it is.
-    denied: Option<String>,
+    /// Why the whole table is denied to this principal, if it is (`Error::TableDenied`).
+    denied: Option<Error>,
 }
 
 /// Column kind of an Arrow type, for policy checks.
@@ -86,17 +87,18 @@ impl PolicyTableProvider {
         let principal = access.principal().to_owned();
         let (table_decision, rule) = policy.table_access(&principal, &table);
         if rule == RuleSource::UnknownPrincipal {
-            let msg = format!(
-                "access to table '{table}' denied: principal '{principal}' is not a user in policy '{}'",
-                policy.source()
-            );
+            let e = Error::UnknownPrincipal {
+                table: table.clone(),
+                principal,
+                policy: policy.source().to_owned(),
+            };
             access.record(TableAccess {
                 table,
                 columns: vec![],
                 allowed: false,
-                error: Some(msg.clone()),
+                error: Some(e.to_string()),
             });
-            return Err(DataFusionError::Plan(msg));
+            return Err(e.into());
         }
         let tpol = policy.table(&table);
         let inner_schema = inner.schema();
@@ -149,10 +151,10 @@ impl PolicyTableProvider {
                 .collect::<Vec<_>>(),
         ));
         // A denied table keeps its schema (DESCRIBE, information_schema) but any scan fails.
-        let denied = (table_decision != TableDecision::Allow).then(|| {
-            format!(
-                "access denied: table '{table}' is denied to principal '{principal}' (rule: {rule})"
-            )
+        let denied = (table_decision != TableDecision::Allow).then(|| Error::TableDenied {
+            table: table.clone(),
+            principal: principal.clone(),
+            rule: rule.to_string(),
         });
         Ok(Self {
             inner,
@@ -228,31 +230,42 @@ impl TableProvider for PolicyTableProvider {
             Some(p) => p.iter().map(|i| &self.columns[*i]).collect(),
             None => self.columns.iter().collect(),
         };
-        if let Some(msg) = &self.denied {
+        if let Some(Error::TableDenied {
+            table: t,
+            principal: p,
+            rule: r,
+        }) = &self.denied
+        {
+            let e = Error::TableDenied {
+                table: t.clone(),
+                principal: p.clone(),
+                rule: r.clone(),
+            };
             self.access.record(TableAccess {
                 table,
                 columns: self.audit_columns(&projected),
                 allowed: false,
-                error: Some(msg.clone()),
+                error: Some(e.to_string()),
             });
-            return Err(DataFusionError::Plan(msg.clone()));
+            return Err(e.into());
         }
         if let Some(c) = projected
             .iter()
             .find(|c| c.resolved.decision == Decision::Deny)
         {
-            let msg = format!(
-                "access denied: column '{}' of table '{table}' is denied to principal '{principal}' (rule: {})",
-                c.field.name(),
-                c.resolved.rule
-            );
+            let e = Error::ColumnDenied {
+                table: table.clone(),
+                column: c.field.name().clone(),
+                principal: principal.to_string(),
+                rule: c.resolved.rule.to_string(),
+            };
             self.access.record(TableAccess {
                 table,
                 columns: self.audit_columns(&projected),
                 allowed: false,
-                error: Some(msg.clone()),
+                error: Some(e.to_string()),
             });
-            return Err(DataFusionError::Plan(msg));
+            return Err(e.into());
         }
         self.access.record(TableAccess {
             table: table.clone(),
