@@ -212,6 +212,7 @@ impl Session {
         run: impl Future<Output = Result<QueryOutput>>,
     ) -> Result<QueryOutput> {
         let _ = self.access.take();
+        let _ = self.access.take_scans();
         let id = query_id();
         let result = match self.timeout() {
             Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
@@ -220,6 +221,11 @@ impl Session {
                 )))
             }),
             None => run.await,
+        };
+        let scans = self.access.take_scans();
+        let result = match result {
+            Err(e) => Err(name_decryption_failure(e, scans).await),
+            ok => ok,
         };
         self.write_audit(&id, sql, &result)?;
         result
@@ -317,6 +323,7 @@ impl Session {
     ) -> Result<SendableRecordBatchStream> {
         self.refresh_catalogs().await;
         let _ = self.access.take();
+        let _ = self.access.take_scans();
         let id = query_id();
         let deadline = self.timeout().map(|d| (tokio::time::Instant::now() + d, d));
         let started = async {
@@ -333,6 +340,11 @@ impl Session {
                     )))
                 }),
             None => started.await,
+        };
+        let scans = self.access.take_scans();
+        let started = match started {
+            Ok((inner, permit)) => Ok((diagnosing(inner, scans), permit)),
+            Err(e) => Err(name_decryption_failure(e, scans).await),
         };
         let pending = self.pending_audit(&id, sql);
         match started {
@@ -490,6 +502,47 @@ async fn collect(df: datafusion::dataframe::DataFrame) -> Result<QueryOutput> {
     let schema = SchemaRef::new(df.schema().as_arrow().clone());
     let batches = df.execute_stream().await?.try_collect().await?;
     Ok(QueryOutput { schema, batches })
+}
+
+/// A decryption failure (parquet-rs says only `ring::error::Unspecified`) replaced by one
+/// naming the file, column, row group and module, found by re-reading what the query's
+/// scans read (`clearice_table::diagnose`); other errors are returned as they are.
+async fn name_decryption_failure(
+    e: DataFusionError,
+    scans: Vec<clearice_table::ScanRecord>,
+) -> DataFusionError {
+    if scans.is_empty() || !clearice_table::is_decryption_failure(&e.to_string()) {
+        return e;
+    }
+    match clearice_table::diagnose(scans).await {
+        Some(t) => DataFusionError::External(Box::new(t)),
+        None => e,
+    }
+}
+
+/// `inner`, with a decryption failure named ([`name_decryption_failure`]).
+fn diagnosing(
+    inner: SendableRecordBatchStream,
+    scans: Vec<clearice_table::ScanRecord>,
+) -> SendableRecordBatchStream {
+    use futures::StreamExt;
+    let schema = inner.schema();
+    let scans = Arc::new(std::sync::Mutex::new(Some(scans)));
+    let named = inner.then(move |item| {
+        let scans = Arc::clone(&scans);
+        async move {
+            match item {
+                Err(e) => {
+                    let taken = scans.lock().map(|mut s| s.take()).unwrap_or_default();
+                    Err(name_decryption_failure(e, taken.unwrap_or_default()).await)
+                }
+                ok => ok,
+            }
+        }
+    });
+    Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, named),
+    )
 }
 
 /// `COPY ... STORED AS CSV` of nested columns fails while planning, naming the column,

@@ -65,6 +65,7 @@ fn typed_status(e: &DataFusionError) -> Option<Status> {
             | TableError::ColumnDenied { .. } => Code::PermissionDenied,
             TableError::CatalogOpen { .. } | TableError::Iceberg { .. } => Code::Unavailable,
             TableError::DeletesNotSupported { .. } => Code::Unimplemented,
+            TableError::Tampered { .. } => Code::DataLoss,
             TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {
                 Code::FailedPrecondition
             }

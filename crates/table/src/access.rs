@@ -26,6 +26,7 @@ pub struct SessionAccess {
     policy: Arc<Policy>,
     resolver: Arc<KeyResolver>,
     accesses: Mutex<Vec<TableAccess>>,
+    scans: Mutex<Vec<crate::tamper::ScanRecord>>,
 }
 
 impl SessionAccess {
@@ -40,6 +41,7 @@ impl SessionAccess {
             policy,
             resolver,
             accesses: Mutex::default(),
+            scans: Mutex::default(),
         }
     }
 
@@ -56,6 +58,16 @@ impl SessionAccess {
     /// Key resolution.
     pub fn resolver(&self) -> &Arc<KeyResolver> {
         &self.resolver
+    }
+
+    /// Records what a scan of the current query reads (for naming a decryption failure).
+    pub fn record_scan(&self, scan: crate::tamper::ScanRecord) {
+        self.scans.lock().expect("scans").push(scan);
+    }
+
+    /// Takes the scans recorded since the last call.
+    pub fn take_scans(&self) -> Vec<crate::tamper::ScanRecord> {
+        std::mem::take(&mut *self.scans.lock().expect("scans"))
     }
 
     /// Records a table access of the current query (merged per table).

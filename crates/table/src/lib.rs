@@ -21,6 +21,7 @@ mod policy_provider;
 mod provider;
 mod reader;
 mod schema;
+mod tamper;
 pub mod write;
 
 pub use access::{SessionAccess, TableAccess};
@@ -36,3 +37,4 @@ pub use filter::to_iceberg_predicate;
 pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};
 pub use provider::{CATALOG_STORE_URL, IcebergTableProvider};
 pub use schema::arrow_schema;
+pub use tamper::{ScanRecord, diagnose, is_decryption_failure};

@@ -40,6 +40,7 @@ use crate::schema::arrow_schema;
 pub const CATALOG_STORE_URL: &str = "clearice-catalog://local";
 
 /// A table of an Iceberg catalog, at its current snapshot.
+#[derive(Clone)]
 pub struct IcebergTableProvider {
     name: String,
     table: Table,
@@ -75,6 +76,25 @@ impl IcebergTableProvider {
     /// The Iceberg table.
     pub fn table(&self) -> &Table {
         &self.table
+    }
+
+    /// Key resolution of this table's files.
+    pub fn resolver(&self) -> &Arc<KeyResolver> {
+        &self.resolver
+    }
+
+    /// Local paths of the current snapshot's data files.
+    pub async fn local_data_files(&self) -> Result<Vec<String>> {
+        if self.table.metadata().current_snapshot().is_none() {
+            return Ok(vec![]);
+        }
+        Ok(self
+            .plan_files(&[])
+            .await?
+            .iter()
+            .filter_map(|t| self.object_path(&t.data_file_path).ok())
+            .map(|(_, p)| p)
+            .collect())
     }
 
     async fn plan_files(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
