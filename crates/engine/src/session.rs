@@ -540,9 +540,7 @@ fn diagnosing(
             }
         }
     });
-    Box::pin(
-        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, named),
-    )
+    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, named))
 }
 
 /// `COPY ... STORED AS CSV` of nested columns fails while planning, naming the column,

@@ -70,8 +70,11 @@ fn props(
     file: &str,
     scope: &KeyScope,
 ) -> Option<Arc<FileDecryptionProperties>> {
-    let retriever =
-        resolver.scoped_retriever(file.to_owned(), Some(local_side_file_reader()), scope.clone());
+    let retriever = resolver.scoped_retriever(
+        file.to_owned(),
+        Some(local_side_file_reader()),
+        scope.clone(),
+    );
     FileDecryptionProperties::with_key_retriever(retriever)
         .build()
         .ok()
@@ -98,8 +101,7 @@ fn diagnose_file(
             .map(|p| ArrowReaderOptions::new().with_file_decryption_properties(p))
     };
     let open = || std::fs::File::open(file).ok();
-    let builder = match ParquetRecordBatchReaderBuilder::try_new_with_options(open()?, options()?)
-    {
+    let builder = match ParquetRecordBatchReaderBuilder::try_new_with_options(open()?, options()?) {
         Ok(b) => b,
         Err(e) if is_decryption_failure(&e.to_string()) => {
             return tampered(None, None, "footer or column metadata");

@@ -7,6 +7,6 @@ mod demo;
 mod interop;
 mod parquet_testing;
 mod policy;
-mod tamper;
 mod postgres;
 mod pyarrow;
+mod tamper;

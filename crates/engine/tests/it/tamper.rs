@@ -47,7 +47,9 @@ async fn a_flipped_byte_in_each_module_is_named_with_file_and_column() {
         .map(|i| rg.column(i))
         .find(|c| c.column_path().string() == "ssn")
         .unwrap();
-    let start = ssn.dictionary_page_offset().unwrap_or(ssn.data_page_offset()) as u64;
+    let start = ssn
+        .dictionary_page_offset()
+        .unwrap_or(ssn.data_page_offset()) as u64;
     let len = bytes.len() as u64;
     let session = engine.session("admin");
     let query = async || {
