@@ -496,7 +496,7 @@ fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
     std::fs::write(
         lake.join("clearice.toml"),
         format!(
-            "{config}\n[server.limits]\nstatement_timeout_s = 4\nmax_concurrent_statements = 2\nquery_memory_mb = 32\n"
+            "{config}\n[server.limits]\nstatement_timeout_s = 6\nmax_concurrent_statements = 2\nquery_memory_mb = 32\n"
         ),
     )
     .unwrap();
@@ -563,6 +563,17 @@ fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
             permission_denied(user, attack, needle);
         }
         assert_eq!(v[user]["set_allowed"]["error"], Value::Null, "{user}");
+        let tz = |k: &str| v[user][k].to_string();
+        assert!(
+            tz("time_zone_after_set").contains("+01:00"),
+            "{user}: {}",
+            tz("time_zone_after_set")
+        );
+        assert!(
+            !tz("time_zone_other_session").contains("+01:00"),
+            "{user}: {}",
+            tz("time_zone_other_session")
+        );
     }
     // The low-privilege user has no area: the granted statements are refused too.
     for attack in [
@@ -622,18 +633,23 @@ fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
         "{e}"
     );
     let took = v["timeout_seconds"].as_f64().unwrap();
-    assert!((3.5..20.0).contains(&took), "timeout after {took} s");
+    assert!((5.5..30.0).contains(&took), "timeout after {took} s");
     let e = v["concurrency_error"].as_str().unwrap();
     assert!(e.contains("too many statements"), "{e}");
-    let worst = v["point_latencies_during_runaway"]
+    let mut lat: Vec<f64> = v["point_latencies_during_runaway"]
         .as_array()
         .unwrap()
         .iter()
         .map(|l| l.as_f64().unwrap())
-        .fold(0.0, f64::max);
-    // Stated latency (README): another user's point query answers within 2 s while one
-    // principal's runaway queries fill their limit.
-    assert!(worst < 2.0, "point query took {worst} s during the runaway");
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    // Stated latency (README): while one principal's runaway queries fill their limit,
+    // another user's point queries answer within 1 s (median; each within the runaway's
+    // lifetime), checked to have run while the runaway statements were still running.
+    assert_eq!(v["points_before_runaway_ended"], true, "{lat:?}");
+    assert!(lat[2] < 1.0, "point queries took {lat:?} s during the runaway");
+    let errors = v["runaway_errors"].to_string();
+    assert!(errors.matches("DEADLINE_EXCEEDED").count() + errors.matches("timeout").count() >= 2, "{errors}");
     let e = v["memory_error"].as_str().unwrap();
     assert!(e.contains("memory limit"), "{e}");
     assert_eq!(v["memory_other_user"], serde_json::json!([[200000]]));

@@ -394,7 +394,7 @@ impl Confinement {
         Ok(())
     }
 
-    fn check_setting(&self, name: &str, value: &str) -> DfResult<()> {
+    pub(crate) fn check_setting(&self, name: &str, value: &str) -> DfResult<()> {
         let lower = name.to_ascii_lowercase();
         let refuse = |reason: String| {
             Err(DataFusionError::External(Box::new(Refusal::Setting {

@@ -46,6 +46,8 @@ pub struct Session {
     /// Set for network principals (and a confined shell): what the session may touch.
     confine: Option<Arc<Confinement>>,
     limits: Option<SessionLimits>,
+    /// Options the last statements `SET` (name, value), for front ends that keep them.
+    set_options: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 /// How stale a catalog's table listing may be when a statement starts.
@@ -75,6 +77,7 @@ impl Session {
             catalogs,
             confine: None,
             limits: None,
+            set_options: std::sync::Mutex::default(),
         }
     }
 
@@ -103,7 +106,34 @@ impl Session {
             c.check_plan(&plan).await?;
         }
         check_copy_formats(&plan)?;
-        self.ctx.execute_logical_plan(plan).await
+        let set = match &plan {
+            datafusion::logical_expr::LogicalPlan::Statement(
+                datafusion::logical_expr::Statement::SetVariable(v),
+            ) => Some((v.variable.clone(), v.value.clone())),
+            _ => None,
+        };
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        if let Some(s) = set {
+            self.set_options.lock().expect("set options").push(s);
+        }
+        Ok(df)
+    }
+
+    /// Options changed by `SET` statements since the last call (name, value), so a front
+    /// end whose sessions last longer than one call (Flight SQL) can apply them again.
+    pub fn take_set_options(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.set_options.lock().expect("set options"))
+    }
+
+    /// Sets a session option as `SET name = value` would, with the same checks (a confined
+    /// session accepts only the allow-list).
+    pub fn set_option(&self, name: &str, value: &str) -> Result<()> {
+        if let Some(c) = &self.confine {
+            c.check_setting(name, value)?;
+        }
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        state.config_mut().options_mut().set(name, value)
     }
 
     fn timeout(&self) -> Option<std::time::Duration> {

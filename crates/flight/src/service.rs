@@ -418,6 +418,13 @@ impl ClearIceFlightSql {
             {
                 return Err(status_of(&e));
             }
+            for (name, value) in &options.settings {
+                if let Err(e) = session.set_option(name, value)
+                    && strict
+                {
+                    return Err(status_of(&e));
+                }
+            }
         }
         Ok(session)
     }
@@ -481,6 +488,7 @@ impl ClearIceFlightSql {
     async fn run(
         &self,
         session: Session,
+        token: Option<String>,
         sql: &str,
         params: Option<ParamValues>,
         ticket: Vec<u8>,
@@ -489,6 +497,15 @@ impl ClearIceFlightSql {
             .sql_stream_with_params(sql, params)
             .await
             .map_err(|e| status_of(&e))?;
+        // `SET` lasts for the Flight session (bearer token), like `catalog`/`schema`.
+        if let Some(token) = &token {
+            let set = session.take_set_options();
+            if !set.is_empty() {
+                let mut options = self.sessions.get(token);
+                options.settings.extend(set);
+                self.sessions.set(token, options);
+            }
+        }
         let schema = wire_schema(&stream.schema());
         let s2 = Arc::clone(&schema);
         // The session lives as long as the stream; dropping it (client gone) cancels.
@@ -646,7 +663,10 @@ impl FlightSqlService for ClearIceFlightSql {
             }
             .as_any(),
         );
-        Ok(Response::new(self.run(session, &sql, None, key).await?))
+        let token = bearer(&request).map(str::to_owned);
+        Ok(Response::new(
+            self.run(session, token, &sql, None, key).await?,
+        ))
     }
 
     async fn do_action_create_prepared_statement(
@@ -771,7 +791,10 @@ impl FlightSqlService for ClearIceFlightSql {
             None => None,
         };
         let key = ticket_key(&cmd.as_any());
-        Ok(Response::new(self.run(session, &sql, params, key).await?))
+        let token = bearer(&request).map(str::to_owned);
+        Ok(Response::new(
+            self.run(session, token, &sql, params, key).await?,
+        ))
     }
 
     async fn do_action_close_prepared_statement(

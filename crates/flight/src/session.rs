@@ -125,6 +125,8 @@ pub struct SessionOptions {
     pub catalog: Option<String>,
     /// Default schema.
     pub schema: Option<String>,
+    /// Options set with `SET` in this session (allow-listed), applied to each call.
+    pub settings: std::collections::BTreeMap<String, String>,
 }
 
 /// A `GetSessionOptionsResult` with the catalog and schema in effect.

@@ -105,9 +105,12 @@ def limits(addr, out):
     runaway = "SELECT count(*) FROM lake.sales.customers a, lake.sales.customers b WHERE a.id + b.id = -2"
     errors = []
 
+    hog_ends = []
+
     def hog():
         c = connect(addr, "support")
         errors.append(error_of(lambda: run(c, runaway)))
+        hog_ends.append(time.time())
         c.close()
 
     threads = [threading.Thread(target=hog) for _ in range(2)]
@@ -127,10 +130,13 @@ def limits(addr, out):
         rows = run(admin, "SELECT id FROM lake.sales.customers WHERE id = 1000001")
         latencies.append(time.time() - t)
         assert rows == [(1000001,)], rows
+    points_done = time.time()
     out["point_latencies_during_runaway"] = latencies
     for th in threads:
         th.join()
     out["runaway_errors"] = errors
+    # The point queries must have run while both runaway statements still ran.
+    out["points_before_runaway_ended"] = points_done < min(hog_ends)
     # Memory: one query over its per-query limit fails alone; another user's query runs.
     hungry = "SELECT array_agg(repeat(email, 200)) FROM lake.sales.customers"
     result = {}
@@ -175,6 +181,11 @@ def main():
                 res[name] = {"ok": run(conn, sql)}
             except Exception as e:  # noqa: BLE001
                 res[name] = {"error": str(e)}
+        # An allowed SET lasts for the connection's Flight session, and only for it.
+        res["time_zone_after_set"] = run(conn, "SHOW datafusion.execution.time_zone")
+        other = connect(addr, user)
+        res["time_zone_other_session"] = run(other, "SHOW datafusion.execution.time_zone")
+        other.close()
         out[user] = res
         conn.close()
     limits(addr, out)
