@@ -7,7 +7,7 @@
 //!              DataSourceExec(ParquetSource + PmeEncryptionFactory + field-id adapter)
 //! ```
 //!
-//! Catalogs come from [`open_sql_catalog`]; encrypted writes from [`write`].
+//! Catalogs come from [`open_sql_catalog`]; encrypted writes from [`mod@write`].
 #![deny(missing_docs)]
 
 mod access;
