@@ -2,20 +2,17 @@
 
 use std::sync::Arc;
 
-use clearice_engine::{Config, Engine, demo};
-use datafusion::arrow::array::RecordBatch;
-use datafusion::prelude::SessionContext;
-use futures::TryStreamExt;
+use clearice_engine::{Config, Engine, Session, demo};
 
 /// Two lakes with the same seeded data: PME-encrypted and plaintext.
 pub struct Fixture {
     _dir: tempfile::TempDir,
-    /// Session over the encrypted lake.
-    pub encrypted: SessionContext,
+    /// Session over the encrypted lake (queries are audited, as in the product).
+    pub encrypted: Session,
     /// Session over the plaintext twin.
-    pub plaintext: SessionContext,
+    pub plaintext: Session,
     /// Session over the encrypted lake as `analyst` (masks from the demo policy).
-    pub masked: SessionContext,
+    pub masked: Session,
 }
 
 impl Fixture {
@@ -37,25 +34,15 @@ impl Fixture {
         };
         let (e, p) = (open(enc).await, open(plain).await);
         Fixture {
-            encrypted: e.session("admin").ctx().clone(),
-            plaintext: p.session("admin").ctx().clone(),
-            masked: e.session("analyst").ctx().clone(),
+            encrypted: e.session("admin"),
+            plaintext: p.session("admin"),
+            masked: e.session("analyst"),
             _dir: dir,
         }
     }
 }
 
 /// Runs a query to completion; returns the row count.
-pub async fn run(ctx: &SessionContext, sql: &str) -> usize {
-    let batches: Vec<RecordBatch> = ctx
-        .sql(sql)
-        .await
-        .expect("plan")
-        .execute_stream()
-        .await
-        .expect("exec")
-        .try_collect()
-        .await
-        .expect("run");
-    batches.iter().map(RecordBatch::num_rows).sum()
+pub async fn run(session: &Session, sql: &str) -> usize {
+    session.sql(sql).await.expect("query").rows()
 }

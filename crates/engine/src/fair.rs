@@ -28,9 +28,17 @@ use datafusion::physical_plan::joins::{
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{FutureExt, Stream};
 
-/// Rows per slice of a nested-loop/cross join's probe side (the work of one poll is at
-/// most left rows × this).
-const PROBE_SLICE_ROWS: usize = 64;
+/// Row pairs a nested-loop/cross join may evaluate in one poll: its probe side is sliced to
+/// `PAIRS_PER_POLL / build rows` rows (at least 1, at most 8192), so the work between two
+/// yields stays bounded whatever the build side's size. Much smaller slices cost more in
+/// total (DataFusion's nested-loop join does per-probe-batch work proportional to the build
+/// side), so the bound is generous.
+const PAIRS_PER_POLL: usize = 1 << 23;
+
+/// Probe-side slice for a build side of `build_rows` rows (unknown: as for 65536 rows).
+fn probe_slice_rows(build_rows: Option<usize>) -> usize {
+    (PAIRS_PER_POLL / build_rows.unwrap_or(65_536).max(1)).clamp(1, 8192)
+}
 
 /// Yields to the scheduler before each batch, re-slicing batches to `max_rows` if set.
 #[derive(Debug)]
@@ -159,8 +167,15 @@ impl PhysicalOptimizerRule for FairJoins {
             let node = if quadratic {
                 let mut children: Vec<Arc<dyn ExecutionPlan>> =
                     node.children().into_iter().cloned().collect();
+                let build_rows = children
+                    .first()
+                    .and_then(|b| b.partition_statistics(None).ok())
+                    .and_then(|s| s.num_rows.get_value().copied());
                 if let Some(probe) = children.pop() {
-                    children.push(Arc::new(YieldExec::new(probe, Some(PROBE_SLICE_ROWS))));
+                    children.push(Arc::new(YieldExec::new(
+                        probe,
+                        Some(probe_slice_rows(build_rows)),
+                    )));
                 }
                 Arc::clone(&node).with_new_children(children)?
             } else {
@@ -179,5 +194,18 @@ impl PhysicalOptimizerRule for FairJoins {
 
     fn schema_check(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_slice_rows;
+
+    #[test]
+    fn probe_slices_shrink_as_the_build_side_grows() {
+        assert_eq!(probe_slice_rows(Some(100)), 8192);
+        assert_eq!(probe_slice_rows(Some(100_000)), 83);
+        assert_eq!(probe_slice_rows(Some(50_000_000)), 1);
+        assert_eq!(probe_slice_rows(None), 128);
     }
 }

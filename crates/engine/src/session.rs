@@ -1,6 +1,5 @@
 //! A principal's SQL session: every query is planned under the policy and audited.
 
-use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,8 +34,10 @@ impl QueryOutput {
     }
 }
 
-/// One principal's session. Dereferences to its `SessionContext` (unaudited access, for
-/// tests and embedding); [`Session::sql`] and [`Session::execute`] audit.
+/// One principal's session. Every statement goes through [`Session::sql`],
+/// [`Session::execute`] or the streaming variants: planned under the policy, checked by the
+/// session's confinement, audited. The inner `SessionContext` is not exposed (no `Deref`),
+/// so an embedder cannot bypass them by accident.
 pub struct Session {
     ctx: SessionContext,
     access: Arc<SessionAccess>,
@@ -169,9 +170,14 @@ impl Session {
         self.access.principal()
     }
 
-    /// The DataFusion context.
-    pub fn ctx(&self) -> &SessionContext {
-        &self.ctx
+    /// Names of the catalogs this session sees.
+    pub fn catalog_names(&self) -> Vec<String> {
+        self.ctx.catalog_names()
+    }
+
+    /// A catalog as this session's principal sees it (tables under the policy).
+    pub fn catalog(&self, name: &str) -> Option<Arc<dyn datafusion::catalog::CatalogProvider>> {
+        self.ctx.catalog(name)
     }
 
     /// The catalog and schema that unqualified table names resolve in.
@@ -405,13 +411,6 @@ impl std::fmt::Debug for Session {
             .field("principal", &self.principal())
             .field("client", &self.client)
             .finish_non_exhaustive()
-    }
-}
-
-impl Deref for Session {
-    type Target = SessionContext;
-    fn deref(&self) -> &SessionContext {
-        &self.ctx
     }
 }
 

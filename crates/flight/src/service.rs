@@ -542,10 +542,11 @@ impl ClearIceFlightSql {
         session: &Session,
     ) -> Vec<(String, String, String, String, SchemaRef)> {
         session.refresh_catalogs().await;
-        let ctx = session.ctx();
         let mut out = Vec::new();
-        for c in ctx.catalog_names() {
-            let Some(cat) = ctx.catalog(&c) else { continue };
+        for c in session.catalog_names() {
+            let Some(cat) = session.catalog(&c) else {
+                continue;
+            };
             for s in cat.schema_names() {
                 let Some(schema) = cat.schema(&s) else {
                     continue;
@@ -835,7 +836,7 @@ impl FlightSqlService for ClearIceFlightSql {
     ) -> Result<Response<DoGetStream>, Status> {
         let session = self.session(&request).await?;
         let mut b: GetCatalogsBuilder = query.into_builder();
-        let mut names = session.ctx().catalog_names();
+        let mut names = session.catalog_names();
         names.sort();
         for c in names {
             b.append(c);
@@ -866,9 +867,8 @@ impl FlightSqlService for ClearIceFlightSql {
         let session = self.session(&request).await?;
         session.refresh_catalogs().await;
         let mut b = query.into_builder();
-        let ctx = session.ctx();
-        for c in ctx.catalog_names() {
-            if let Some(cat) = ctx.catalog(&c) {
+        for c in session.catalog_names() {
+            if let Some(cat) = session.catalog(&c) {
                 for s in cat.schema_names() {
                     b.append(&c, s);
                 }
