@@ -118,6 +118,9 @@ impl std::fmt::Debug for Auth {
     }
 }
 
+/// Failure counters kept at most (user names and client addresses).
+const MAX_TRACKED: usize = 100_000;
+
 /// First wait after the free failures.
 const BACKOFF_START: Duration = Duration::from_millis(250);
 
@@ -204,6 +207,16 @@ impl Auth {
         let now = Instant::now();
         let stale = self.backoff_max * 2;
         let mut failures = self.failures.lock().expect("failures");
+        // Bounded: a client sending many different user names must not grow this without
+        // limit. Stale counters go first; beyond the cap, counters still within their free
+        // failures (not throttling anyone) go too.
+        if failures.len() >= MAX_TRACKED {
+            failures.retain(|_, f| now.duration_since(f.last) < stale);
+        }
+        if failures.len() >= MAX_TRACKED {
+            let free = self.free_failures;
+            failures.retain(|_, f| f.count > free);
+        }
         for k in keys {
             let f = failures.entry(k.clone()).or_insert(Failures {
                 count: 0,
