@@ -19,32 +19,7 @@ impl Drop for Server {
 }
 
 fn start(config: &Path, dir: &Path) -> Server {
-    let addr_file = dir.join("addr");
-    let child = Command::new(env!("CARGO_BIN_EXE_clearice"))
-        .arg("--config")
-        .arg(config)
-        .args(["serve", "--addr", "127.0.0.1:0", "--addr-file"])
-        .arg(&addr_file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !addr_file.exists()
-        || std::fs::read_to_string(&addr_file)
-            .unwrap_or_default()
-            .is_empty()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Server {
-        child,
-        addr: std::fs::read_to_string(&addr_file).unwrap(),
-    }
+    start_in(config, dir, &std::env::current_dir().unwrap())
 }
 
 fn python() -> Option<String> {

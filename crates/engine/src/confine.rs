@@ -147,19 +147,7 @@ impl Refusal {
 
 /// The refusal inside a DataFusion error, if any.
 pub fn refusal_of(e: &DataFusionError) -> Option<&Refusal> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(r) = err.downcast_ref::<Refusal>() {
-            return Some(r);
-        }
-        if let Some(DataFusionError::External(inner)) = err.downcast_ref::<DataFusionError>()
-            && let Some(r) = inner.downcast_ref::<Refusal>()
-        {
-            return Some(r);
-        }
-        cur = err.source();
-    }
-    None
+    crate::error::cause_of(e)
 }
 
 /// One area, resolved: its canonical root, and the root as configured (absolute).
@@ -276,23 +264,9 @@ impl Confinement {
                 ),
             ));
         };
-        // Outside every area as written: refused without touching the filesystem (so a
-        // refusal does not tell whether the path exists).
-        if !lexically_inside(&self.read, &path) {
-            return Err(self.read_refusal(shown, Self::areas_text(&self.read)));
-        }
-        let me = Arc::clone(self);
-        let found = SpawnedTask::spawn_blocking(move || {
-            resolve(&path).map(|p| me.area_of(&me.read, &p).is_some())
-        })
-        .join()
-        .await
-        .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?;
-        match found {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(self.read_refusal(shown, Self::areas_text(&self.read))),
-            Err(reason) => Err(self.read_refusal(shown, reason)),
-        }
+        self.allows(path, false)
+            .await?
+            .map_err(|reason| self.read_refusal(shown, reason))
     }
 
     /// Checks that `output_url` of a `COPY` lies in a writable area.
@@ -305,21 +279,36 @@ impl Confinement {
                 format!("'{}' URLs are not in any area", url.scheme()),
             ));
         };
-        if !lexically_inside(&self.write, &path) {
-            return Err(self.write_refusal(shown, Self::areas_text(&self.write)));
+        self.allows(path, true)
+            .await?
+            .map_err(|reason| self.write_refusal(shown, reason))
+    }
+
+    /// Whether `path` lies in an area this principal may read (`write = false`) or write:
+    /// `Ok(Err(reason))` when it does not. Outside every area as written it is refused
+    /// without touching the filesystem (so a refusal does not tell whether the path
+    /// exists); inside, it is resolved (symlinks, `..`) on a blocking thread.
+    async fn allows(self: &Arc<Self>, path: PathBuf, write: bool) -> DfResult<Result<(), String>> {
+        let roots = if write { &self.write } else { &self.read };
+        if !lexically_inside(roots, &path) {
+            return Ok(Err(Self::areas_text(roots)));
         }
         let me = Arc::clone(self);
-        let found = SpawnedTask::spawn_blocking(move || {
-            resolve_for_write(&path).map(|p| me.area_of(&me.write, &p).is_some())
+        SpawnedTask::spawn_blocking(move || {
+            let (roots, resolved) = if write {
+                (&me.write, resolve_for_write(&path))
+            } else {
+                (&me.read, resolve(&path))
+            };
+            match resolved {
+                Ok(p) if me.area_of(roots, &p).is_some() => Ok(()),
+                Ok(_) => Err(Self::areas_text(roots)),
+                Err(reason) => Err(reason),
+            }
         })
         .join()
         .await
-        .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?;
-        match found {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(self.write_refusal(shown, Self::areas_text(&self.write))),
-            Err(reason) => Err(self.write_refusal(shown, reason)),
-        }
+        .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))
     }
 
     fn area_of<'a>(&self, roots: &'a [Root], canonical: &Path) -> Option<&'a str> {
@@ -593,38 +582,11 @@ fn store_error(path: &ObjectPath, reason: String) -> object_store::Error {
 impl AreaStore {
     async fn allow(&self, location: &ObjectPath, write: bool) -> object_store::Result<()> {
         let fs_path = PathBuf::from(format!("/{location}"));
-        let roots = if write {
-            &self.guard.write
-        } else {
-            &self.guard.read
-        };
-        if !lexically_inside(roots, &fs_path) {
-            return Err(store_error(
-                location,
-                format!(
-                    "principal '{}' may not {} it: {}",
-                    self.guard.principal,
-                    if write { "write" } else { "read" },
-                    Confinement::areas_text(roots)
-                ),
-            ));
-        }
-        let guard = Arc::clone(&self.guard);
-        let verdict = SpawnedTask::spawn_blocking(move || {
-            let (roots, resolved) = if write {
-                (&guard.write, resolve_for_write(&fs_path))
-            } else {
-                (&guard.read, resolve(&fs_path))
-            };
-            match resolved {
-                Ok(p) if guard.area_of(roots, &p).is_some() => Ok(()),
-                Ok(_) => Err(Confinement::areas_text(roots)),
-                Err(e) => Err(e),
-            }
-        })
-        .join()
-        .await
-        .map_err(|e| store_error(location, e.to_string()))?;
+        let verdict = self
+            .guard
+            .allows(fs_path, write)
+            .await
+            .map_err(|e| store_error(location, e.to_string()))?;
         verdict.map_err(|reason| {
             let verb = if write { "write" } else { "read" };
             store_error(

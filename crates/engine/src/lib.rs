@@ -50,7 +50,7 @@ pub use config::{
     LimitsConfig, PolicyConfig, ServerConfig, ServerUser, ShellConfig,
 };
 pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
-pub use error::{Error, Result};
+pub use error::{Error, Result, cause_of};
 pub use limits::{LimitExceeded, limit_of};
 pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session, one_line};
 

@@ -59,19 +59,7 @@ pub enum LimitExceeded {
 
 /// The limit inside a DataFusion error, if any.
 pub fn limit_of(e: &DataFusionError) -> Option<&LimitExceeded> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(l) = err.downcast_ref::<LimitExceeded>() {
-            return Some(l);
-        }
-        if let Some(DataFusionError::External(inner)) = err.downcast_ref::<DataFusionError>()
-            && let Some(l) = inner.downcast_ref::<LimitExceeded>()
-        {
-            return Some(l);
-        }
-        cur = err.source();
-    }
-    None
+    crate::error::cause_of(e)
 }
 
 /// Concurrency permits per principal, shared by all sessions of an engine.

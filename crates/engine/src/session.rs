@@ -555,6 +555,10 @@ fn diagnosing(
     scans: Vec<clearice_table::ScanRecord>,
 ) -> SendableRecordBatchStream {
     use futures::StreamExt;
+    if scans.is_empty() {
+        // Nothing to re-read (no catalog table scanned): no adapter on the result path.
+        return inner;
+    }
     let schema = inner.schema();
     let scans = Arc::new(std::sync::Mutex::new(Some(scans)));
     let named = inner.then(move |item| {
@@ -620,6 +624,7 @@ fn event_of(e: &DataFusionError) -> Option<(String, String)> {
         };
         return Some(("limit".to_owned(), format!("limit:{what}")));
     }
+    // Any level may be the memory limit (DataFusion wraps it in Context/Shared).
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(DataFusionError::ResourcesExhausted(_)) = err.downcast_ref() {

@@ -1,6 +1,6 @@
 //! DataFusion errors to gRPC status codes (exhaustive over error kinds).
 
-use clearice_engine::{LimitExceeded, Refusal, TableError, limit_of, refusal_of};
+use clearice_engine::{LimitExceeded, Refusal, TableError, cause_of, limit_of, refusal_of};
 use datafusion::error::DataFusionError;
 
 use crate::auth::AuthError;
@@ -29,23 +29,6 @@ pub fn auth_status(e: &AuthError) -> Status {
     Status::new(code, e.to_string())
 }
 
-/// The table crate's error inside an engine error, if any.
-fn table_error_of(e: &DataFusionError) -> Option<&TableError> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(t) = err.downcast_ref::<TableError>() {
-            return Some(t);
-        }
-        if let Some(DataFusionError::External(inner)) = err.downcast_ref::<DataFusionError>()
-            && let Some(t) = inner.downcast_ref::<TableError>()
-        {
-            return Some(t);
-        }
-        cur = err.source();
-    }
-    None
-}
-
 /// The status of a typed ClearIce error inside an engine error, if there is one: its
 /// code, and its own message (without DataFusion's "External error:" wrapping).
 fn typed_status(e: &DataFusionError) -> Option<Status> {
@@ -58,7 +41,7 @@ fn typed_status(e: &DataFusionError) -> Option<Status> {
         };
         return Some(Status::new(code, r.to_string()));
     }
-    if let Some(t) = table_error_of(e) {
+    if let Some(t) = cause_of::<TableError>(e) {
         let code = match t {
             TableError::UnknownPrincipal { .. }
             | TableError::TableDenied { .. }

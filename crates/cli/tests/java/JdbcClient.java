@@ -133,14 +133,7 @@ public class JdbcClient {
         Properties t = new Properties();
         t.setProperty("token", args.length > 2 ? args[2] : "");
         if (args.length > 2) {
-            try (Connection tc = DriverManager.getConnection(base, t);
-                 Statement s = tc.createStatement();
-                 ResultSet rs = s.executeQuery("SELECT 1")) {
-                rs.next();
-                out("token", rs.getInt(1));
-            } catch (SQLException e) {
-                out("token", err(e));
-            }
+            first(base, t, "SELECT 1", "token");
         }
         // A user whose policy denies a column.
         Properties a = new Properties();
@@ -180,14 +173,19 @@ public class JdbcClient {
         Properties a = new Properties();
         a.setProperty("user", "analyst");
         a.setProperty("password", "analyst");
-        try (Connection c = DriverManager.getConnection(base, a);
-             Statement s = c.createStatement();
-             ResultSet rs = s.executeQuery("SELECT ssn FROM lake.sales.customers WHERE id = 1000001")) {
-            rs.next();
-            out("tls_ssn", rs.getString(1));
-        } catch (SQLException e) {
-            out("tls_ssn", err(e));
-        }
+        first(base, a, "SELECT ssn FROM lake.sales.customers WHERE id = 1000001", "tls_ssn");
         out("done", true);
+    }
+
+    /// Connects with `props`, runs `sql` and prints the first value (or the error) as `name`.
+    static void first(String base, Properties props, String sql, String name) {
+        try (Connection c = DriverManager.getConnection(base, props);
+             Statement s = c.createStatement();
+             ResultSet rs = s.executeQuery(sql)) {
+            rs.next();
+            out(name, rs.getString(1));
+        } catch (SQLException e) {
+            out(name, err(e));
+        }
     }
 }
