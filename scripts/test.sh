@@ -66,6 +66,23 @@ for v in 18.3.0 17.0.0; do
 done
 command -v java >/dev/null || { echo "error: java (17+) is needed for the JDBC driver tests" >&2; exit 2; }
 
+# DataFusion's own sqllogictest files (the datafusion-sqllogictest crate of the DataFusion
+# version ClearIce runs on), checked against the crate's SHA-256 on crates.io; the
+# conformance test runs them through `clearice slt`.
+DFSLT_VERSION=53.1.0
+DFSLT_SHA256=04e5a4a7a49143a68936992b6dbb0db44121c635e9992b2482817278f1e69c56
+DFSLT=$CACHE/datafusion-sqllogictest-$DFSLT_VERSION
+if [ ! -d "$DFSLT/test_files" ]; then
+  echo "== fetching datafusion-sqllogictest $DFSLT_VERSION's test files"
+  crate=$CACHE/datafusion-sqllogictest-$DFSLT_VERSION.crate
+  curl -fsSL --retry 3 -o "$crate" \
+    "https://static.crates.io/crates/datafusion-sqllogictest/datafusion-sqllogictest-$DFSLT_VERSION.crate"
+  got=$(sha256sum "$crate" | cut -c1-64)
+  [ "$got" = "$DFSLT_SHA256" ] || { echo "error: $crate: SHA-256 $got, want $DFSLT_SHA256" >&2; exit 1; }
+  tar xzf "$crate" -C "$CACHE"
+  rm -f "$crate"
+fi
+
 INTEROP=$CACHE/interop
 echo "== generating the interop lake in $INTEROP"
 rm -rf "$INTEROP"
@@ -98,6 +115,7 @@ export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing
 export CLEARICE_PYTHON=$VENV/bin/python
 export CLEARICE_SUPERSET_PYTHON=$SVENV/bin/python
 export CLEARICE_JDBC_JARS=$JARS
+export CLEARICE_DATAFUSION_SLT_DIR=$DFSLT
 export CLEARICE_REQUIRE_FIXTURES=1
 
 echo "== cargo test"

@@ -209,17 +209,35 @@ impl Engine {
     /// `repl`, `cli`, `slt`, or a network address). The principal is fixed for the
     /// session's life: no SQL statement can change it.
     pub fn session_for(&self, principal: &str, client: &str) -> Session {
-        self.build_session(principal, client, Front::Local)
+        self.build_session(principal, client, Front::Local, None)
+    }
+
+    /// A local session (as [`Engine::session_for`]) that starts with `config` instead of
+    /// ClearIce's session options: sqllogictest runs files written for DataFusion with
+    /// the options DataFusion's runner uses. Policy, audit and keys apply as usual.
+    pub fn session_with_config(
+        &self,
+        principal: &str,
+        client: &str,
+        config: SessionConfig,
+    ) -> Session {
+        self.build_session(principal, client, Front::Local, Some(config))
     }
 
     /// A session for a network principal (Flight SQL): confined to catalog tables and the
     /// policy's file areas, `SET` limited to [`SETTABLE_OPTIONS`], no DDL or DML, and
     /// `[server.limits]` applied.
     pub fn network_session(&self, principal: &str, client: &str) -> Session {
-        self.build_session(principal, client, Front::Network)
+        self.build_session(principal, client, Front::Network, None)
     }
 
-    fn build_session(&self, principal: &str, client: &str, front: Front) -> Session {
+    fn build_session(
+        &self,
+        principal: &str,
+        client: &str,
+        front: Front,
+        stock: Option<SessionConfig>,
+    ) -> Session {
         let confined = front == Front::Network || self.config.shell.confine;
         let limits = self
             .config
@@ -227,11 +245,18 @@ impl Engine {
             .as_ref()
             .map(|s| s.limits.clone())
             .unwrap_or_default();
-        let mut config = SessionConfig::new().with_information_schema(true);
-        if confined && let Some(n) = limits.query_parallelism {
-            config = config.with_target_partitions(n.max(1));
-        }
-        config.options_mut().execution.parquet.pushdown_filters = true;
+        let stock_session = stock.is_some();
+        let config = match stock {
+            Some(config) => config,
+            None => {
+                let mut config = SessionConfig::new().with_information_schema(true);
+                if confined && let Some(n) = limits.query_parallelism {
+                    config = config.with_target_partitions(n.max(1));
+                }
+                config.options_mut().execution.parquet.pushdown_filters = true;
+                config
+            }
+        };
         // Per-session runtime: shares memory, disk and object stores, but not the
         // metadata cache (decrypted footers must not cross principals) nor the
         // encryption factory (it is bound to the principal's right to decrypt files).
@@ -278,11 +303,23 @@ impl Engine {
             }
             None => Arc::clone(&self.runtime.object_store_registry),
         };
+        // A session never falls back to the shared metadata cache: if its own cannot be
+        // made, every statement of the session fails instead.
+        let (cache_manager, setup_error) = match CacheManager::try_new(
+            &CacheManagerConfig::default(),
+        ) {
+            Ok(c) => (c, None),
+            Err(e) => (
+                Arc::clone(&self.runtime.cache_manager),
+                Some(format!(
+                    "session of '{principal}' unusable: its private metadata cache could not be created: {e}"
+                )),
+            ),
+        };
         let runtime = Arc::new(RuntimeEnv {
             memory_pool,
             disk_manager: Arc::clone(&self.runtime.disk_manager),
-            cache_manager: CacheManager::try_new(&CacheManagerConfig::default())
-                .unwrap_or_else(|_| Arc::clone(&self.runtime.cache_manager)),
+            cache_manager,
             object_store_registry,
             parquet_encryption_factory_registry: registry,
         });
@@ -313,9 +350,13 @@ impl Engine {
             ctx.register_catalog(name, Arc::new(catalog));
         }
         tracing::debug!(principal, client, confined, "session opened");
-        let ctx = match &guard {
-            Some(g) => confined_url_tables(ctx, Arc::clone(g)),
-            None => ctx.enable_url_table(),
+        // Files by path (`SELECT * FROM 'f.parquet'`) are a ClearIce session feature; a
+        // stock DataFusion session does not have them (a table named like a directory in
+        // the working directory would resolve to it).
+        let ctx = match (&guard, stock_session) {
+            (Some(g), _) => confined_url_tables(ctx, Arc::clone(g)),
+            (None, false) => ctx.enable_url_table(),
+            (None, true) => ctx,
         };
         let mut session = Session::new(
             ctx,
@@ -324,6 +365,7 @@ impl Engine {
             client.to_owned(),
             self.catalogs.iter().map(|(_, c)| Arc::clone(c)).collect(),
         );
+        session.setup_error = setup_error;
         if let Some(g) = guard {
             session.confine(
                 g,

@@ -49,6 +49,8 @@ pub struct Session {
     limits: Option<SessionLimits>,
     /// Options the last statements `SET` (name, value), for front ends that keep them.
     set_options: std::sync::Mutex<Vec<(String, String)>>,
+    /// Why the session could not be set up: every statement fails with it.
+    pub(crate) setup_error: Option<String>,
 }
 
 /// How stale a catalog's table listing may be when a statement starts.
@@ -79,6 +81,7 @@ impl Session {
             confine: None,
             limits: None,
             set_options: std::sync::Mutex::default(),
+            setup_error: None,
         }
     }
 
@@ -103,6 +106,9 @@ impl Session {
         &self,
         plan: datafusion::logical_expr::LogicalPlan,
     ) -> Result<datafusion::dataframe::DataFrame> {
+        if let Some(e) = &self.setup_error {
+            return Err(DataFusionError::Execution(e.clone()));
+        }
         if let Some(c) = &self.confine {
             c.check_plan(&plan).await?;
         }
@@ -528,8 +534,10 @@ impl Drop for AuditedStream {
 }
 
 async fn collect(df: datafusion::dataframe::DataFrame) -> Result<QueryOutput> {
-    let schema = SchemaRef::new(df.schema().as_arrow().clone());
-    let batches = df.execute_stream().await?.try_collect().await?;
+    // The executed plan's schema (what the batches carry), not the logical one.
+    let stream = df.execute_stream().await?;
+    let schema = stream.schema();
+    let batches = stream.try_collect().await?;
     Ok(QueryOutput { schema, batches })
 }
 

@@ -3,38 +3,51 @@
 //! (its own session); the default connection runs as the runner's default principal.
 //! Principals are never settable from SQL.
 //!
-//! Values are rendered as DataFusion's own runner does: NULL as `NULL`, the empty
-//! string as `(empty)`, everything else with Arrow's display. Column type letters are
-//! not checked.
+//! Files follow DataFusion's sqllogictest conventions ([`conventions`]), so `.slt` files
+//! written for DataFusion's runner run unchanged: its value formatting, column type
+//! letters, `DataFusion error: ` messages (multi-line errors compared whole), EXPLAIN plans
+//! as numbered rows, `WORKSPACE_ROOT` path normalization, a fresh `scratch/<file stem>/`
+//! directory per file, and the labels `Datafusion` and `clearice` for `skipif`/`onlyif`.
 #![deny(missing_docs)]
+
+pub mod conventions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clearice_engine::{Engine, Session};
-use datafusion::arrow::array::{Array, RecordBatch};
-use datafusion::arrow::datatypes::DataType;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use sqllogictest::{
-    Connection, DBOutput, DefaultColumnType, Record, Runner, default_column_validator,
-    default_normalizer, default_validator, update_record_with_output,
-};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::Fields;
+use futures::StreamExt;
+use sqllogictest::{Connection, DBOutput, Record, Runner, update_record_with_output};
 
-/// An error from a statement, as the `.slt` file sees it (one line).
+use crate::conventions::ColumnType;
+
+/// An error from a statement, as the `.slt` file sees it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct SqlError(String);
 
+impl SqlError {
+    fn datafusion(e: &datafusion::error::DataFusionError) -> Self {
+        Self(format!("DataFusion error: {}", e.strip_backtrace()))
+    }
+}
+
 /// One ClearIce session as a sqllogictest database.
 pub struct ClearIceDb {
     session: Session,
+    workspace_root: Option<String>,
 }
 
 impl ClearIceDb {
-    /// Wraps a session.
-    pub fn new(session: Session) -> Self {
-        Self { session }
+    /// Wraps a session; paths under `workspace_root` print as `WORKSPACE_ROOT`.
+    pub fn new(session: Session, workspace_root: Option<String>) -> Self {
+        Self {
+            session,
+            workspace_root,
+        }
     }
 }
 
@@ -47,83 +60,46 @@ fn one_line(e: impl std::fmt::Display) -> String {
         .join(" ")
 }
 
-fn column_type(dt: &DataType) -> DefaultColumnType {
-    match dt {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
-            DefaultColumnType::Integer
-        }
-        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
-            DefaultColumnType::Integer
-        }
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
-            DefaultColumnType::FloatingPoint
-        }
-        DataType::Decimal128(..) | DataType::Decimal256(..) => DefaultColumnType::FloatingPoint,
-        DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => DefaultColumnType::Text,
-        _ => DefaultColumnType::Any,
+fn output(
+    fields: &Fields,
+    batches: &[RecordBatch],
+    workspace_root: Option<&str>,
+) -> Result<DBOutput<ColumnType>, SqlError> {
+    let types = conventions::column_types(fields);
+    let rows = conventions::rows(batches, workspace_root)
+        .map_err(|e| SqlError(format!("Arrow error: {e}")))?;
+    if rows.is_empty() && types.is_empty() {
+        return Ok(DBOutput::StatementComplete(0));
     }
-}
-
-/// Renders batches as sqllogictest rows.
-pub fn batches_to_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, SqlError> {
-    let options = FormatOptions::default().with_null("NULL");
-    let mut rows = Vec::new();
-    for b in batches {
-        let fmts: Vec<ArrayFormatter<'_>> = b
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-            .collect::<Result<_, _>>()
-            .map_err(|e| SqlError(one_line(e)))?;
-        for r in 0..b.num_rows() {
-            rows.push(
-                fmts.iter()
-                    .zip(b.columns())
-                    .map(|(f, c)| {
-                        let s = f.value(r).to_string();
-                        if s.is_empty() && !c.is_null(r) {
-                            "(empty)".to_string()
-                        } else {
-                            s
-                        }
-                    })
-                    .collect(),
-            );
-        }
-    }
-    Ok(rows)
+    Ok(DBOutput::Rows { types, rows })
 }
 
 #[async_trait::async_trait]
 impl sqllogictest::AsyncDB for ClearIceDb {
     type Error = SqlError;
-    type ColumnType = DefaultColumnType;
+    type ColumnType = ColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
         let out = self
             .session
             .sql(sql)
             .await
-            .map_err(|e| SqlError(one_line(e)))?;
-        let types: Vec<_> = out
-            .schema
-            .fields()
-            .iter()
-            .map(|f| column_type(f.data_type()))
-            .collect();
-        if types.is_empty() {
-            return Ok(DBOutput::StatementComplete(0));
-        }
-        Ok(DBOutput::Rows {
-            types,
-            rows: batches_to_rows(&out.batches)?,
-        })
+            .map_err(|e| SqlError::datafusion(&e))?;
+        output(
+            out.schema.fields(),
+            &out.batches,
+            self.workspace_root.as_deref(),
+        )
     }
 
     async fn shutdown(&mut self) {}
 
     fn engine_name(&self) -> &str {
         "clearice"
+    }
+
+    async fn sleep(dur: Duration) {
+        tokio::time::sleep(dur).await;
     }
 }
 
@@ -166,7 +142,7 @@ impl FlightDb {
 #[async_trait::async_trait]
 impl sqllogictest::AsyncDB for FlightDb {
     type Error = SqlError;
-    type ColumnType = DefaultColumnType;
+    type ColumnType = ColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
         use futures::TryStreamExt;
@@ -189,18 +165,7 @@ impl sqllogictest::AsyncDB for FlightDb {
             let stream = self.client.do_get(ticket).await.map_err(err)?;
             batches.extend(stream.try_collect::<Vec<_>>().await.map_err(err)?);
         }
-        let types: Vec<_> = schema
-            .fields()
-            .iter()
-            .map(|f| column_type(f.data_type()))
-            .collect();
-        if types.is_empty() {
-            return Ok(DBOutput::StatementComplete(0));
-        }
-        Ok(DBOutput::Rows {
-            types,
-            rows: batches_to_rows(&batches)?,
-        })
+        output(schema.fields(), &batches, None)
     }
 
     async fn shutdown(&mut self) {}
@@ -208,31 +173,59 @@ impl sqllogictest::AsyncDB for FlightDb {
     fn engine_name(&self) -> &str {
         "flight"
     }
+
+    async fn sleep(dur: Duration) {
+        tokio::time::sleep(dur).await;
+    }
+}
+
+/// How files run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Principal of the default connection.
+    pub principal: String,
+    /// Rewrite files with the actual results instead of checking them.
+    pub complete: bool,
+    /// Paths under this directory print as `WORKSPACE_ROOT` (as object store paths
+    /// print, without the leading `/`, like DataFusion's runner).
+    pub workspace_root: Option<String>,
+    /// Sessions start with DataFusion's stock options, as DataFusion's runner sets them
+    /// (`target_partitions = 4`, no information_schema, no ClearIce tuning), instead of
+    /// ClearIce's.
+    pub datafusion_session: bool,
+    /// Variables for `control substitution on` blocks (`$NAME`).
+    pub vars: Vec<(String, String)>,
+    /// Files run at once.
+    pub jobs: usize,
+    /// A file still running after this fails (its records count as failed).
+    pub file_timeout: Option<Duration>,
+}
+
+impl RunOptions {
+    /// Defaults: one job per core, no timeout, ClearIce sessions.
+    pub fn new(principal: &str) -> Self {
+        Self {
+            principal: principal.to_owned(),
+            jobs: std::thread::available_parallelism().map_or(4, |n| n.get()),
+            ..Self::default()
+        }
+    }
 }
 
 /// Runs one file over Flight SQL at `url`, one login per connection name.
-pub async fn run_file_flight(
-    url: &str,
-    path: &Path,
-    default_principal: &str,
-    vars: &[(String, String)],
-) -> FileResult {
-    let principal = Arc::new(Mutex::new(default_principal.to_owned()));
+pub async fn run_file_flight(url: &str, path: &Path, options: &RunOptions) -> FileResult {
+    let principal = Arc::new(Mutex::new(options.principal.clone()));
     let p = Arc::clone(&principal);
     let url = url.to_owned();
     let mut runner = Runner::new(move || {
         let (url, who) = (url.clone(), p.lock().expect("principal").clone());
         async move { FlightDb::connect(&url, &who).await }
     });
-    drive(
-        &mut runner,
-        &principal,
-        path,
-        default_principal,
-        vars,
-        false,
-    )
-    .await
+    let options = RunOptions {
+        complete: false,
+        ..options.clone()
+    };
+    drive(&mut runner, &principal, path, &options).await
 }
 
 /// Outcome of one file.
@@ -242,36 +235,63 @@ pub struct FileResult {
     pub path: PathBuf,
     /// Failed records, each as the runner's message.
     pub failures: Vec<String>,
-    /// Records run.
+    /// Statement and query records in the file.
     pub records: usize,
+    /// The file did not finish within the timeout: every record counts as failed.
+    pub timed_out: bool,
+}
+
+impl FileResult {
+    /// Records that failed (all of them when the file timed out or did not parse).
+    pub fn failed_records(&self) -> usize {
+        if self.timed_out {
+            self.records.max(1)
+        } else {
+            self.failures.len()
+        }
+    }
+}
+
+/// `scratch/<file stem>` under `root`, emptied, for files that write there (DataFusion's
+/// runner does the same under `test_files/`).
+fn setup_scratch(root: &Path, path: &Path) -> std::io::Result<()> {
+    let Some(stem) = path.file_stem() else {
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(path)?;
+    if !text.contains("scratch/") {
+        return Ok(());
+    }
+    let dir = root.join("scratch").join(stem);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(dir)
 }
 
 /// Runs one file with a fresh session per connection. With `complete`, rewrites the
-/// file with the actual results instead of checking them. `vars` are available to
-/// `control substitution on` blocks as `$NAME`.
-pub async fn run_file(
-    engine: Arc<Engine>,
-    path: &Path,
-    default_principal: &str,
-    vars: &[(String, String)],
-    complete: bool,
-) -> FileResult {
-    let principal = Arc::new(Mutex::new(default_principal.to_owned()));
+/// file with the actual results instead of checking them.
+pub async fn run_file(engine: Arc<Engine>, path: &Path, options: &RunOptions) -> FileResult {
+    let principal = Arc::new(Mutex::new(options.principal.clone()));
     let p = Arc::clone(&principal);
     let e = Arc::clone(&engine);
+    let root = options
+        .workspace_root
+        .as_deref()
+        .map(|r| r.trim_start_matches('/').trim_end_matches('/').to_owned());
+    let stock = options.datafusion_session;
     let mut runner = Runner::new(move || {
-        let ctx = e.session_for(&p.lock().expect("principal"), "slt");
-        async move { Ok::<_, SqlError>(ClearIceDb::new(ctx)) }
+        let who = p.lock().expect("principal").clone();
+        let session = if stock {
+            let config = datafusion::prelude::SessionConfig::new().with_target_partitions(4);
+            e.session_with_config(&who, "slt", config)
+        } else {
+            e.session_for(&who, "slt")
+        };
+        let root = root.clone();
+        async move { Ok::<_, SqlError>(ClearIceDb::new(session, root)) }
     });
-    drive(
-        &mut runner,
-        &principal,
-        path,
-        default_principal,
-        vars,
-        complete,
-    )
-    .await
+    drive(&mut runner, &principal, path, options).await
 }
 
 /// Runs (or, with `complete`, rewrites) one file's records on `runner`, setting
@@ -281,23 +301,27 @@ async fn drive<D, M>(
     runner: &mut Runner<D, M>,
     principal: &Mutex<String>,
     path: &Path,
-    default_principal: &str,
-    vars: &[(String, String)],
-    complete: bool,
+    options: &RunOptions,
 ) -> FileResult
 where
-    D: sqllogictest::AsyncDB<ColumnType = DefaultColumnType>,
+    D: sqllogictest::AsyncDB<ColumnType = ColumnType>,
     M: sqllogictest::MakeConnection<Conn = D>,
 {
-    for (k, v) in vars {
+    runner.add_label("Datafusion");
+    runner.add_label("clearice");
+    runner.with_normalizer(conventions::normalizer);
+    runner.with_validator(conventions::validator);
+    runner.with_column_validator(sqllogictest::strict_column_validator);
+    for (k, v) in &options.vars {
         runner.set_var(k.clone(), v.clone());
     }
     let mut result = FileResult {
         path: path.to_owned(),
         failures: vec![],
         records: 0,
+        timed_out: false,
     };
-    let records = match sqllogictest::parse_file::<DefaultColumnType>(path) {
+    let records = match sqllogictest::parse_file::<ColumnType>(path) {
         Ok(r) => r,
         Err(e) => {
             result.failures.push(format!("parse error: {e}"));
@@ -317,18 +341,18 @@ where
         if let Some(c) = conn {
             *principal.lock().expect("principal") = match c {
                 Connection::Named(name) => name,
-                Connection::Default => default_principal.to_owned(),
+                Connection::Default => options.principal.clone(),
             };
         }
-        if complete {
+        if options.complete {
             let out = runner.apply_record(record.clone()).await;
             let updated = update_record_with_output(
                 &record,
                 &out,
                 " ",
-                default_validator,
-                default_normalizer,
-                default_column_validator,
+                conventions::validator,
+                conventions::normalizer,
+                sqllogictest::strict_column_validator,
             )
             .unwrap_or(record);
             completed.push_str(&updated.to_string());
@@ -339,7 +363,9 @@ where
             result.failures.push(e.display(true).to_string());
         }
     }
-    if complete && let Err(e) = std::fs::write(path, completed) {
+    if options.complete
+        && let Err(e) = std::fs::write(path, completed)
+    {
         result
             .failures
             .push(format!("cannot rewrite {}: {e}", path.display()));
@@ -347,21 +373,83 @@ where
     result
 }
 
-/// Runs files in order, printing one line per file and a closing `N passed, N failed`.
-/// Returns the number of failed files.
+/// Records in a file that count toward the pass rate (statements and queries).
+fn count_records(path: &Path) -> usize {
+    sqllogictest::parse_file::<ColumnType>(path)
+        .map(|records| {
+            records
+                .iter()
+                .take_while(|r| !matches!(r, Record::Halt { .. }))
+                .filter(|r| matches!(r, Record::Statement { .. } | Record::Query { .. }))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Runs files `options.jobs` at a time (each on its own task, with the per-file
+/// timeout), printing one line per file as it ends and a closing summary with the
+/// record pass rate. `root` is the directory that holds `scratch/`. Returns the summary.
 pub async fn run_files(
     engine: Arc<Engine>,
-    files: &[PathBuf],
-    default_principal: &str,
-    complete: bool,
-) -> usize {
+    files: &[(PathBuf, PathBuf)],
+    options: &RunOptions,
+) -> Summary {
     let mut summary = Summary::default();
-    for f in files {
-        let start = Instant::now();
-        let r = run_file(Arc::clone(&engine), f, default_principal, &[], complete).await;
+    let jobs = futures::stream::iter(files.iter().cloned().map(|(root, f)| {
+        let (engine, options) = (Arc::clone(&engine), options.clone());
+        async move {
+            let start = Instant::now();
+            if let Err(e) = setup_scratch(&root, &f) {
+                return (
+                    FileResult {
+                        records: count_records(&f),
+                        failures: vec![format!("cannot prepare scratch directory: {e}")],
+                        path: f,
+                        timed_out: true,
+                    },
+                    start,
+                );
+            }
+            let timeout = options.file_timeout;
+            let task = datafusion::common::runtime::SpawnedTask::spawn({
+                let f = f.clone();
+                async move { run_file(engine, &f, &options).await }
+            });
+            let result = match timeout {
+                Some(limit) => match tokio::time::timeout(limit, task.join()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return (
+                            FileResult {
+                                records: count_records(&f),
+                                failures: vec![format!(
+                                    "timed out after {} s",
+                                    limit.as_secs_f64()
+                                )],
+                                path: f,
+                                timed_out: true,
+                            },
+                            start,
+                        );
+                    }
+                },
+                None => task.join().await,
+            };
+            let result = result.unwrap_or_else(|e| FileResult {
+                records: count_records(&f),
+                failures: vec![format!("runner panicked: {e}")],
+                path: f,
+                timed_out: true,
+            });
+            (result, start)
+        }
+    }))
+    .buffer_unordered(options.jobs.max(1));
+    futures::pin_mut!(jobs);
+    while let Some((r, start)) = jobs.next().await {
         summary.report(&r, start);
     }
-    summary.finish()
+    summary
 }
 
 /// Per-file reporting and the closing line.
@@ -369,11 +457,15 @@ pub async fn run_files(
 pub struct Summary {
     passed: usize,
     failed: usize,
+    records: usize,
+    failed_records: usize,
 }
 
 impl Summary {
     /// Prints one file's outcome.
     pub fn report(&mut self, r: &FileResult, start: Instant) {
+        self.records += r.records;
+        self.failed_records += r.failed_records().min(r.records.max(1));
         if r.failures.is_empty() {
             self.passed += 1;
             println!(
@@ -387,7 +479,7 @@ impl Summary {
             println!(
                 "FAIL  {} ({} of {} records failed)",
                 r.path.display(),
-                r.failures.len(),
+                r.failed_records(),
                 r.records
             );
             for msg in &r.failures {
@@ -396,27 +488,64 @@ impl Summary {
         }
     }
 
-    /// Prints `N passed, N failed`; returns the failed count.
+    /// Files that failed.
+    pub fn failed_files(&self) -> usize {
+        self.failed
+    }
+
+    /// Share of records that passed, in percent (100 when there were none).
+    pub fn pass_rate(&self) -> f64 {
+        if self.records == 0 {
+            return 100.0;
+        }
+        let passed = self.records.saturating_sub(self.failed_records);
+        100.0 * passed as f64 / self.records as f64
+    }
+
+    /// Prints `N passed, N failed; R of M records passed (P %)`; returns the failed count.
     pub fn finish(&self) -> usize {
-        println!("{} passed, {} failed", self.passed, self.failed);
+        println!(
+            "{} passed, {} failed; {} of {} records passed ({:.1} %)",
+            self.passed,
+            self.failed,
+            self.records.saturating_sub(self.failed_records),
+            self.records,
+            self.pass_rate()
+        );
         self.failed
     }
 }
 
-/// `.slt` files under `path` (itself if a file), sorted.
-pub fn collect_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
-    if path.is_file() {
-        return Ok(vec![path.to_owned()]);
-    }
+/// `.slt` files under `path` (itself if a file), sorted, each with the directory that
+/// holds its `scratch/` (`path` itself, or a file's parent).
+pub fn collect_files(path: &Path) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
+    let root = if path.is_file() {
+        path.parent().unwrap_or(Path::new(".")).to_owned()
+    } else {
+        path.to_owned()
+    };
     let mut out = Vec::new();
+    collect_into(path, &mut out)?;
+    out.sort();
+    Ok(out.into_iter().map(|f| (root.clone(), f)).collect())
+}
+
+fn collect_into(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    if path.is_file() {
+        out.push(path.to_owned());
+        return Ok(());
+    }
     for entry in std::fs::read_dir(path)? {
         let p = entry?.path();
         if p.is_dir() {
-            out.extend(collect_files(&p)?);
+            // A previous run's output, not tests.
+            if p.file_name().is_some_and(|n| n == "scratch") {
+                continue;
+            }
+            collect_into(&p, out)?;
         } else if p.extension().is_some_and(|e| e == "slt") {
             out.push(p);
         }
     }
-    out.sort();
-    Ok(out)
+    Ok(())
 }

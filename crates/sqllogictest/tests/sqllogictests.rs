@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clearice_engine::{Config, Engine};
-use clearice_sqllogictest::{Summary, collect_files, run_file, run_file_flight};
+use clearice_sqllogictest::{RunOptions, Summary, collect_files, run_file, run_file_flight};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -47,6 +47,7 @@ async fn main() {
     let files: Vec<PathBuf> = collect_files(&root())
         .expect("sql-tests")
         .into_iter()
+        .map(|(_, f)| f)
         .filter(|f| {
             filters.is_empty()
                 || filters
@@ -88,7 +89,12 @@ async fn main() {
             continue;
         };
         let start = Instant::now();
-        let r = run_file(Arc::clone(&engine), f, "admin", &vars, complete).await;
+        let options = RunOptions {
+            complete,
+            vars,
+            ..RunOptions::new("admin")
+        };
+        let r = run_file(Arc::clone(&engine), f, &options).await;
         summary.report(&r, start);
         if over_flight && !complete {
             let url = match &flight_url {
@@ -100,7 +106,7 @@ async fn main() {
                 }
             };
             let start = Instant::now();
-            let mut r = run_file_flight(&url, f, "admin", &vars).await;
+            let mut r = run_file_flight(&url, f, &options).await;
             r.path = PathBuf::from(format!("{} (over Flight SQL)", f.display()));
             summary.report(&r, start);
         }
