@@ -255,6 +255,7 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                 workspace_root,
                 datafusion_session: *datafusion_session,
                 file_timeout: Some(std::time::Duration::from_secs(*timeout)),
+                executor: Some(cpu.clone()),
                 ..clearice_sqllogictest::RunOptions::new(&user)
             };
             if let Some(j) = jobs {

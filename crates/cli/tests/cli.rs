@@ -230,7 +230,23 @@ fn slt_reports_each_file_and_a_closing_line() {
     assert_eq!(o.status.code(), Some(1), "{s}");
     assert!(s.contains("ok    ") && s.contains("a_pass.slt"), "{s}");
     assert!(s.contains("FAIL  ") && s.contains("b_fail.slt"), "{s}");
-    assert!(s.trim_end().ends_with("1 passed, 1 failed"), "{s}");
+    assert!(
+        s.trim_end()
+            .ends_with("1 passed, 1 failed; 1 of 2 records passed (50.0 %)"),
+        "{s}"
+    );
+    // A pass-rate floor turns the same run green, and a lower figure would not.
+    let with_floor = |pct: &str| {
+        bin()
+            .arg("--config")
+            .arg(lake())
+            .args(["--user", "admin", "slt", "--min-pass-rate", pct])
+            .arg(tmp.path())
+            .output()
+            .unwrap()
+    };
+    assert_eq!(with_floor("50").status.code(), Some(0));
+    assert_eq!(with_floor("50.1").status.code(), Some(1));
     std::fs::remove_file(tmp.path().join("b_fail.slt")).unwrap();
     let o = bin()
         .arg("--config")
@@ -240,6 +256,46 @@ fn slt_reports_each_file_and_a_closing_line() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stdout(&o));
+}
+
+#[test]
+fn slt_times_out_a_file_and_gives_each_file_a_fresh_scratch_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Writes into scratch/c_scratch/ (DataFusion's convention), which starts empty.
+    std::fs::write(
+        tmp.path().join("c_scratch.slt"),
+        "query I\nCOPY (SELECT 1 AS a) TO 'scratch/c_scratch/one.csv' STORED AS CSV\n----\n1\n\n\
+         query I\nSELECT count(*) FROM 'scratch/c_scratch/'\n----\n1\n",
+    )
+    .unwrap();
+    let stale = tmp.path().join("scratch/c_scratch");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("stale.csv"), "a\n7\n").unwrap();
+    // A cross join that runs for minutes: the per-file timeout ends it.
+    std::fs::write(
+        tmp.path().join("d_slow.slt"),
+        "query I\nSELECT count(*) FROM range(100000000) a, range(100000000) b WHERE a.value + b.value = 3\n----\n4\n",
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let o = bin()
+        .current_dir(tmp.path())
+        .arg("--config")
+        .arg(lake())
+        .args(["--user", "admin", "slt", "--timeout", "3", "-j", "2"])
+        .arg(".")
+        .output()
+        .unwrap();
+    let s = stdout(&o);
+    assert!(start.elapsed() < std::time::Duration::from_secs(60), "{s}");
+    assert_eq!(o.status.code(), Some(1), "{s}");
+    assert!(s.contains("ok    ./c_scratch.slt"), "{s}");
+    assert!(
+        s.contains("FAIL  ./d_slow.slt (1 of 1 records failed)")
+            && s.contains("timed out after 3 s"),
+        "{s}"
+    );
+    assert!(!stale.join("stale.csv").exists());
 }
 
 #[test]

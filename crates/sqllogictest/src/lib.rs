@@ -199,6 +199,10 @@ pub struct RunOptions {
     pub jobs: usize,
     /// A file still running after this fails (its records count as failed).
     pub file_timeout: Option<Duration>,
+    /// The runtime files execute on (DataFusion's CPU work); default: the caller's. With
+    /// a separate one, the caller's runtime keeps the timeouts even while a query that
+    /// never yields holds every thread of the executing runtime.
+    pub executor: Option<tokio::runtime::Handle>,
 }
 
 impl RunOptions {
@@ -411,12 +415,17 @@ pub async fn run_files(
                 );
             }
             let timeout = options.file_timeout;
-            let task = datafusion::common::runtime::SpawnedTask::spawn({
+            let executor = options.executor.clone();
+            let run = {
                 let f = f.clone();
                 async move { run_file(engine, &f, &options).await }
+            };
+            let mut task = AbortOnDrop(match executor {
+                Some(rt) => rt.spawn(run),
+                None => tokio::spawn(run),
             });
             let result = match timeout {
-                Some(limit) => match tokio::time::timeout(limit, task.join()).await {
+                Some(limit) => match tokio::time::timeout(limit, &mut task.0).await {
                     Ok(r) => r,
                     Err(_) => {
                         return (
@@ -433,7 +442,7 @@ pub async fn run_files(
                         );
                     }
                 },
-                None => task.join().await,
+                None => (&mut task.0).await,
             };
             let result = result.unwrap_or_else(|e| FileResult {
                 records: count_records(&f),
@@ -450,6 +459,15 @@ pub async fn run_files(
         summary.report(&r, start);
     }
     summary
+}
+
+/// Aborts the file's task when its runner gives up on it (timeout, or the run dropped).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Per-file reporting and the closing line.
