@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clearice_policy::AuditRecord;
-use clearice_table::{IcebergCatalogProvider, SessionAccess};
+use clearice_table::{IcebergCatalogProvider, QueryAccess, SessionAccess};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
@@ -253,40 +253,53 @@ impl Session {
         sql: &str,
         run: impl Future<Output = Result<QueryOutput>>,
     ) -> Result<QueryOutput> {
-        let _ = self.access.take();
-        let _ = self.access.take_scans();
+        let query = QueryAccess::default();
         let id = query_id();
-        let result = match self.timeout() {
-            Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
-                Err(DataFusionError::External(Box::new(
-                    LimitExceeded::Timeout { limit },
-                )))
-            }),
-            None => run.await,
-        };
-        let scans = self.access.take_scans();
+        let result = query
+            .scope(async {
+                match self.timeout() {
+                    Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
+                        Err(DataFusionError::External(Box::new(
+                            LimitExceeded::Timeout { limit },
+                        )))
+                    }),
+                    None => run.await,
+                }
+            })
+            .await;
         let result = match result {
-            Err(e) => Err(name_decryption_failure(e, scans).await),
+            Err(e) => Err(name_decryption_failure(e, query.take_scans()).await),
             ok => ok,
         };
-        self.write_audit(&id, sql, &result)?;
+        self.write_audit(&id, sql, query.take(), &result)?;
         result
     }
 
-    fn write_audit(&self, id: &str, sql: &str, result: &Result<QueryOutput>) -> Result<()> {
+    fn write_audit(
+        &self,
+        id: &str,
+        sql: &str,
+        accesses: Vec<clearice_table::TableAccess>,
+        result: &Result<QueryOutput>,
+    ) -> Result<()> {
         let (outcome, event) = match result {
             Ok(o) => (Ok(o.rows() as u64), None),
             Err(e) => (Err(one_line(e)), event_of(e)),
         };
-        let pending = self.pending_audit(id, sql);
+        let pending = self.pending_audit(id, sql, accesses);
         pending
             .write(outcome, event)
             .map_err(|e| DataFusionError::External(Box::new(e)))
     }
 
-    fn pending_audit(&self, id: &str, sql: &str) -> PendingAudit {
+    fn pending_audit(
+        &self,
+        id: &str,
+        sql: &str,
+        accesses: Vec<clearice_table::TableAccess>,
+    ) -> PendingAudit {
         PendingAudit {
-            accesses: self.access.take(),
+            accesses,
             log: self.audit.clone(),
             user: self.principal().to_owned(),
             client: self.client.clone(),
@@ -299,25 +312,27 @@ impl Session {
     /// audited (a hidden table, an unknown principal): a plan reads no data.
     pub async fn sql_plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
         self.refresh_catalogs().await;
-        let _ = self.access.take();
-        let planned = match self.timeout() {
-            Some(limit) => tokio::time::timeout(limit, self.plan(sql))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(DataFusionError::External(Box::new(
-                        LimitExceeded::Timeout { limit },
-                    )))
-                }),
-            None => self.plan(sql).await,
-        };
-        let accesses = self.access.take();
+        let query = QueryAccess::default();
+        let planned = query
+            .scope(async {
+                match self.timeout() {
+                    Some(limit) => tokio::time::timeout(limit, self.plan(sql))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(DataFusionError::External(Box::new(
+                                LimitExceeded::Timeout { limit },
+                            )))
+                        }),
+                    None => self.plan(sql).await,
+                }
+            })
+            .await;
+        let accesses = query.take();
         // Every Flight query is planned once before it runs: no audit work unless refused.
         if let Err(e) = &planned
             && (accesses.iter().any(|a| !a.allowed) || event_of(e).is_some())
         {
-            let mut pending = self.pending_audit(&query_id(), sql);
-            pending.accesses = accesses;
-            pending
+            self.pending_audit(&query_id(), sql, accesses)
                 .write(Err(one_line(e)), event_of(e))
                 .map_err(|a| DataFusionError::External(Box::new(a)))?;
         }
@@ -364,8 +379,7 @@ impl Session {
         planned: impl Future<Output = Result<datafusion::dataframe::DataFrame>>,
     ) -> Result<SendableRecordBatchStream> {
         self.refresh_catalogs().await;
-        let _ = self.access.take();
-        let _ = self.access.take_scans();
+        let query = QueryAccess::default();
         let id = query_id();
         let deadline = self.timeout().map(|d| (tokio::time::Instant::now() + d, d));
         let started = async {
@@ -373,22 +387,27 @@ impl Session {
             let df = planned.await?;
             Ok((df.execute_stream().await?, permit))
         };
-        let started = match deadline {
-            Some((at, limit)) => tokio::time::timeout_at(at, started)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(DataFusionError::External(Box::new(
-                        LimitExceeded::Timeout { limit },
-                    )))
-                }),
-            None => started.await,
-        };
-        let scans = self.access.take_scans();
+        let started =
+            query
+                .scope(async {
+                    match deadline {
+                        Some((at, limit)) => tokio::time::timeout_at(at, started)
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(DataFusionError::External(Box::new(
+                                    LimitExceeded::Timeout { limit },
+                                )))
+                            }),
+                        None => started.await,
+                    }
+                })
+                .await;
+        let scans = query.take_scans();
         let started = match started {
             Ok((inner, permit)) => Ok((diagnosing(inner, scans), permit)),
             Err(e) => Err(name_decryption_failure(e, scans).await),
         };
-        let pending = self.pending_audit(&id, sql);
+        let pending = self.pending_audit(&id, sql, query.take());
         match started {
             Ok((inner, permit)) => {
                 let inner: SendableRecordBatchStream = match &self.limits {

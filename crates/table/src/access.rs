@@ -19,14 +19,76 @@ pub struct TableAccess {
     pub error: Option<String>,
 }
 
+/// What one query read: its table accesses (merged per table) and its scans. Queries
+/// that run at once in one session each collect their own: [`QueryAccess::scope`] makes
+/// a collector current for the task that plans the query, and the session's policy
+/// providers record into it.
+#[derive(Debug, Default, Clone)]
+pub struct QueryAccess(Arc<QueryAccessInner>);
+
+#[derive(Debug, Default)]
+struct QueryAccessInner {
+    accesses: Mutex<Vec<TableAccess>>,
+    scans: Mutex<Vec<crate::tamper::ScanRecord>>,
+}
+
+tokio::task_local! {
+    static CURRENT_QUERY: QueryAccess;
+}
+
+impl QueryAccess {
+    /// Runs `f` (the planning of one query) with this collector current.
+    pub async fn scope<F: Future>(&self, f: F) -> F::Output {
+        CURRENT_QUERY.scope(self.clone(), f).await
+    }
+
+    /// Takes the accesses recorded so far.
+    pub fn take(&self) -> Vec<TableAccess> {
+        std::mem::take(&mut *self.0.accesses.lock().expect("accesses"))
+    }
+
+    /// Takes the scans recorded so far.
+    pub fn take_scans(&self) -> Vec<crate::tamper::ScanRecord> {
+        std::mem::take(&mut *self.0.scans.lock().expect("scans"))
+    }
+
+    fn record(&self, access: TableAccess) {
+        let mut all = self.0.accesses.lock().expect("accesses");
+        if let Some(prev) = all.iter_mut().find(|a| a.table == access.table) {
+            for c in access.columns {
+                if !prev.columns.iter().any(|p| p.name == c.name) {
+                    prev.columns.push(c);
+                }
+            }
+            prev.allowed &= access.allowed;
+            if prev.error.is_none() {
+                prev.error = access.error;
+            }
+        } else {
+            all.push(access);
+        }
+    }
+
+    fn record_scan(&self, scan: crate::tamper::ScanRecord) {
+        self.0.scans.lock().expect("scans").push(scan);
+    }
+
+    /// The collector of the query being planned on this task, else `fallback`.
+    fn current_or(fallback: &QueryAccess) -> QueryAccess {
+        CURRENT_QUERY
+            .try_with(QueryAccess::clone)
+            .unwrap_or_else(|_| fallback.clone())
+    }
+}
+
 /// What a session knows about who is asking.
 #[derive(Debug)]
 pub struct SessionAccess {
     principal: String,
     policy: Arc<Policy>,
     resolver: Arc<KeyResolver>,
-    accesses: Mutex<Vec<TableAccess>>,
-    scans: Mutex<Vec<crate::tamper::ScanRecord>>,
+    /// Records made outside any [`QueryAccess::scope`].
+    unscoped: QueryAccess,
 }
 
 impl SessionAccess {
@@ -40,8 +102,7 @@ impl SessionAccess {
             principal: principal.into(),
             policy,
             resolver,
-            accesses: Mutex::default(),
-            scans: Mutex::default(),
+            unscoped: QueryAccess::default(),
         }
     }
 
@@ -62,34 +123,21 @@ impl SessionAccess {
 
     /// Records what a scan of the current query reads (for naming a decryption failure).
     pub fn record_scan(&self, scan: crate::tamper::ScanRecord) {
-        self.scans.lock().expect("scans").push(scan);
+        QueryAccess::current_or(&self.unscoped).record_scan(scan);
     }
 
-    /// Takes the scans recorded since the last call.
+    /// Takes the scans recorded outside any query scope since the last call.
     pub fn take_scans(&self) -> Vec<crate::tamper::ScanRecord> {
-        std::mem::take(&mut *self.scans.lock().expect("scans"))
+        self.unscoped.take_scans()
     }
 
     /// Records a table access of the current query (merged per table).
     pub fn record(&self, access: TableAccess) {
-        let mut all = self.accesses.lock().expect("accesses");
-        if let Some(prev) = all.iter_mut().find(|a| a.table == access.table) {
-            for c in access.columns {
-                if !prev.columns.iter().any(|p| p.name == c.name) {
-                    prev.columns.push(c);
-                }
-            }
-            prev.allowed &= access.allowed;
-            if prev.error.is_none() {
-                prev.error = access.error;
-            }
-        } else {
-            all.push(access);
-        }
+        QueryAccess::current_or(&self.unscoped).record(access);
     }
 
-    /// Takes the accesses recorded since the last call (one query's worth).
+    /// Takes the accesses recorded outside any query scope since the last call.
     pub fn take(&self) -> Vec<TableAccess> {
-        std::mem::take(&mut *self.accesses.lock().expect("accesses"))
+        self.unscoped.take()
     }
 }

@@ -24,7 +24,7 @@ mod schema;
 mod tamper;
 pub mod write;
 
-pub use access::{SessionAccess, TableAccess};
+pub use access::{QueryAccess, SessionAccess, TableAccess};
 pub use catalog::{
     IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
     open_sql_catalog, redact_uri,

@@ -663,3 +663,55 @@ async fn invalid_policy_stops_startup_with_file_and_line() {
         "{e}"
     );
 }
+
+/// Queries running at once in one session each get their own audit records: their own
+/// table, columns and row count (accesses are collected per query, not per session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_queries_in_one_session_are_audited_separately() {
+    let lake = demo_lake().await;
+    let engine = open_with_policy(&lake, NULL_PII, "concurrent").await;
+    let session = Arc::new(engine.session_for("root", "embedded"));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let s = Arc::clone(&session);
+        tasks.push(tokio::spawn(async move {
+            let sql = if i % 2 == 0 {
+                "SELECT id, ssn FROM lake.sales.customers LIMIT 3"
+            } else {
+                "SELECT order_id FROM lake.sales.orders LIMIT 5"
+            };
+            s.sql(sql).await.unwrap().rows()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let lines: Vec<Value> = std::fs::read_to_string(lake.dir.join("concurrent/audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 8, "{lines:#?}");
+    let mut ids = std::collections::BTreeSet::new();
+    for l in &lines {
+        assert!(
+            ids.insert(l["query_id"].as_str().unwrap().to_owned()),
+            "{l}"
+        );
+        let columns: Vec<&str> = l["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        match l["table"].as_str().unwrap() {
+            "lake.sales.customers" => {
+                assert_eq!((l["rows"].as_u64(), columns), (Some(3), vec!["id", "ssn"]));
+            }
+            "lake.sales.orders" => {
+                assert_eq!((l["rows"].as_u64(), columns), (Some(5), vec!["order_id"]));
+            }
+            other => panic!("unexpected table {other}"),
+        }
+    }
+}
