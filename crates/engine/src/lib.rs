@@ -154,7 +154,7 @@ impl Engine {
     }
 
     /// Writes an audit record that is not about a query (a failed or throttled login).
-    pub fn audit_event(
+    pub async fn audit_event(
         &self,
         action: &str,
         user: &str,
@@ -178,6 +178,7 @@ impl Engine {
             rows: None,
             error: Some(error.to_owned()),
         })
+        .await
     }
 
     /// The config this engine was opened with.

@@ -271,11 +271,11 @@ impl Session {
             Err(e) => Err(name_decryption_failure(e, query.take_scans()).await),
             ok => ok,
         };
-        self.write_audit(&id, sql, query.take(), &result)?;
+        self.write_audit(&id, sql, query.take(), &result).await?;
         result
     }
 
-    fn write_audit(
+    async fn write_audit(
         &self,
         id: &str,
         sql: &str,
@@ -289,6 +289,7 @@ impl Session {
         let pending = self.pending_audit(id, sql, accesses);
         pending
             .write(outcome, event)
+            .await
             .map_err(|e| DataFusionError::External(Box::new(e)))
     }
 
@@ -334,6 +335,7 @@ impl Session {
         {
             self.pending_audit(&query_id(), sql, accesses)
                 .write(Err(one_line(e)), event_of(e))
+                .await
                 .map_err(|a| DataFusionError::External(Box::new(a)))?;
         }
         planned
@@ -414,15 +416,12 @@ impl Session {
                     Some(l) => Box::pin(LimitedStream::new(inner, deadline, &l.config, permit)),
                     None => inner,
                 };
-                Ok(Box::pin(AuditedStream {
-                    inner,
-                    rows: 0,
-                    pending: Some(pending),
-                }))
+                Ok(Box::pin(AuditedStream::new(inner, pending)))
             }
             Err(e) => {
                 pending
                     .write(Err(one_line(&e)), event_of(&e))
+                    .await
                     .map_err(|a| DataFusionError::External(Box::new(a)))?;
                 Err(e)
             }
@@ -450,17 +449,18 @@ struct PendingAudit {
 }
 
 impl PendingAudit {
-    /// Writes the records of the query's table accesses, and one of its refusal or limit
+    /// The records of the query's table accesses, and one of its refusal or limit
     /// (`event`: action and resource) if it was stopped by one.
-    fn write(
+    fn records(
         self,
         outcome: std::result::Result<u64, String>,
         event: Option<(String, String)>,
-    ) -> std::result::Result<(), crate::audit::AuditError> {
-        let Some(log) = &self.log else { return Ok(()) };
+    ) -> Vec<AuditRecord> {
+        let mut out = Vec::with_capacity(self.accesses.len() + 1);
+        let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         if let Some((action, resource)) = event {
-            log.write(&AuditRecord {
-                time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            out.push(AuditRecord {
+                time: time.clone(),
                 user: self.user.clone(),
                 client: self.client.clone(),
                 action,
@@ -471,11 +471,11 @@ impl PendingAudit {
                 allowed: false,
                 rows: None,
                 error: outcome.as_ref().err().cloned(),
-            })?;
+            });
         }
         for a in self.accesses {
-            let record = AuditRecord {
-                time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            out.push(AuditRecord {
+                time: time.clone(),
                 user: self.user.clone(),
                 client: self.client.clone(),
                 action: "query".to_owned(),
@@ -487,31 +487,65 @@ impl PendingAudit {
                 rows: outcome.as_ref().ok().copied(),
                 // A refusal keeps its own reason; other tables get the query's error.
                 error: a.error.or_else(|| outcome.as_ref().err().cloned()),
-            };
-            log.write(&record)?;
+            });
         }
-        Ok(())
+        out
+    }
+
+    /// Writes the records and waits for the audit writer to confirm them.
+    async fn write(
+        mut self,
+        outcome: std::result::Result<u64, String>,
+        event: Option<(String, String)>,
+    ) -> std::result::Result<(), crate::audit::AuditError> {
+        let Some(log) = self.log.take() else {
+            return Ok(());
+        };
+        log.write_all(&self.records(outcome, event)).await
     }
 }
 
-/// A result stream that writes its query's audit records when it ends.
+/// A result stream that writes its query's audit records when it ends: at the end (or
+/// the first error) it waits for the audit writer before passing the end (or error) on;
+/// dropped early, it hands the records over without waiting.
 struct AuditedStream {
     inner: SendableRecordBatchStream,
     rows: u64,
     pending: Option<PendingAudit>,
+    /// The audit write under way, and the item to pass on once it is done.
+    writing: Option<(
+        futures::future::BoxFuture<'static, ()>,
+        Option<Result<RecordBatch>>,
+    )>,
 }
 
 impl AuditedStream {
+    fn new(inner: SendableRecordBatchStream, pending: PendingAudit) -> Self {
+        Self {
+            inner,
+            rows: 0,
+            pending: Some(pending),
+            writing: None,
+        }
+    }
+
+    /// Starts writing the audit records (if not written yet); `then` is passed on after.
     fn finish(
         &mut self,
         outcome: std::result::Result<u64, String>,
         event: Option<(String, String)>,
-    ) {
-        if let Some(p) = self.pending.take()
-            && let Err(e) = p.write(outcome, event)
-        {
-            tracing::error!(error = %e, "audit record not written");
-        }
+        then: Option<Result<RecordBatch>>,
+    ) -> Option<Result<RecordBatch>> {
+        let Some(p) = self.pending.take() else {
+            return then;
+        };
+        let write = async move {
+            if let Err(e) = p.write(outcome, event).await {
+                tracing::error!(error = %e, "audit record not written");
+            }
+        };
+        self.writing = Some((Box::pin(write), then));
+        None
     }
 }
 
@@ -522,21 +556,31 @@ impl futures::Stream for AuditedStream {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        let polled = self.inner.as_mut().poll_next(cx);
-        match &polled {
-            std::task::Poll::Ready(Some(Ok(b))) => self.rows += b.num_rows() as u64,
-            std::task::Poll::Ready(Some(Err(e))) => {
-                let msg = one_line(e);
-                let event = event_of(e);
-                self.finish(Err(msg), event);
+        use std::task::Poll;
+        loop {
+            if let Some((write, _)) = &mut self.writing {
+                futures::ready!(write.as_mut().poll(cx));
+                let (_, then) = self.writing.take().expect("write under way");
+                return Poll::Ready(then);
             }
-            std::task::Poll::Ready(None) => {
-                let rows = self.rows;
-                self.finish(Ok(rows), None);
+            let item = match futures::ready!(self.inner.as_mut().poll_next(cx)) {
+                Some(Ok(b)) => {
+                    self.rows += b.num_rows() as u64;
+                    return Poll::Ready(Some(Ok(b)));
+                }
+                Some(Err(e)) => {
+                    let (msg, event) = (one_line(&e), event_of(&e));
+                    self.finish(Err(msg), event, Some(Err(e)))
+                }
+                None => {
+                    let rows = self.rows;
+                    self.finish(Ok(rows), None, None)
+                }
+            };
+            if self.writing.is_none() {
+                return Poll::Ready(item);
             }
-            std::task::Poll::Pending => {}
         }
-        polled
     }
 }
 
@@ -548,7 +592,13 @@ impl datafusion::execution::RecordBatchStream for AuditedStream {
 
 impl Drop for AuditedStream {
     fn drop(&mut self) {
-        self.finish(Err("cancelled: the client stopped reading".into()), None);
+        if let Some(mut p) = self.pending.take()
+            && let Some(log) = p.log.take()
+        {
+            log.write_detached(
+                &p.records(Err("cancelled: the client stopped reading".into()), None),
+            );
+        }
     }
 }
 

@@ -364,12 +364,13 @@ impl ClearIceFlightSql {
     }
 
     /// The status of a refused login or call; failed and throttled logins are audited.
-    fn auth_refused(&self, e: &AuthError, client: &str) -> Status {
+    async fn auth_refused(&self, e: &AuthError, client: &str) -> Status {
         if matches!(e, AuthError::Invalid { .. } | AuthError::Throttled { .. }) {
             tracing::info!(user = e.user(), client, error = %e, "login refused");
-            if let Err(a) =
-                self.engine
-                    .audit_event("login", e.user(), client, "login", &e.to_string())
+            if let Err(a) = self
+                .engine
+                .audit_event("login", e.user(), client, "login", &e.to_string())
+                .await
             {
                 tracing::error!(error = %a, "audit record not written");
             }
@@ -389,11 +390,14 @@ impl ClearIceFlightSql {
             .remote_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|| "flight".into());
-        let user = self
+        let user = match self
             .auth
             .authenticate(header, request.remote_addr().map(|a| a.ip()))
             .await
-            .map_err(|e| self.auth_refused(&e, &client))?;
+        {
+            Ok(u) => u,
+            Err(e) => return Err(self.auth_refused(&e, &client).await),
+        };
         // A per-user KMS token (PyArrow's key_access_token; a JDBC URL parameter arrives as
         // a header) would be silently ignored by the keyring KMS: refuse it instead.
         if let Some(name) = KMS_TOKEN_HEADERS
@@ -604,18 +608,20 @@ impl FlightSqlService for ClearIceFlightSql {
         let (user, token) = match header.strip_prefix("Bearer ") {
             Some(t) => {
                 let t = t.trim();
-                let user = self
-                    .auth
-                    .authenticate(Some(header), None)
-                    .await
-                    .map_err(|e| self.auth_refused(&e, &client))?;
+                let user = match self.auth.authenticate(Some(header), None).await {
+                    Ok(u) => u,
+                    Err(e) => return Err(self.auth_refused(&e, &client).await),
+                };
                 (user, t.to_owned())
             }
-            None => self
+            None => match self
                 .auth
                 .login(header, request.remote_addr().map(|a| a.ip()))
                 .await
-                .map_err(|e| self.auth_refused(&e, &client))?,
+            {
+                Ok(found) => found,
+                Err(e) => return Err(self.auth_refused(&e, &client).await),
+            },
         };
         self.auth.prune();
         self.sessions.retain(|t| self.auth.token_valid(t));
