@@ -191,10 +191,10 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
         Some(Command::Serve { addr, addr_file }) => {
             let config = config_or_demo(cli.config.as_deref(), cli.quiet).await?;
             let engine = Arc::new(Engine::open(config).await?);
-            let (addr, addr_file) = (addr.clone(), addr_file.clone());
-            return cpu
-                .spawn(async move { serve::run(engine, addr, addr_file).await })
-                .await?;
+            // The network (tonic, logins, cancellation) on this runtime; planning and
+            // execution on the CPU runtime.
+            let cpu = clearice_engine::CpuExecutor::new(cpu);
+            return serve::run(engine, addr.clone(), addr_file.clone(), cpu).await;
         }
         Some(Command::Policy {
             action: PolicyAction::Check,

@@ -11,9 +11,10 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    // Two runtimes: the shell's (input, signals, progress) and the queries' (CPU work).
+    // Two runtimes: the front end's (shell input, signals, progress; the server's network
+    // IO) and the queries' (DataFusion's CPU work).
     let runtimes = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(2)
         .thread_name("clearice-io")
         .enable_all()
         .build()

@@ -14,6 +14,7 @@ pub async fn run(
     engine: Arc<Engine>,
     addr: Option<String>,
     addr_file: Option<PathBuf>,
+    cpu: clearice_engine::CpuExecutor,
 ) -> Result<i32> {
     let config = engine.config().clone();
     let server = config.server.clone().unwrap_or_default();
@@ -71,7 +72,7 @@ pub async fn run(
         std::fs::write(&f, bound.to_string())
             .with_context(|| format!("cannot write '{}'", f.display()))?;
     }
-    let service = ClearIceFlightSql::new(engine, &server);
+    let service = ClearIceFlightSql::new(engine, &server).with_cpu_executor(cpu);
     clearice_flight::serve(service, listener, tls, shutdown_signal()).await?;
     println!("ClearIce Flight SQL stopped");
     Ok(0)

@@ -18,6 +18,7 @@ mod config;
 mod confine;
 pub mod demo;
 mod error;
+mod executor;
 mod fair;
 mod limits;
 mod session;
@@ -51,6 +52,7 @@ pub use config::{
 };
 pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
 pub use error::{Error, Result, cause_of};
+pub use executor::CpuExecutor;
 pub use limits::{LimitExceeded, limit_of};
 pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session, one_line};
 

@@ -23,7 +23,7 @@ use arrow_flight::{
     Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
     HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
-use clearice_engine::{Engine, ServerConfig, Session};
+use clearice_engine::{CpuExecutor, Engine, ServerConfig, Session};
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -65,6 +65,8 @@ pub struct ClearIceFlightSql {
     running: Arc<Mutex<HashMap<Vec<u8>, Vec<futures::stream::AbortHandle>>>>,
     sql_info: SqlInfoData,
     xdbc: XdbcTypeInfoData,
+    /// Where queries are planned and run; `None`: on the server's own runtime.
+    cpu: Option<CpuExecutor>,
 }
 
 impl std::fmt::Debug for ClearIceFlightSql {
@@ -354,6 +356,26 @@ impl ClearIceFlightSql {
             running: Arc::default(),
             sql_info: sql_info_data(),
             xdbc: xdbc_data(),
+            cpu: None,
+        }
+    }
+
+    /// Plans and runs queries on `cpu`, a runtime apart from the one serving the network
+    /// (logins, cancellation and other clients' calls stay responsive while queries
+    /// compute).
+    pub fn with_cpu_executor(mut self, cpu: CpuExecutor) -> Self {
+        self.cpu = Some(cpu);
+        self
+    }
+
+    /// Runs `fut` (planning) on the CPU runtime when there is one.
+    async fn on_cpu<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, Status> {
+        match &self.cpu {
+            Some(cpu) => cpu.run(fut).await.map_err(|e| status_of(&e)),
+            None => Ok(fut.await),
         }
     }
 
@@ -484,9 +506,14 @@ impl ClearIceFlightSql {
         SetSessionOptionsResult { errors }
     }
 
-    async fn result_schema(&self, session: &Session, sql: &str) -> Result<SchemaRef, Status> {
-        let df = session.sql_plan(sql).await.map_err(|e| status_of(&e))?;
-        Ok(wire_schema(df.schema().as_arrow()))
+    async fn result_schema(&self, session: Session, sql: &str) -> Result<SchemaRef, Status> {
+        let sql = sql.to_owned();
+        self.on_cpu(async move {
+            let df = session.sql_plan(&sql).await?;
+            Ok::<_, DataFusionError>(wire_schema(df.schema().as_arrow()))
+        })
+        .await?
+        .map_err(|e| status_of(&e))
     }
 
     async fn run(
@@ -497,27 +524,39 @@ impl ClearIceFlightSql {
         params: Option<ParamValues>,
         ticket: Vec<u8>,
     ) -> Result<DoGetStream, Status> {
-        let stream = session
-            .sql_stream_with_params(sql, params)
-            .await
-            .map_err(|e| status_of(&e))?;
-        // `SET` lasts for the Flight session (bearer token), like `catalog`/`schema`.
-        if let Some(token) = &token {
+        let sql = sql.to_owned();
+        // Planned and run on the CPU runtime (when there is one), batches converted for
+        // the wire there too; the session lives as long as the stream, and dropping the
+        // stream (client gone) cancels the query.
+        let start = async move {
+            let stream = session.sql_stream_with_params(&sql, params).await?;
             let set = session.take_set_options();
-            if !set.is_empty() {
-                let mut options = self.sessions.get(token);
-                options.settings.extend(set);
-                self.sessions.set(token, options);
-            }
+            let schema = wire_schema(&stream.schema());
+            let s2 = Arc::clone(&schema);
+            let batches = stream.map(move |b| {
+                let _keep = &session;
+                b.and_then(|b| wire_batch(b, &s2))
+            });
+            let stream: datafusion::execution::SendableRecordBatchStream = Box::pin(
+                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, batches),
+            );
+            Ok((stream, set))
+        };
+        let (stream, set) = match &self.cpu {
+            Some(cpu) => cpu.execute_stream(start, Ok).await,
+            None => start.await,
         }
-        let schema = wire_schema(&stream.schema());
-        let s2 = Arc::clone(&schema);
-        // The session lives as long as the stream; dropping it (client gone) cancels.
-        let batches = stream.map(move |b| {
-            let _keep = &session;
-            b.and_then(|b| wire_batch(b, &s2))
-                .map_err(|e| status_of(&e).into())
-        });
+        .map_err(|e| status_of(&e))?;
+        // `SET` lasts for the Flight session (bearer token), like `catalog`/`schema`.
+        if let Some(token) = &token
+            && !set.is_empty()
+        {
+            let mut options = self.sessions.get(token);
+            options.settings.extend(set);
+            self.sessions.set(token, options);
+        }
+        let schema = stream.schema();
+        let batches = stream.map(|b| b.map_err(|e| status_of(&e).into()));
         // CancelFlightInfo aborts the stream (which drops, and so cancels, the query).
         let (abort, registration) = futures::stream::AbortHandle::new_pair();
         self.running
@@ -645,7 +684,7 @@ impl FlightSqlService for ClearIceFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let session = self.session(&request).await?;
         let sql = number_question_marks(&query.query).into_owned();
-        let schema = self.result_schema(&session, &sql).await?;
+        let schema = self.result_schema(session, &sql).await?;
         let ticket = TicketStatementQuery {
             statement_handle: sql.into_bytes().into(),
         };
@@ -683,14 +722,18 @@ impl FlightSqlService for ClearIceFlightSql {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let session = self.session(&request).await?;
         let sql = number_question_marks(&query.query).into_owned();
-        let df = session.sql_plan(&sql).await.map_err(|e| status_of(&e))?;
-        let dataset = wire_schema(df.schema().as_arrow());
-        let mut params: Vec<(String, Option<DataType>)> = df
-            .logical_plan()
-            .get_parameter_types()
-            .map_err(|e| status_of(&e))?
-            .into_iter()
-            .collect();
+        let user = session.principal().to_owned();
+        let planned = {
+            let sql = sql.clone();
+            self.on_cpu(async move {
+                let df = session.sql_plan(&sql).await?;
+                let params = df.logical_plan().get_parameter_types()?;
+                Ok::<_, DataFusionError>((wire_schema(df.schema().as_arrow()), params))
+            })
+            .await?
+        };
+        let (dataset, params) = planned.map_err(|e| status_of(&e))?;
+        let mut params: Vec<(String, Option<DataType>)> = params.into_iter().collect();
         params.sort_by_key(|(name, _)| {
             name.trim_start_matches('$')
                 .parse::<usize>()
@@ -710,7 +753,7 @@ impl FlightSqlService for ClearIceFlightSql {
         prepared.insert(
             handle.clone(),
             Prepared {
-                user: session.principal().to_owned(),
+                user,
                 sql,
                 params: None,
                 used: std::time::Instant::now(),
@@ -765,7 +808,7 @@ impl FlightSqlService for ClearIceFlightSql {
             p.used = std::time::Instant::now();
             p.sql.clone()
         };
-        let schema = self.result_schema(&session, &sql).await?;
+        let schema = self.result_schema(session, &sql).await?;
         Ok(Response::new(flight_info(
             &schema,
             cmd.as_any(),
