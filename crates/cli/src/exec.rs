@@ -32,7 +32,8 @@ impl StatementResult {
 
 /// Splits SQL text into statements with DataFusion's parser (`;`-separated).
 pub fn split_statements(sql: &str) -> Result<Vec<Statement>> {
-    Ok(DFParser::parse_sql(sql).map_err(|e| anyhow!("{e}"))?.into())
+    // Kept typed (DataFusionError::SQL): the exit code is decided by it.
+    Ok(DFParser::parse_sql(sql)?.into())
 }
 
 /// Runs one SQL statement to completion (audited).

@@ -138,6 +138,44 @@ pub fn local_principal(cli: &Cli) -> Option<(String, PrincipalSource)> {
 }
 
 /// The one-line error when no principal can be found.
+/// The process exit code for an error, by its type (README, "Exit codes"): a query
+/// error by its [`ErrorClass`](clearice_engine::ErrorClass), a configuration error 2,
+/// anything else 1.
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    use clearice_engine::ErrorClass;
+    if let Some(df) = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<datafusion::error::DataFusionError>())
+    {
+        return match clearice_engine::classify(df) {
+            ErrorClass::Internal => 1,
+            ErrorClass::InvalidQuery | ErrorClass::NotFound => 3,
+            ErrorClass::Denied => 4,
+            ErrorClass::DataUnusable => 5,
+            ErrorClass::Tampered => 6,
+            ErrorClass::Timeout | ErrorClass::ResourceLimit => 7,
+            ErrorClass::Unavailable => 8,
+            ErrorClass::Unsupported => 9,
+            ErrorClass::Cancelled => 130,
+        };
+    }
+    match e
+        .chain()
+        .find_map(|c| c.downcast_ref::<clearice_engine::Error>())
+    {
+        Some(
+            clearice_engine::Error::ConfigRead { .. }
+            | clearice_engine::Error::ConfigParse { .. }
+            | clearice_engine::Error::ConfigValue { .. }
+            | clearice_engine::Error::Policy(_)
+            | clearice_engine::Error::Crypto(_)
+            | clearice_engine::Error::Audit(_),
+        ) => 2,
+        Some(clearice_engine::Error::Table(_)) => 8,
+        _ => 1,
+    }
+}
+
 fn no_principal() -> anyhow::Error {
     anyhow::anyhow!(
         "cannot tell who you are: the effective uid has no entry in the user database and USER is not set; pass --user NAME (or set CLEARICE_USER)"

@@ -36,7 +36,7 @@ fn main() {
         Ok(code) => code,
         Err(e) => {
             eprintln!("Error: {}", clearice_cli::repl::one_line(&e));
-            1
+            clearice_cli::exit_code(&e)
         }
     };
     cpu.shutdown_background();

@@ -122,7 +122,7 @@ fn copy_of_nested_columns_to_csv_names_the_column_and_leaves_no_file() {
             target.display()
         ),
     ]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(3));
     let e = stderr(&o);
     assert!(
         e.lines().count() == 1 && e.contains("column 'tags' is a list"),
@@ -163,7 +163,7 @@ fn shell_table_shows_a_row_limit_with_the_count_of_the_rest() {
 #[test]
 fn errors_are_one_line_and_exit_non_zero() {
     let o = run(&["-c", "SELECT * FROM lake.sales.nope"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(3));
     let e = stderr(&o);
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(
@@ -183,7 +183,7 @@ fn malformed_config_names_file_and_line() {
         .args(["-c", "SELECT 1"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(
         e.contains("bad.toml") && e.contains("line 3") && e.lines().count() == 1,
@@ -202,8 +202,102 @@ fn missing_keyring_is_a_clear_error() {
         .args(["-c", "SELECT 1"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("nowhere.json"), "{}", stderr(&o));
+}
+
+/// Exit codes follow the error's type (README, "Exit codes"), each with one error line.
+#[test]
+fn exit_codes_follow_the_error_type() {
+    let check = |o: Output, code: i32, text: &str| {
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.starts_with("Error: ") && e.contains(text), "{e}");
+    };
+    check(run(&["-c", "SELEC 1"]), 3, "SELEC");
+    check(
+        run(&["-c", "SELECT no_such_column FROM lake.sales.customers"]),
+        3,
+        "no_such_column",
+    );
+    let analyst = |sql: &str| {
+        bin()
+            .arg("--config")
+            .arg(lake())
+            .args(["--user", "analyst", "-c", sql])
+            .output()
+            .unwrap()
+    };
+    check(
+        analyst("SELECT card_number FROM lake.sales.orders"),
+        4,
+        "column 'card_number' of table 'lake.sales.orders' is denied to principal 'analyst'",
+    );
+
+    // A lake of its own: a confined shell with a one-second statement timeout, and a
+    // data file with one byte flipped.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let o = bin().args(["demo", "init"]).arg(&dir).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = dir.join("clearice.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[shell]\nconfine = true\n\n[server.limits]\nstatement_timeout_s = 1\n");
+    std::fs::write(&config, text).unwrap();
+    let own = |user: &str, sql: &str| {
+        bin()
+            .arg("--config")
+            .arg(&config)
+            .args(["--user", user, "-c", sql])
+            .output()
+            .unwrap()
+    };
+    check(
+        own(
+            "admin",
+            "SELECT count(*) FROM lake.sales.customers a, lake.sales.customers b WHERE a.id + b.id = -1",
+        ),
+        7,
+        "statement timeout",
+    );
+    check(
+        own("admin", "COPY (SELECT 1) TO '/tmp/clearice-exit-code.csv'"),
+        4,
+        "/tmp/clearice-exit-code.csv",
+    );
+    let mut files: Vec<PathBuf> = walk(&dir.join("warehouse"))
+        .into_iter()
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "parquet")
+                && p.to_string_lossy().contains("customers")
+        })
+        .collect();
+    files.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
+    let victim = files.last().expect("a customers data file");
+    // Inside the encrypted footer (before its length and the "PARE" magic).
+    let mut bytes = std::fs::read(victim).unwrap();
+    let at = bytes.len() - 8 - 20;
+    bytes[at] ^= 0x01;
+    std::fs::write(victim, bytes).unwrap();
+    check(
+        own("admin", "SELECT count(ssn) FROM lake.sales.customers"),
+        6,
+        &victim.file_name().unwrap().to_string_lossy(),
+    );
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[test]
@@ -405,7 +499,7 @@ fn principals_see_the_demo_policy() {
     assert_eq!(stdout(&as_user("analyst")), "ssn\nXXX-XX-1603\n");
     assert_eq!(stdout(&as_user("support")), "ssn\n\"\"\n"); // csv quotes a lone empty field
     let o = as_user("mallory");
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(4));
     assert!(
         stderr(&o).contains("principal 'mallory' is not a user"),
         "{}",

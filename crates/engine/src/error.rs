@@ -76,3 +76,122 @@ pub fn cause_of<T: std::error::Error + 'static>(
     }
     None
 }
+
+/// What an engine error means for whoever asked, decided by the error's type: how the
+/// front ends pick a gRPC code (Flight SQL) or an exit code (CLI). Typed ClearIce errors
+/// are found anywhere in the chain ([`cause_of`]); DataFusion's own by variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// The SQL does not parse or plan (syntax, unknown column, bad option value).
+    InvalidQuery,
+    /// A named catalog, schema or table does not exist.
+    NotFound,
+    /// The policy or the session's confinement refuses it.
+    Denied,
+    /// Not implemented (yet).
+    Unsupported,
+    /// The data or its keys cannot be used: a missing key, an unreadable file.
+    DataUnusable,
+    /// An encrypted module failed authentication: the file was altered.
+    Tampered,
+    /// The statement ran longer than its timeout.
+    Timeout,
+    /// A resource limit: memory, result size, concurrent statements.
+    ResourceLimit,
+    /// A catalog or KMS could not be reached.
+    Unavailable,
+    /// The statement was cancelled.
+    Cancelled,
+    /// A bug or an unexpected state.
+    Internal,
+}
+
+/// Classifies an engine error (see [`ErrorClass`]).
+pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
+    use crate::confine::Refusal;
+    use crate::limits::LimitExceeded;
+    use clearice_table::Error as TableError;
+    use datafusion::error::DataFusionError;
+    if let Some(r) = cause_of::<Refusal>(e) {
+        return match r {
+            Refusal::FileRead { .. }
+            | Refusal::FileWrite { .. }
+            | Refusal::Setting { .. }
+            | Refusal::Statement { .. } => ErrorClass::Denied,
+        };
+    }
+    if let Some(t) = cause_of::<TableError>(e) {
+        return match t {
+            TableError::UnknownPrincipal { .. }
+            | TableError::TableDenied { .. }
+            | TableError::ColumnDenied { .. } => ErrorClass::Denied,
+            TableError::CatalogOpen { .. } | TableError::Iceberg { .. } => ErrorClass::Unavailable,
+            TableError::DeletesNotSupported { .. } => ErrorClass::Unsupported,
+            TableError::Tampered { .. } => ErrorClass::Tampered,
+            TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {
+                ErrorClass::DataUnusable
+            }
+        };
+    }
+    if let Some(l) = cause_of::<LimitExceeded>(e) {
+        return match l {
+            LimitExceeded::Timeout { .. } => ErrorClass::Timeout,
+            LimitExceeded::Concurrency { .. }
+            | LimitExceeded::Rows { .. }
+            | LimitExceeded::Bytes { .. } => ErrorClass::ResourceLimit,
+        };
+    }
+    // Standalone-file decryption refused by `[files] decrypt` still arrives as text inside
+    // a Parquet error (the key retriever's error crosses parquet-rs as a string).
+    if e.to_string().contains("may not decrypt") {
+        return ErrorClass::Denied;
+    }
+    match e {
+        DataFusionError::Plan(m) if m.contains("not found") => ErrorClass::NotFound,
+        DataFusionError::SQL(..)
+        | DataFusionError::Plan(_)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::Configuration(_) => ErrorClass::InvalidQuery,
+        DataFusionError::NotImplemented(_) => ErrorClass::Unsupported,
+        DataFusionError::ResourcesExhausted(_) => ErrorClass::ResourceLimit,
+        DataFusionError::ExecutionJoin(_) => ErrorClass::Cancelled,
+        DataFusionError::Diagnostic(_, inner) | DataFusionError::Context(_, inner) => {
+            classify(inner)
+        }
+        // Files, keys, object stores: the data or its keys are not usable right now.
+        DataFusionError::ParquetError(_)
+        | DataFusionError::ObjectStore(_)
+        | DataFusionError::IoError(_)
+        | DataFusionError::External(_)
+        | DataFusionError::ArrowError(..)
+        | DataFusionError::Execution(_) => ErrorClass::DataUnusable,
+        DataFusionError::Substrait(_)
+        | DataFusionError::Internal(_)
+        | DataFusionError::Shared(_)
+        | DataFusionError::Ffi(_) => ErrorClass::Internal,
+        DataFusionError::Collection(errs) => errs.first().map_or(ErrorClass::Internal, classify),
+    }
+}
+
+/// The message of an engine error as a front end shows it, on one line: a typed ClearIce
+/// error's own message (without DataFusion's `External error:` wrapping), else the
+/// error's text.
+pub fn message_of(e: &datafusion::error::DataFusionError) -> String {
+    use crate::confine::Refusal;
+    use crate::limits::LimitExceeded;
+    use clearice_table::Error as TableError;
+    let text = if let Some(r) = cause_of::<Refusal>(e) {
+        r.to_string()
+    } else if let Some(t) = cause_of::<TableError>(e) {
+        t.to_string()
+    } else if let Some(l) = cause_of::<LimitExceeded>(e) {
+        l.to_string()
+    } else {
+        e.to_string()
+    };
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

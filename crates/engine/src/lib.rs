@@ -51,7 +51,7 @@ pub use config::{
     LimitsConfig, PolicyConfig, ServerConfig, ServerUser, ShellConfig,
 };
 pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
-pub use error::{Error, Result, cause_of};
+pub use error::{Error, ErrorClass, Result, cause_of, classify, message_of};
 pub use executor::CpuExecutor;
 pub use limits::{LimitExceeded, limit_of};
 pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session, one_line};

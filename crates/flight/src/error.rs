@@ -1,19 +1,10 @@
 //! DataFusion errors to gRPC status codes (exhaustive over error kinds).
 
-use clearice_engine::{LimitExceeded, Refusal, TableError, cause_of, limit_of, refusal_of};
+use clearice_engine::{ErrorClass, classify, message_of};
 use datafusion::error::DataFusionError;
 
 use crate::auth::AuthError;
 use tonic::{Code, Status};
-
-fn one_line(e: &impl std::fmt::Display) -> String {
-    e.to_string()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
 /// The status of refused credentials (every kind is UNAUTHENTICATED; the message says
 /// which, without telling whether a user name exists).
@@ -29,84 +20,28 @@ pub fn auth_status(e: &AuthError) -> Status {
     Status::new(code, e.to_string())
 }
 
-/// The status of a typed ClearIce error inside an engine error, if there is one: its
-/// code, and its own message (without DataFusion's "External error:" wrapping).
-fn typed_status(e: &DataFusionError) -> Option<Status> {
-    if let Some(r) = refusal_of(e) {
-        let code = match r {
-            Refusal::FileRead { .. }
-            | Refusal::FileWrite { .. }
-            | Refusal::Setting { .. }
-            | Refusal::Statement { .. } => Code::PermissionDenied,
-        };
-        return Some(Status::new(code, r.to_string()));
+/// The gRPC code of an error class (exhaustive: a new class must pick its code).
+pub fn code_of(class: ErrorClass) -> Code {
+    match class {
+        ErrorClass::InvalidQuery => Code::InvalidArgument,
+        ErrorClass::NotFound => Code::NotFound,
+        ErrorClass::Denied => Code::PermissionDenied,
+        ErrorClass::Unsupported => Code::Unimplemented,
+        ErrorClass::DataUnusable => Code::FailedPrecondition,
+        ErrorClass::Tampered => Code::DataLoss,
+        ErrorClass::Timeout => Code::DeadlineExceeded,
+        ErrorClass::ResourceLimit => Code::ResourceExhausted,
+        ErrorClass::Unavailable => Code::Unavailable,
+        ErrorClass::Cancelled => Code::Cancelled,
+        ErrorClass::Internal => Code::Internal,
     }
-    if let Some(t) = cause_of::<TableError>(e) {
-        let code = match t {
-            TableError::UnknownPrincipal { .. }
-            | TableError::TableDenied { .. }
-            | TableError::ColumnDenied { .. } => Code::PermissionDenied,
-            TableError::CatalogOpen { .. } | TableError::Iceberg { .. } => Code::Unavailable,
-            TableError::DeletesNotSupported { .. } => Code::Unimplemented,
-            TableError::Tampered { .. } => Code::DataLoss,
-            TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {
-                Code::FailedPrecondition
-            }
-        };
-        return Some(Status::new(code, t.to_string()));
-    }
-    limit_of(e).map(|l| {
-        let code = match l {
-            LimitExceeded::Timeout { .. } => Code::DeadlineExceeded,
-            LimitExceeded::Concurrency { .. }
-            | LimitExceeded::Rows { .. }
-            | LimitExceeded::Bytes { .. } => Code::ResourceExhausted,
-        };
-        Status::new(code, l.to_string())
-    })
 }
 
 /// The status a client sees for an engine error: the engine's one-line message and the
-/// code that says what to do about it.
+/// code that says what to do about it, decided by the error's type.
 pub fn status_of(e: &DataFusionError) -> Status {
-    let msg = one_line(e);
-    if let Some(status) = typed_status(e) {
-        return status;
-    }
-    // Standalone-file decryption refused by `[files] decrypt` still arrives as text inside
-    // a Parquet error (the key retriever's error crosses parquet-rs as a string).
-    let policy = msg.contains("may not decrypt");
-    let code = match e {
-        _ if policy => Code::PermissionDenied,
-        DataFusionError::Plan(m) if m.contains("not found") => Code::NotFound,
-        DataFusionError::SQL(..)
-        | DataFusionError::Plan(_)
-        | DataFusionError::SchemaError(..)
-        | DataFusionError::Configuration(_) => Code::InvalidArgument,
-        DataFusionError::NotImplemented(_) => Code::Unimplemented,
-        DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
-        DataFusionError::ExecutionJoin(_) => Code::Cancelled,
-        DataFusionError::Diagnostic(_, inner) | DataFusionError::Context(_, inner) => {
-            return status_of(inner);
-        }
-        // Files, keys, object stores: the data or its keys are not usable right now.
-        DataFusionError::ParquetError(_)
-        | DataFusionError::ObjectStore(_)
-        | DataFusionError::IoError(_)
-        | DataFusionError::External(_)
-        | DataFusionError::ArrowError(..)
-        | DataFusionError::Execution(_) => Code::FailedPrecondition,
-        DataFusionError::Substrait(_)
-        | DataFusionError::Internal(_)
-        | DataFusionError::Shared(_) => Code::Internal,
-        DataFusionError::Collection(errs) => {
-            return errs
-                .first()
-                .map(status_of)
-                .unwrap_or_else(|| Status::internal(msg));
-        }
-        DataFusionError::Ffi(_) => Code::Internal,
-    };
+    let msg = message_of(e);
+    let code = code_of(classify(e));
     if code == Code::Internal {
         tracing::error!(error = %msg, "internal error");
     }
@@ -115,6 +50,8 @@ pub fn status_of(e: &DataFusionError) -> Status {
 
 #[cfg(test)]
 mod tests {
+    use clearice_engine::{LimitExceeded, Refusal, TableError};
+
     use super::*;
 
     fn ext(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {

@@ -19,5 +19,5 @@ mod service;
 pub mod session;
 
 pub use auth::{Auth, AuthError};
-pub use error::{auth_status, status_of};
+pub use error::{auth_status, code_of, status_of};
 pub use service::{ClearIceFlightSql, serve};
