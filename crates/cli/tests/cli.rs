@@ -481,7 +481,45 @@ fn policy_check_passes_on_the_demo_and_names_problems() {
         s.contains("mask 'show_last_4' (for role analyst) does not apply to a Date column"),
         "{s}"
     );
-    assert!(s.contains("2 problem(s)"), "{s}");
+    // The same mask also stops the analyst's `SELECT *` from planning.
+    assert!(
+        s.contains("lake.sales.customers: SELECT * does not plan for user 'analyst'"),
+        "{s}"
+    );
+    assert!(s.contains("3 problem(s)"), "{s}");
+}
+
+/// A table whose files cannot be planned (its manifest list is gone) is a problem, not OK.
+#[test]
+fn policy_check_reports_a_table_it_cannot_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lake");
+    let o = bin().args(["demo", "init"]).arg(&dir).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lists: Vec<PathBuf> = walk(&dir.join("warehouse"))
+        .into_iter()
+        .filter(|p| {
+            p.to_string_lossy().contains("orders")
+                && p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("snap-")
+        })
+        .collect();
+    assert!(!lists.is_empty());
+    for l in &lists {
+        std::fs::remove_file(l).unwrap();
+    }
+    let o = bin()
+        .arg("--config")
+        .arg(dir.join("clearice.toml"))
+        .args(["policy", "check"])
+        .output()
+        .unwrap();
+    let s = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{s}");
+    assert!(s.contains("lake.sales.orders: "), "{s}");
+    assert!(!s.contains("lake.sales.customers"), "{s}");
 }
 
 #[test]

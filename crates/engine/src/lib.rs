@@ -455,7 +455,9 @@ impl Engine {
     /// Checks the policy against the catalogs (`clearice policy check`): every table and
     /// column it names exists, every mask applies to its column's type, and every column
     /// encrypted under its own key in the table's current data is declared with that
-    /// `master_key` (reading one data file's footer; no column key is requested).
+    /// `master_key` (reading one data file's footer; no column key is requested), the
+    /// table's files can be planned, and `SELECT *` of it plans for every user of the
+    /// policy (a refusal by the policy is fine; any other failure is a problem).
     /// Returns the problems found, one line each.
     pub async fn check_policy(&self) -> Vec<String> {
         use futures::TryStreamExt;
@@ -496,19 +498,46 @@ impl Engine {
                     .iter()
                     .map(|e| e.to_string()),
             );
-            let tasks = match table.scan().select_all().build() {
+            for user in self.policy.user_names() {
+                let session = self.session_for(user, "policy-check");
+                if let Err(e) = session.sql_plan(&format!("SELECT * FROM {name}")).await
+                    && classify(&e) != ErrorClass::Denied
+                {
+                    problems.push(format!(
+                        "{name}: SELECT * does not plan for user '{user}': {}",
+                        message_of(&e)
+                    ));
+                }
+            }
+            let planned = match table.scan().select_all().build() {
                 Ok(scan) => match scan.plan_files().await {
-                    Ok(s) => s.try_collect::<Vec<_>>().await.unwrap_or_default(),
-                    Err(_) => vec![],
+                    Ok(s) => s.try_collect::<Vec<_>>().await,
+                    Err(e) => Err(e),
                 },
-                Err(_) => vec![],
+                Err(e) => Err(e),
+            };
+            let tasks = match planned {
+                Ok(t) => t,
+                Err(e) => {
+                    problems.push(format!("{name}: cannot plan its files: {}", one_line(&e)));
+                    continue;
+                }
             };
             let Some(task) = tasks.first() else { continue };
             let path = task
                 .data_file_path
                 .strip_prefix("file://")
-                .unwrap_or(&task.data_file_path);
-            match clearice_table::file_column_master_keys(&self.resolver, path.as_ref()) {
+                .unwrap_or(&task.data_file_path)
+                .to_owned();
+            let resolver = Arc::clone(&self.resolver);
+            let p = path.clone();
+            // Reads the footer: file IO off the async workers.
+            let keys = tokio::task::spawn_blocking(move || {
+                clearice_table::file_column_master_keys(&resolver, p.as_ref())
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("reader task failed: {e}")));
+            match keys {
                 Ok(keys) => {
                     for (col, key) in keys {
                         let top = col.split('.').next().unwrap_or(&col);

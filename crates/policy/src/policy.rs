@@ -387,6 +387,11 @@ impl Policy {
         !self.users.is_empty() || !self.tables.is_empty() || !self.roles.is_empty()
     }
 
+    /// The policy's users, sorted.
+    pub fn user_names(&self) -> impl Iterator<Item = &str> {
+        self.users.keys().map(String::as_str)
+    }
+
     /// Whether `principal` is a user of the policy (always true for an open policy).
     pub fn is_known(&self, principal: &str) -> bool {
         !self.is_enforcing() || self.users.contains_key(principal)
