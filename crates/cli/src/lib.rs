@@ -1,4 +1,5 @@
 //! The `clearice` binary: SQL shell (REPL, `-c`, `-f`), `demo init` and `slt`.
+#![deny(unused_crate_dependencies)]
 #![deny(missing_docs)]
 
 pub mod exec;
@@ -6,8 +7,10 @@ pub mod output;
 pub mod repl;
 pub mod serve;
 
+// The binary (main.rs) sets up logging with it.
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tracing_subscriber as _;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};

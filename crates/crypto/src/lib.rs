@@ -17,6 +17,7 @@
 //! let key = clearice_crypto::SecretKey::from_bytes(vec![0; 16]);
 //! println!("{key}");
 //! ```
+#![deny(unused_crate_dependencies)]
 #![deny(missing_docs)]
 
 pub mod aes;

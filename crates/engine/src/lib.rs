@@ -11,6 +11,7 @@
 //! println!("{} rows", out.rows());
 //! # Ok(()) }
 //! ```
+#![deny(unused_crate_dependencies)]
 #![deny(missing_docs)]
 
 mod audit;

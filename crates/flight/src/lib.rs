@@ -10,6 +10,7 @@
 //! The authenticated user is the policy principal and, with the client address, is in
 //! every audit record. Results stream batch by batch; a client that disconnects drops
 //! the stream, which cancels the query.
+#![deny(unused_crate_dependencies)]
 #![deny(missing_docs)]
 
 mod auth;

@@ -15,6 +15,7 @@
 //! assert_eq!(p.decide("ann", "lake.sales.customers", "ssn").decision, Decision::Mask(Mask::ShowLast4));
 //! assert_eq!(p.decide("ann", "lake.sales.customers", "name").decision, Decision::Plaintext);
 //! ```
+#![deny(unused_crate_dependencies)]
 #![deny(missing_docs)]
 
 mod audit;

@@ -8,6 +8,7 @@
 //! letters, `DataFusion error: ` messages (multi-line errors compared whole), EXPLAIN plans
 //! as numbered rows, `WORKSPACE_ROOT` path normalization, a fresh `scratch/<file stem>/`
 //! directory per file, and the labels `Datafusion` and `clearice` for `skipif`/`onlyif`.
+#![deny(unused_crate_dependencies)]
 #![deny(missing_docs)]
 
 pub mod conventions;

@@ -8,6 +8,7 @@
 //! ```
 //!
 //! Catalogs come from [`open_sql_catalog`]; encrypted writes from [`mod@write`].
+#![deny(unused_crate_dependencies)]
 #![deny(missing_docs)]
 
 mod access;
