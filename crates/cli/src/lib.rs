@@ -371,8 +371,9 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
         exec::run_script(&ctx, c, cli.format, cli.quiet).await?;
     }
     if let Some(f) = &cli.file {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("cannot read '{}'", f.display()))?;
+        let text = tokio::fs::read_to_string(f)
+            .await
+            .with_context(|| format!("cannot read '{}'", f.display()))?;
         exec::run_script(&ctx, &text, cli.format, cli.quiet).await?;
     }
     Ok(0)

@@ -199,6 +199,7 @@ fn nested_as_json(batch: &RecordBatch) -> Result<RecordBatch> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
     use datafusion::arrow::array::{Int32Array, ListArray};

@@ -164,6 +164,10 @@ async fn completion_words(ctx: &Session) -> Vec<String> {
     words
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "once when the REPL starts, before any query"
+)]
 fn history_path() -> Option<PathBuf> {
     let dir = dirs::state_dir().or_else(dirs::data_dir)?.join("clearice");
     std::fs::create_dir_all(&dir).ok()?;

@@ -10,6 +10,10 @@ use clearice_flight::ClearIceFlightSql;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 /// Runs the server until SIGINT or SIGTERM; returns the exit code.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "TLS files and the address file, once at startup before serving"
+)]
 pub async fn run(
     engine: Arc<Engine>,
     addr: Option<String>,

@@ -1,5 +1,8 @@
 //! The real `clearice` binary: demo init, `-c`/`-f`, formats, errors, `slt`.
 
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

@@ -7,6 +7,9 @@
 //! `CLEARICE_DATAFUSION_SLT_DIR` to it; without it the test is skipped, unless
 //! `CLEARICE_REQUIRE_FIXTURES` is set.
 
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,5 +1,8 @@
 //! `clearice serve` queried by the Python ADBC Flight SQL driver as three users.
 
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -89,6 +89,7 @@ pub fn side_file_name(data_file_name: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

@@ -319,6 +319,7 @@ impl KeyRetriever for FileKeyRetriever {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
     use crate::kms::KeyringKms;

@@ -35,6 +35,7 @@ impl std::fmt::Debug for SecretKey {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

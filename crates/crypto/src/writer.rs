@@ -88,6 +88,7 @@ impl<'a> KeyMaterialWriter<'a> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
     use crate::{KeyResolver, KeyringKms};

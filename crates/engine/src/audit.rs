@@ -41,6 +41,10 @@ pub struct AuditError {
 
 impl AuditLog {
     /// Opens (creating) the log for appending and starts its writer thread.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "startup; Engine::open calls it on a blocking thread"
+    )]
     pub fn open(path: &Path) -> Result<Self, AuditError> {
         let error = |source| AuditError {
             path: path.display().to_string(),
@@ -173,6 +177,7 @@ fn writer(mut file: std::fs::File, mut rx: mpsc::Receiver<Batch>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use std::sync::Arc;
 

@@ -242,7 +242,12 @@ pub struct ExplicitKeysConfig {
 }
 
 impl Config {
-    /// Reads and validates a config file.
+    /// Reads and validates a config file (blocking: front ends call it once at startup,
+    /// before they serve anything).
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "startup, before anything is served"
+    )]
     pub fn load(path: &Path) -> Result<Self> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| Error::ConfigRead {
@@ -310,6 +315,7 @@ impl Config {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

@@ -197,6 +197,10 @@ impl Confinement {
 
     /// Resolves the policy's area roots against `base` (the policy file's directory). An
     /// area whose root does not exist is left out (it grants nothing) with a warning.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "startup; Engine::open calls it on a blocking thread"
+    )]
     pub(crate) fn resolve_roots(
         policy: &clearice_policy::Policy,
         base: &Path,
@@ -451,6 +455,8 @@ fn local_path(url: &ListingTableUrl) -> Option<PathBuf> {
 }
 
 /// Canonical path of an existing file or directory (symlinks and `..` resolved).
+/// Blocking: only called on blocking threads.
+#[expect(clippy::disallowed_methods, reason = "only called on blocking threads")]
 fn resolve(path: &Path) -> Result<PathBuf, String> {
     std::fs::canonicalize(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => "no such file or directory".to_owned(),
@@ -461,6 +467,7 @@ fn resolve(path: &Path) -> Result<PathBuf, String> {
 /// Canonical path a write to `path` would create: the deepest existing ancestor resolved,
 /// the rest appended (plain names only). An existing target is resolved itself (a symlink
 /// pointing out of the area is outside it).
+#[expect(clippy::disallowed_methods, reason = "only called on blocking threads")]
 fn resolve_for_write(path: &Path) -> Result<PathBuf, String> {
     if let Ok(p) = std::fs::canonicalize(path) {
         return Ok(p);
@@ -716,6 +723,7 @@ impl ObjectStore for AreaStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

@@ -55,6 +55,10 @@ async fn init_with(dir: &Path, encrypt: bool) -> Result<PathBuf, Error> {
         .map_err(|e| fail(e.to_string()))
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "demo init is a one-off setup command that writes a lake before anything is served"
+)]
 async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
     // The account that will run the shell becomes an admin, so the first query shows
     // plaintext (the OS account, not only $USER: containers have none).
@@ -148,6 +152,10 @@ async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
     Ok(config_path)
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "demo init is a one-off setup command that writes a lake before anything is served"
+)]
 fn write_private(path: &Path, text: &str) -> Result<()> {
     use std::io::Write;
     #[cfg(unix)]

@@ -106,6 +106,7 @@ impl CpuExecutor {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;

@@ -198,6 +198,7 @@ impl PhysicalOptimizerRule for FairJoins {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::probe_slice_rows;
 

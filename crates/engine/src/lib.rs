@@ -88,43 +88,21 @@ enum Front {
 }
 
 impl Engine {
-    /// Opens every configured catalog and the KMS.
+    /// Opens every configured catalog and the KMS. Files (keyring, explicit keys, policy,
+    /// audit log, file areas) are read on a blocking thread.
     pub async fn open(config: Config) -> Result<Self> {
-        let (kms, ttl): (Option<Arc<dyn Kms>>, Duration) = match &config.kms {
-            Some(k) => {
-                let KmsKind::Keyring = k.kind;
-                let path = k.path.as_ref().expect("validated at load");
-                let ttl = k.key_cache_ttl_s.map(Duration::from_secs);
-                (
-                    Some(Arc::new(KeyringKms::from_file(&config.resolve(path))?)),
-                    ttl.unwrap_or(DEFAULT_KEY_CACHE_TTL),
-                )
-            }
-            None => (None, DEFAULT_KEY_CACHE_TTL),
-        };
-        let explicit = match &config.explicit_keys {
-            Some(e) => load_explicit_keys(&config, &config.resolve(&e.path))?,
-            None => HashMap::new(),
-        };
-        let resolver = Arc::new(KeyResolver::new(kms, explicit, ttl));
-        let mut policy_dir = config.base_dir.clone();
-        let policy = match &config.policy {
-            Some(p) => {
-                let path = config.resolve(&p.path);
-                policy_dir = path.parent().map(Into::into).unwrap_or_default();
-                let text = std::fs::read_to_string(&path).map_err(|e| Error::ConfigValue {
-                    path: config.source.clone(),
-                    key: "policy.path".into(),
-                    reason: format!("'{}': {e}", path.display()),
-                })?;
-                Policy::parse(&text, &path.display().to_string())?
-            }
-            None => Policy::open("none"),
-        };
-        let audit = match &config.audit {
-            Some(a) => Some(Arc::new(AuditLog::open(&config.resolve(&a.path))?)),
-            None => None,
-        };
+        let cfg = config.clone();
+        let LocalParts {
+            resolver,
+            policy,
+            audit,
+            area_roots,
+        } = tokio::task::spawn_blocking(move || LocalParts::load(&cfg))
+            .await
+            .map_err(|e| Error::ConfigRead {
+                path: config.source.clone(),
+                reason: format!("loading failed: {e}"),
+            })??;
         let runtime = Arc::new(RuntimeEnv::default());
         // Iceberg data files are read through their own store name (see CATALOG_STORE_URL).
         runtime.register_object_store(
@@ -151,7 +129,7 @@ impl Engine {
             resolver,
             audit,
             runtime,
-            area_roots: Confinement::resolve_roots(&policy, &policy_dir),
+            area_roots,
             policy: Arc::new(policy),
             permits: Arc::default(),
         })
@@ -420,6 +398,73 @@ fn resolve_sqlite_uri(config: &Config, uri: &str) -> String {
     }
 }
 
+/// What [`Engine::open`] reads from local files: blocking, so it runs on a blocking thread.
+struct LocalParts {
+    resolver: Arc<KeyResolver>,
+    policy: Policy,
+    audit: Option<Arc<AuditLog>>,
+    area_roots: Vec<(
+        clearice_policy::Area,
+        std::path::PathBuf,
+        std::path::PathBuf,
+    )>,
+}
+
+impl LocalParts {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "startup file reads; Engine::open runs this on a blocking thread"
+    )]
+    fn load(config: &Config) -> Result<Self> {
+        let (kms, ttl): (Option<Arc<dyn Kms>>, Duration) = match &config.kms {
+            Some(k) => {
+                let KmsKind::Keyring = k.kind;
+                let path = k.path.as_ref().expect("validated at load");
+                let ttl = k.key_cache_ttl_s.map(Duration::from_secs);
+                (
+                    Some(Arc::new(KeyringKms::from_file(&config.resolve(path))?)),
+                    ttl.unwrap_or(DEFAULT_KEY_CACHE_TTL),
+                )
+            }
+            None => (None, DEFAULT_KEY_CACHE_TTL),
+        };
+        let explicit = match &config.explicit_keys {
+            Some(e) => load_explicit_keys(config, &config.resolve(&e.path))?,
+            None => HashMap::new(),
+        };
+        let resolver = Arc::new(KeyResolver::new(kms, explicit, ttl));
+        let mut policy_dir = config.base_dir.clone();
+        let policy = match &config.policy {
+            Some(p) => {
+                let path = config.resolve(&p.path);
+                policy_dir = path.parent().map(Into::into).unwrap_or_default();
+                let text = std::fs::read_to_string(&path).map_err(|e| Error::ConfigValue {
+                    path: config.source.clone(),
+                    key: "policy.path".into(),
+                    reason: format!("'{}': {e}", path.display()),
+                })?;
+                Policy::parse(&text, &path.display().to_string())?
+            }
+            None => Policy::open("none"),
+        };
+        let audit = match &config.audit {
+            Some(a) => Some(Arc::new(AuditLog::open(&config.resolve(&a.path))?)),
+            None => None,
+        };
+        let area_roots = Confinement::resolve_roots(&policy, &policy_dir);
+        Ok(Self {
+            resolver,
+            policy,
+            audit,
+            area_roots,
+        })
+    }
+}
+
+#[expect(
+    clippy::disallowed_methods,
+    reason = "startup file read; called by LocalParts::load on a blocking thread"
+)]
 fn load_explicit_keys(
     config: &Config,
     path: &std::path::Path,

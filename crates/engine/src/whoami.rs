@@ -81,6 +81,7 @@ pub fn default_principal() -> Option<(String, PrincipalSource)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     #[cfg(unix)]
     #[test]

@@ -49,6 +49,7 @@ pub fn status_of(e: &DataFusionError) -> Status {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use clearice_engine::{LimitExceeded, Refusal, TableError};
 

@@ -61,6 +61,7 @@ pub fn number_question_marks(sql: &str) -> Cow<'_, str> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::number_question_marks as n;
 

@@ -1,5 +1,8 @@
 //! In-process Flight SQL server queried with arrow-flight's own Flight SQL client.
 
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -565,6 +565,7 @@ impl Policy {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

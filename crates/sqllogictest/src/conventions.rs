@@ -276,6 +276,7 @@ pub fn validator(
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use std::sync::Arc;
 

@@ -259,7 +259,11 @@ impl FileResult {
 }
 
 /// `scratch/<file stem>` under `root`, emptied, for files that write there (DataFusion's
-/// runner does the same under `test_files/`).
+/// runner does the same under `test_files/`). Blocking: run on a blocking thread.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "run_files calls it on a blocking thread"
+)]
 fn setup_scratch(root: &Path, path: &Path) -> std::io::Result<()> {
     let Some(stem) = path.file_stem() else {
         return Ok(());
@@ -370,7 +374,7 @@ where
         }
     }
     if options.complete
-        && let Err(e) = std::fs::write(path, completed)
+        && let Err(e) = tokio::fs::write(path, completed).await
     {
         result
             .failures
@@ -405,7 +409,13 @@ pub async fn run_files(
         let (engine, options) = (Arc::clone(&engine), options.clone());
         async move {
             let start = Instant::now();
-            if let Err(e) = setup_scratch(&root, &f) {
+            let scratch = {
+                let (root, f) = (root.clone(), f.clone());
+                tokio::task::spawn_blocking(move || setup_scratch(&root, &f))
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+            };
+            if let Err(e) = scratch {
                 return (
                     FileResult {
                         records: count_records(&f),
@@ -550,6 +560,10 @@ pub fn collect_files(path: &Path) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
     Ok(out.into_iter().map(|f| (root.clone(), f)).collect())
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "lists files before any runs, from synchronous callers"
+)]
 fn collect_into(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     if path.is_file() {
         out.push(path.to_owned());

@@ -5,6 +5,9 @@
 //!
 //! `cargo test -p clearice-sqllogictest --test sqllogictests [-- FILTER...]`
 
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;

@@ -92,6 +92,7 @@ impl PhysicalExprAdapter for FieldIdExprAdapter {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
     use datafusion::arrow::datatypes::DataType;

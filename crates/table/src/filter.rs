@@ -116,6 +116,7 @@ fn convert(e: &Expr, schema: &Schema) -> Option<Predicate> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
     use datafusion::prelude::{col, lit};

@@ -186,6 +186,7 @@ fn truncate(a: &ArrayRef, month: bool) -> Result<ArrayRef> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

@@ -80,6 +80,10 @@ fn props(
         .ok()
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "runs on a blocking thread (diagnose spawns it there)"
+)]
 fn diagnose_file(
     table: &str,
     file: &str,

@@ -133,6 +133,10 @@ pub async fn append_encrypted(
     }
     .await;
     if result.is_err() {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "cleanup of a failed write, like write_file"
+        )]
         for p in &written {
             let _ = std::fs::remove_file(p);
         }
@@ -155,6 +159,11 @@ fn local_path(uri: &str) -> std::result::Result<std::path::PathBuf, String> {
         .map_err(|()| format!("'{uri}' is not a local path"))
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "encrypting and writing run on the caller's task: its callers are demo init and \
+              tests; SQL writes will run it on a blocking thread"
+)]
 fn write_file(
     path: &std::path::Path,
     schema: &SchemaRef,
@@ -399,6 +408,7 @@ fn literal(a: &ArrayRef, row: usize) -> std::result::Result<Option<Literal>, Str
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
     use iceberg::spec::{NestedField, Schema};

@@ -1,6 +1,9 @@
 //! Integration tests of the engine against real files: the PyArrow/PyIceberg interop
 //! lake, parquet-testing's encrypted files, and demo lakes written by ClearIce.
 
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 mod confine;
 mod demo;
