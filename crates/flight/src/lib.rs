@@ -7,6 +7,14 @@
 //!         ──DoGet(ticket)──────▶ Session::sql_stream ─▶ batches (views cast to Utf8/Binary)
 //! ```
 //!
+//! Modules by concern: `service` (the `FlightSqlService` implementation: authentication,
+//! the query path on the CPU runtime, session options, actions), `wire` (result encoding:
+//! view types cast, FlightInfo with the command as ticket), `metadata` (SqlInfo, XDBC type
+//! info, the tables a session may see), `prepared` (prepared statements per owner),
+//! `cancel` (running results by ticket, for `CancelFlightInfo`), `session` (Flight session
+//! options per bearer token), `auth`, `error` (error class to gRPC code),
+//! `placeholders` (JDBC `?` to `$n`).
+//!
 //! The authenticated user is the policy principal and, with the client address, is in
 //! every audit record. Results stream batch by batch; a client that disconnects drops
 //! the stream, which cancels the query.
@@ -15,10 +23,14 @@
 #![deny(missing_docs)]
 
 mod auth;
+mod cancel;
 mod error;
+mod metadata;
 mod placeholders;
+mod prepared;
 mod service;
 pub mod session;
+mod wire;
 
 pub use auth::{Auth, AuthError};
 pub use error::{auth_status, code_of, status_of};

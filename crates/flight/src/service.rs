@@ -2,32 +2,26 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_server::FlightServiceServer;
-use arrow_flight::sql::metadata::{
-    GetCatalogsBuilder, SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo, XdbcTypeInfoData,
-    XdbcTypeInfoDataBuilder,
-};
+use arrow_flight::sql::metadata::{GetCatalogsBuilder, SqlInfoData, XdbcTypeInfoData};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetCrossReference,
+    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetCrossReference,
     CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys,
     CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
-    CommandPreparedStatementQuery, CommandStatementQuery, DoPutPreparedStatementResult, Nullable,
-    ProstMessageExt, Searchable, SqlInfo, TicketStatementQuery, XdbcDataType,
+    CommandPreparedStatementQuery, CommandStatementQuery, DoPutPreparedStatementResult,
+    ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
-    HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
+    Action, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
 };
 use clearice_engine::{CpuExecutor, Engine, ServerConfig, Session};
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::error::DataFusionError;
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -36,33 +30,30 @@ use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, AuthError};
+use crate::cancel::{Running, Unregister};
 use crate::error::{auth_status, status_of};
+use crate::metadata::{keys_schema, sql_info_data, xdbc_data};
 use crate::placeholders::number_question_marks;
+use crate::prepared::PreparedStatements;
 use crate::session::{
     CATALOG, CloseSessionResult, CloseSessionStatus, OptionValue, SCHEMA, SessionOptions, Sessions,
     SetSessionOptionsError, SetSessionOptionsErrorValue, SetSessionOptionsRequest,
     SetSessionOptionsResult, options_result,
 };
-
-type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
-
-struct Prepared {
-    user: String,
-    sql: String,
-    params: Option<RecordBatch>,
-    /// Last use; statements a client never closed are dropped after a token lifetime.
-    used: std::time::Instant,
-}
+use crate::wire::{
+    DoGetStream, batch_stream, flight_info, schema_bytes, ticket_key, wire_batch, wire_schema,
+    wire_type,
+};
 
 /// ClearIce's Flight SQL service: one [`Session`] per call, as the authenticated user.
 pub struct ClearIceFlightSql {
     engine: Arc<Engine>,
     auth: Arc<Auth>,
-    prepared: Mutex<HashMap<String, Prepared>>,
+    prepared: PreparedStatements,
     /// Session options by bearer token.
     sessions: Sessions,
     /// Running results by ticket bytes, for `CancelFlightInfo`.
-    running: Arc<Mutex<HashMap<Vec<u8>, Vec<futures::stream::AbortHandle>>>>,
+    running: Running,
     sql_info: SqlInfoData,
     xdbc: XdbcTypeInfoData,
     /// Where queries are planned and run; `None`: on the server's own runtime.
@@ -75,51 +66,6 @@ impl std::fmt::Debug for ClearIceFlightSql {
             .field("auth", &self.auth)
             .finish_non_exhaustive()
     }
-}
-
-/// View types are cast at the boundary: JDBC driver 18.x cannot read them.
-fn wire_type(dt: &DataType) -> DataType {
-    match dt {
-        DataType::Utf8View => DataType::Utf8,
-        DataType::BinaryView => DataType::Binary,
-        other => other.clone(),
-    }
-}
-
-fn wire_schema(schema: &Schema) -> SchemaRef {
-    Arc::new(Schema::new_with_metadata(
-        schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_data_type(wire_type(f.data_type())))
-            .collect::<Vec<Field>>(),
-        schema.metadata().clone(),
-    ))
-}
-
-fn wire_batch(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, DataFusionError> {
-    let cols: Vec<ArrayRef> = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| {
-            if c.data_type() == f.data_type() {
-                Ok(Arc::clone(c))
-            } else {
-                cast(c, f.data_type())
-            }
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
-}
-
-fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
-    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
-        .try_into()
-        .map_err(|e: datafusion::arrow::error::ArrowError| {
-            Status::internal(format!("schema encoding: {e}"))
-        })?;
-    Ok(bytes)
 }
 
 /// Headers a client may use to pass a per-user KMS token (not supported yet).
@@ -136,222 +82,13 @@ fn bearer<T>(request: &Request<T>) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Removes a result's cancel handle when its stream ends or is dropped.
-struct Unregister {
-    running: Arc<Mutex<HashMap<Vec<u8>, Vec<futures::stream::AbortHandle>>>>,
-    ticket: Vec<u8>,
-}
-
-impl Drop for Unregister {
-    fn drop(&mut self) {
-        if let Ok(mut r) = self.running.lock() {
-            r.remove(&self.ticket);
-        }
-    }
-}
-
-/// The ticket bytes of a command (what `flight_info` puts in its endpoint).
-fn ticket_key(cmd: &Any) -> Vec<u8> {
-    cmd.encode_to_vec()
-}
-
-fn flight_info(
-    schema: &Schema,
-    cmd: Any,
-    descriptor: FlightDescriptor,
-) -> Result<FlightInfo, Status> {
-    // The ticket carries the original command, so DoGet dispatches on it; no location:
-    // clients reuse their connection.
-    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket_key(&cmd)));
-    FlightInfo::new()
-        .try_with_schema(schema)
-        .map_err(|e| Status::internal(format!("schema encoding: {e}")))
-        .map(|i| i.with_endpoint(endpoint).with_descriptor(descriptor))
-}
-
-fn batch_stream(
-    schema: SchemaRef,
-    batch: Result<RecordBatch, arrow_flight::error::FlightError>,
-) -> DoGetStream {
-    let stream = FlightDataEncoderBuilder::new()
-        .with_schema(schema)
-        .build(futures::stream::once(async move { batch }))
-        .map_err(Status::from);
-    Box::pin(stream)
-}
-
-fn sql_info_data() -> SqlInfoData {
-    let mut b = SqlInfoDataBuilder::new();
-    b.append(SqlInfo::FlightSqlServerName, "ClearIce");
-    b.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
-    b.append(SqlInfo::FlightSqlServerArrowVersion, "58");
-    b.append(SqlInfo::FlightSqlServerReadOnly, true);
-    b.append(SqlInfo::FlightSqlServerSql, true);
-    b.append(SqlInfo::FlightSqlServerSubstrait, false);
-    b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
-    b.append(SqlInfo::FlightSqlServerCancel, true);
-    b.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
-    b.append(SqlInfo::FlightSqlServerTransactionTimeout, 0i32);
-    b.append(SqlInfo::SqlDdlCatalog, false);
-    b.append(SqlInfo::SqlDdlSchema, false);
-    b.append(SqlInfo::SqlDdlTable, false);
-    b.append(SqlInfo::SqlIdentifierCase, 1i32);
-    b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
-    b.append(SqlInfo::SqlQuotedIdentifierCase, 3i32);
-    b.append(SqlInfo::SqlAllTablesAreSelectable, true);
-    b.append(SqlInfo::SqlNullOrdering, 2i32);
-    b.append(SqlInfo::SqlKeywords, &["EXPLAIN", "DESCRIBE"][..]);
-    b.append(
-        SqlInfo::SqlNumericFunctions,
-        &["abs", "round", "floor", "ceil", "power", "sqrt"][..],
-    );
-    b.append(
-        SqlInfo::SqlStringFunctions,
-        &["lower", "upper", "substr", "trim", "length", "concat"][..],
-    );
-    b.append(SqlInfo::SqlSystemFunctions, &["version"][..]);
-    b.append(
-        SqlInfo::SqlDatetimeFunctions,
-        &["now", "date_trunc", "date_part", "to_timestamp"][..],
-    );
-    b.append(SqlInfo::SqlSearchStringEscape, "\\");
-    b.append(SqlInfo::SqlExtraNameCharacters, "");
-    b.append(SqlInfo::SqlSupportsColumnAliasing, true);
-    b.append(SqlInfo::SqlNullPlusNullIsNull, true);
-    b.append(SqlInfo::SqlSupportsTableCorrelationNames, true);
-    b.append(SqlInfo::SqlSupportsDifferentTableCorrelationNames, false);
-    b.append(SqlInfo::SqlSupportsExpressionsInOrderBy, true);
-    b.append(SqlInfo::SqlSupportsOrderByUnrelated, true);
-    b.append(SqlInfo::SqlSupportedGroupBy, 3i32);
-    b.append(SqlInfo::SqlSupportsLikeEscapeClause, true);
-    b.append(SqlInfo::SqlSupportsNonNullableColumns, true);
-    b.append(SqlInfo::SqlSupportedGrammar, 3i32);
-    b.append(SqlInfo::SqlAnsi92SupportedLevel, 1i32);
-    b.append(SqlInfo::SqlSupportsIntegrityEnhancementFacility, false);
-    b.append(SqlInfo::SqlOuterJoinsSupportLevel, 2i32);
-    b.append(SqlInfo::SqlSchemaTerm, "schema");
-    b.append(SqlInfo::SqlProcedureTerm, "procedure");
-    b.append(SqlInfo::SqlCatalogTerm, "catalog");
-    b.append(SqlInfo::SqlCatalogAtStart, true);
-    b.append(SqlInfo::SqlSchemasSupportedActions, 0i32);
-    b.append(SqlInfo::SqlCatalogsSupportedActions, 0i32);
-    b.append(SqlInfo::SqlSupportedPositionedCommands, 0i32);
-    b.append(SqlInfo::SqlSelectForUpdateSupported, false);
-    b.append(SqlInfo::SqlStoredProceduresSupported, false);
-    b.append(SqlInfo::SqlSupportedSubqueries, 15i32);
-    b.append(SqlInfo::SqlCorrelatedSubqueriesSupported, true);
-    b.append(SqlInfo::SqlSupportedUnions, 3i32);
-    b.append(SqlInfo::SqlMaxBinaryLiteralLength, 0i64);
-    b.append(SqlInfo::SqlMaxCharLiteralLength, 0i64);
-    b.append(SqlInfo::SqlMaxColumnNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInGroupBy, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInIndex, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInOrderBy, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInSelect, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInTable, 0i64);
-    b.append(SqlInfo::SqlMaxConnections, 0i64);
-    b.append(SqlInfo::SqlMaxCursorNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxIndexLength, 0i64);
-    b.append(SqlInfo::SqlDbSchemaNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxProcedureNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxCatalogNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxRowSize, 0i64);
-    b.append(SqlInfo::SqlMaxRowSizeIncludesBlobs, true);
-    b.append(SqlInfo::SqlMaxStatementLength, 0i64);
-    b.append(SqlInfo::SqlMaxStatements, 0i64);
-    b.append(SqlInfo::SqlMaxTableNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxTablesInSelect, 0i64);
-    b.append(SqlInfo::SqlMaxUsernameLength, 0i64);
-    b.append(SqlInfo::SqlDefaultTransactionIsolation, 0i64);
-    b.append(SqlInfo::SqlTransactionsSupported, false);
-    b.append(SqlInfo::SqlSupportedTransactionsIsolationLevels, 0i32);
-    b.append(SqlInfo::SqlDataDefinitionCausesTransactionCommit, false);
-    b.append(SqlInfo::SqlDataDefinitionsInTransactionsIgnored, true);
-    b.append(SqlInfo::SqlSupportedResultSetTypes, 0i32);
-    b.append(SqlInfo::SqlBatchUpdatesSupported, false);
-    b.append(SqlInfo::SqlSavepointsSupported, false);
-    b.append(SqlInfo::SqlNamedParametersSupported, false);
-    b.append(SqlInfo::SqlLocatorsUpdateCopy, false);
-    b.append(SqlInfo::SqlStoredFunctionsUsingCallSyntaxSupported, false);
-    b.build().expect("static sql info")
-}
-
-fn xdbc_data() -> XdbcTypeInfoData {
-    let mut b = XdbcTypeInfoDataBuilder::new();
-    for (name, t, size) in [
-        ("VARCHAR", XdbcDataType::XdbcVarchar, Some(i32::MAX)),
-        ("BIGINT", XdbcDataType::XdbcBigint, Some(19)),
-        ("INTEGER", XdbcDataType::XdbcInteger, Some(10)),
-        ("DOUBLE", XdbcDataType::XdbcDouble, Some(15)),
-        ("DECIMAL", XdbcDataType::XdbcDecimal, Some(38)),
-        ("BOOLEAN", XdbcDataType::XdbcBit, Some(1)),
-        ("DATE", XdbcDataType::XdbcDate, Some(10)),
-        ("TIMESTAMP", XdbcDataType::XdbcTimestamp, Some(26)),
-    ] {
-        b.append(XdbcTypeInfo {
-            type_name: name.into(),
-            data_type: t,
-            column_size: size,
-            literal_prefix: None,
-            literal_suffix: None,
-            create_params: None,
-            nullable: Nullable::NullabilityNullable,
-            case_sensitive: name == "VARCHAR",
-            searchable: Searchable::Full,
-            unsigned_attribute: None,
-            fixed_prec_scale: false,
-            auto_increment: None,
-            local_type_name: Some(name.into()),
-            minimum_scale: None,
-            maximum_scale: None,
-            sql_data_type: t,
-            datetime_subcode: None,
-            num_prec_radix: None,
-            interval_precision: None,
-        });
-    }
-    b.build().expect("static xdbc info")
-}
-
-/// Key lookups: valid, empty results with the spec's schema (no keys in Iceberg tables).
-fn keys_schema(cross: bool) -> SchemaRef {
-    let s = |n: &str, nullable| Field::new(n, DataType::Utf8, nullable);
-    let fields = if cross {
-        vec![
-            s("pk_catalog_name", true),
-            s("pk_db_schema_name", true),
-            s("pk_table_name", false),
-            s("pk_column_name", false),
-            s("fk_catalog_name", true),
-            s("fk_db_schema_name", true),
-            s("fk_table_name", false),
-            s("fk_column_name", false),
-            Field::new("key_sequence", DataType::Int32, false),
-            s("fk_key_name", true),
-            s("pk_key_name", true),
-            Field::new("update_rule", DataType::UInt8, false),
-            Field::new("delete_rule", DataType::UInt8, false),
-        ]
-    } else {
-        vec![
-            s("catalog_name", true),
-            s("db_schema_name", true),
-            s("table_name", false),
-            s("column_name", false),
-            Field::new("key_sequence", DataType::Int32, false),
-            s("key_name", true),
-        ]
-    };
-    Arc::new(Schema::new(fields))
-}
-
 impl ClearIceFlightSql {
     /// A service over `engine`, with users from `[server]`.
     pub fn new(engine: Arc<Engine>, config: &ServerConfig) -> Self {
         Self {
             engine,
             auth: Arc::new(Auth::new(config)),
-            prepared: Mutex::default(),
+            prepared: PreparedStatements::default(),
             sessions: Sessions::default(),
             running: Arc::default(),
             sql_info: sql_info_data(),
@@ -506,6 +243,34 @@ impl ClearIceFlightSql {
         SetSessionOptionsResult { errors }
     }
 
+    /// The FlightInfo of a command after checking the caller: the command is the ticket.
+    async fn info(
+        &self,
+        request: Request<FlightDescriptor>,
+        schema: &Schema,
+        cmd: arrow_flight::sql::Any,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request).await?;
+        Ok(Response::new(flight_info(
+            schema,
+            cmd,
+            request.into_inner(),
+        )?))
+    }
+
+    /// An empty result of `schema` after checking the caller (key tables: no keys).
+    async fn empty_result(
+        &self,
+        request: Request<Ticket>,
+        schema: SchemaRef,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.session(&request).await?;
+        Ok(Response::new(batch_stream(
+            Arc::clone(&schema),
+            Ok(RecordBatch::new_empty(schema)),
+        )))
+    }
+
     async fn result_schema(&self, session: Session, sql: &str) -> Result<SchemaRef, Status> {
         let sql = sql.to_owned();
         self.on_cpu(async move {
@@ -578,43 +343,6 @@ impl ClearIceFlightSql {
             .build(batches)
             .map_err(Status::from);
         Ok(Box::pin(flight))
-    }
-
-    async fn table_list(
-        &self,
-        session: &Session,
-    ) -> Vec<(String, String, String, String, SchemaRef)> {
-        session.refresh_catalogs().await;
-        let mut out = Vec::new();
-        for c in session.catalog_names() {
-            let Some(cat) = session.catalog(&c) else {
-                continue;
-            };
-            for s in cat.schema_names() {
-                let Some(schema) = cat.schema(&s) else {
-                    continue;
-                };
-                for t in schema.table_names() {
-                    // Tables the principal may not read (unknown principal) are not listed.
-                    let Ok(Some(provider)) = schema.table(&t).await else {
-                        continue;
-                    };
-                    let kind = if s == "information_schema" {
-                        "VIEW"
-                    } else {
-                        "TABLE"
-                    };
-                    out.push((
-                        c.clone(),
-                        s.clone(),
-                        t,
-                        kind.to_owned(),
-                        wire_schema(&provider.schema()),
-                    ));
-                }
-            }
-        }
-        out
     }
 }
 
@@ -745,21 +473,8 @@ impl FlightSqlService for ClearIceFlightSql {
                 .map(|(n, t)| Field::new(n, wire_type(t.as_ref().unwrap_or(&DataType::Utf8)), true))
                 .collect::<Vec<_>>(),
         );
-        let handle = hex::encode(rand::random::<[u8; 16]>());
-        let mut prepared = self.prepared.lock().expect("prepared");
-        // Clients that crash never close their statements: forget idle ones.
-        let ttl = self.auth.ttl();
-        prepared.retain(|_, p| p.used.elapsed() < ttl);
-        prepared.insert(
-            handle.clone(),
-            Prepared {
-                user,
-                sql,
-                params: None,
-                used: std::time::Instant::now(),
-            },
-        );
-        drop(prepared);
+        // Clients that crash never close their statements: idle ones go after a token TTL.
+        let handle = self.prepared.insert(&user, sql, self.auth.ttl());
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into_bytes().into(),
             dataset_schema: schema_bytes(&dataset)?,
@@ -780,13 +495,7 @@ impl FlightSqlService for ClearIceFlightSql {
                 .try_collect()
                 .await
                 .map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?;
-        let mut prepared = self.prepared.lock().expect("prepared");
-        let p = prepared
-            .get_mut(&handle)
-            .filter(|p| p.user == session.principal())
-            .ok_or_else(|| Status::not_found(format!("no prepared statement '{handle}'")))?;
-        p.params = batches.into_iter().find(|b| b.num_rows() > 0);
-        p.used = std::time::Instant::now();
+        self.prepared.bind(&handle, session.principal(), batches)?;
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(handle.into_bytes().into()),
         })
@@ -799,15 +508,7 @@ impl FlightSqlService for ClearIceFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let session = self.session(&request).await?;
         let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
-        let sql = {
-            let mut prepared = self.prepared.lock().expect("prepared");
-            let p = prepared
-                .get_mut(&handle)
-                .filter(|p| p.user == session.principal())
-                .ok_or_else(|| Status::not_found(format!("no prepared statement '{handle}'")))?;
-            p.used = std::time::Instant::now();
-            p.sql.clone()
-        };
+        let (sql, _) = self.prepared.get(&handle, session.principal())?;
         let schema = self.result_schema(session, &sql).await?;
         Ok(Response::new(flight_info(
             &schema,
@@ -823,14 +524,7 @@ impl FlightSqlService for ClearIceFlightSql {
     ) -> Result<Response<DoGetStream>, Status> {
         let session = self.session(&request).await?;
         let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
-        let (sql, params) = {
-            let prepared = self.prepared.lock().expect("prepared");
-            let p = prepared
-                .get(&handle)
-                .filter(|p| p.user == session.principal())
-                .ok_or_else(|| Status::not_found(format!("no prepared statement '{handle}'")))?;
-            (p.sql.clone(), p.params.clone())
-        };
+        let (sql, params) = self.prepared.get(&handle, session.principal())?;
         let params = match params {
             Some(b) => Some(ParamValues::List(
                 (0..b.num_columns())
@@ -854,13 +548,7 @@ impl FlightSqlService for ClearIceFlightSql {
     ) -> Result<(), Status> {
         let session = self.session(&request).await?;
         let handle = String::from_utf8_lossy(&query.prepared_statement_handle).into_owned();
-        let mut prepared = self.prepared.lock().expect("prepared");
-        if prepared
-            .get(&handle)
-            .is_some_and(|p| p.user == session.principal())
-        {
-            prepared.remove(&handle);
-        }
+        self.prepared.close(&handle, session.principal());
         Ok(())
     }
 
@@ -869,13 +557,8 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
         let schema = query.into_builder().schema();
-        Ok(Response::new(flight_info(
-            &schema,
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_catalogs(
@@ -899,13 +582,8 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
         let schema = query.clone().into_builder().schema();
-        Ok(Response::new(flight_info(
-            &schema,
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_schemas(
@@ -932,13 +610,8 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
         let schema = query.clone().into_builder().schema();
-        Ok(Response::new(flight_info(
-            &schema,
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_tables(
@@ -961,13 +634,8 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
         let schema = query.into_builder().schema();
-        Ok(Response::new(flight_info(
-            &schema,
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_table_types(
@@ -988,13 +656,8 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
         let schema = query.clone().into_builder(&self.sql_info).schema();
-        Ok(Response::new(flight_info(
-            &schema,
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_sql_info(
@@ -1013,13 +676,8 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetXdbcTypeInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
         let schema = query.into_builder(&self.xdbc).schema();
-        Ok(Response::new(flight_info(
-            &schema,
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_xdbc_type_info(
@@ -1038,12 +696,8 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetPrimaryKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
-        Ok(Response::new(flight_info(
-            &keys_schema(false),
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &keys_schema(false), query.as_any())
+            .await
     }
 
     async fn do_get_primary_keys(
@@ -1051,12 +705,7 @@ impl FlightSqlService for ClearIceFlightSql {
         _query: CommandGetPrimaryKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request).await?;
-        let s = keys_schema(false);
-        Ok(Response::new(batch_stream(
-            Arc::clone(&s),
-            Ok(RecordBatch::new_empty(s)),
-        )))
+        self.empty_result(request, keys_schema(false)).await
     }
 
     async fn get_flight_info_exported_keys(
@@ -1064,12 +713,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetExportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
-        Ok(Response::new(flight_info(
-            &keys_schema(true),
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &keys_schema(true), query.as_any()).await
     }
 
     async fn do_get_exported_keys(
@@ -1077,12 +721,7 @@ impl FlightSqlService for ClearIceFlightSql {
         _query: CommandGetExportedKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request).await?;
-        let s = keys_schema(true);
-        Ok(Response::new(batch_stream(
-            Arc::clone(&s),
-            Ok(RecordBatch::new_empty(s)),
-        )))
+        self.empty_result(request, keys_schema(true)).await
     }
 
     async fn get_flight_info_imported_keys(
@@ -1090,12 +729,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetImportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
-        Ok(Response::new(flight_info(
-            &keys_schema(true),
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &keys_schema(true), query.as_any()).await
     }
 
     async fn do_get_imported_keys(
@@ -1103,12 +737,7 @@ impl FlightSqlService for ClearIceFlightSql {
         _query: CommandGetImportedKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request).await?;
-        let s = keys_schema(true);
-        Ok(Response::new(batch_stream(
-            Arc::clone(&s),
-            Ok(RecordBatch::new_empty(s)),
-        )))
+        self.empty_result(request, keys_schema(true)).await
     }
 
     async fn get_flight_info_cross_reference(
@@ -1116,12 +745,7 @@ impl FlightSqlService for ClearIceFlightSql {
         query: CommandGetCrossReference,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request).await?;
-        Ok(Response::new(flight_info(
-            &keys_schema(true),
-            query.as_any(),
-            request.into_inner(),
-        )?))
+        self.info(request, &keys_schema(true), query.as_any()).await
     }
 
     async fn do_get_cross_reference(
@@ -1129,12 +753,7 @@ impl FlightSqlService for ClearIceFlightSql {
         _query: CommandGetCrossReference,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        self.session(&request).await?;
-        let s = keys_schema(true);
-        Ok(Response::new(batch_stream(
-            Arc::clone(&s),
-            Ok(RecordBatch::new_empty(s)),
-        )))
+        self.empty_result(request, keys_schema(true)).await
     }
 
     async fn do_action_fallback(
