@@ -2,14 +2,24 @@
 mixing point queries, large scans and denied queries.
 
     python benches/flight_load.py --config DIR/clearice.toml [--clients 32] [--seconds 30]
+                                  [--killed 0.1] [--basic-client]
 
 Starts the server itself (target/release/clearice, or --bin), reports queries/s, p50/p99
-latency per kind, unexpected errors (must be 0), the server's peak RSS, the latency of a point
-query from a single client on an otherwise idle server, and the streaming
-throughput of a large scan over Flight vs the same scan in-process (`clearice -c`).
+latency per kind, unexpected errors (must be 0), the server's RSS (idle before, peak, and
+idle again after the load), the latency of a point query from a single client on an
+otherwise idle server, and the streaming throughput of a large scan over Flight vs the same
+scan in-process (`clearice -c`).
+
+`--killed F`: that share of the clients are separate processes that start large scans and
+are SIGKILLed mid-stream, again and again (the server must clean up after them).
+`--basic-client`: one more client sends `authorization: Basic ...` on every call instead of
+logging in once (pyarrow.flight with raw Flight SQL commands), as some BI tools do.
 """
 import argparse
+import base64
+import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -29,11 +39,94 @@ QUERIES = {
 MIX = ["point"] * 6 + ["agg"] * 2 + ["scan"] + ["denied"]
 
 
-def peak_rss_kib(pid):
+def rss_kib(pid, field="VmHWM"):
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
     return -1
+
+
+def peak_rss_kib(pid):
+    return rss_kib(pid, "VmHWM")
+
+
+KILLED_CLIENT = """
+import sys, adbc_driver_flightsql.dbapi as f
+c = f.connect(sys.argv[1], db_kwargs={"username": "admin", "password": "admin"})
+cur = c.cursor()
+while True:
+    cur.execute("SELECT * FROM lake.sales.orders a, (SELECT 1 UNION ALL SELECT 2) b")
+    r = cur.fetch_record_batch()
+    next(iter(r))  # the first batch arrives; the process is killed while the rest streams
+    print("streaming", flush=True)
+    r.read_all()
+"""
+
+
+def killed_clients(addr, deadline, n, stats, lock):
+    """Processes that start scans and are SIGKILLed mid-stream, restarted until the deadline."""
+    rng = random.Random(7)
+    while time.monotonic() < deadline:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, f"grpc://{addr}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            for _ in range(n)
+        ]
+        for p in procs:
+            p.stdout.readline()  # streaming (or EOF if it failed)
+        time.sleep(rng.uniform(0.05, 0.5))
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        with lock:
+            stats["killed"] = stats.get("killed", 0) + len(procs)
+
+
+def any_command(type_name, payload):
+    """A Flight SQL command wrapped in google.protobuf.Any (hand-encoded protobuf)."""
+    def field(num, data):
+        out, n = bytearray([(num << 3) | 2]), len(data)
+        while True:
+            b = n & 0x7F
+            n >>= 7
+            out.append(b | (0x80 if n else 0))
+            if not n:
+                return bytes(out) + data
+    url = f"type.googleapis.com/arrow.flight.protocol.sql.{type_name}".encode()
+    return field(1, url) + field(2, payload)
+
+
+def basic_client(addr, deadline, results, errors, lock):
+    """Sends Basic credentials on every call (no handshake, no token)."""
+    import pyarrow.flight as fl
+    client = fl.FlightClient(f"grpc://{addr}")
+    auth = b"Basic " + base64.b64encode(b"analyst:analyst")
+    opts = fl.FlightCallOptions(headers=[(b"authorization", auth)])
+    rng = random.Random(3)
+    while time.monotonic() < deadline:
+        sql = QUERIES["point"][1].format(id=1_000_000 + rng.randrange(100_000))
+        cmd = any_command("CommandStatementQuery", bytes([0x0A]) + _varint(len(sql.encode())) + sql.encode())
+        t0 = time.perf_counter()
+        try:
+            info = client.get_flight_info(fl.FlightDescriptor.for_command(cmd), opts)
+            for ep in info.endpoints:
+                client.do_get(ep.ticket, opts).read_all()
+        except Exception as e:  # noqa: BLE001
+            with lock:
+                errors.append(f"basic: {e}")
+            continue
+        with lock:
+            results.setdefault("basic", []).append(time.perf_counter() - t0)
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def client(addr, deadline, results, errors, lock):
@@ -71,6 +164,8 @@ def main():
     ap.add_argument("--bin", default="target/release/clearice")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--killed", type=float, default=0.0, help="share of clients killed mid-stream")
+    ap.add_argument("--basic-client", action="store_true", help="one client sends Basic on every call")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     addr_file = Path(tmp) / "addr"
@@ -84,16 +179,35 @@ def main():
             time.sleep(0.1)
         addr = addr_file.read_text()
         results, errors, lock = {}, [], threading.Lock()
+        # Warm up (catalog load, first logins), then take the idle RSS.
+        warm = flightsql.connect(f"grpc://{addr}", db_kwargs={"username": "admin", "password": "admin"})
+        wc = warm.cursor()
+        for sql in ("SELECT count(*) FROM lake.sales.customers", QUERIES["scan"][1]):
+            wc.execute(sql)
+            wc.fetch_arrow_table()
+        wc.close()
+        warm.close()
+        time.sleep(1)
+        idle_before = rss_kib(server.pid, "VmRSS")
         deadline = time.monotonic() + a.seconds
+        n_killed = int(round(a.clients * a.killed))
+        stats = {}
         threads = [
-            threading.Thread(target=client, args=(addr, deadline, results, errors, lock)) for _ in range(a.clients)
+            threading.Thread(target=client, args=(addr, deadline, results, errors, lock))
+            for _ in range(a.clients - n_killed)
         ]
+        if n_killed:
+            threads.append(threading.Thread(target=killed_clients, args=(addr, deadline, n_killed, stats, lock)))
+        if a.basic_client:
+            threads.append(threading.Thread(target=basic_client, args=(addr, deadline, results, errors, lock)))
         t0 = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         wall = time.monotonic() - t0
+        if server.poll() is not None:
+            errors.append(f"the server exited with {server.returncode}")
         total = sum(len(v) for v in results.values())
         print(f"clients={a.clients} seconds={wall:.1f} queries={total} qps={total / wall:.1f}")
         for kind, v in sorted(results.items()):
@@ -103,7 +217,12 @@ def main():
         print(f"unexpected errors: {len(errors)}")
         for e in errors[:5]:
             print("   ", e)
-        print(f"server peak RSS: {peak_rss_kib(server.pid) / 1024:.0f} MiB")
+        if n_killed:
+            print(f"clients killed mid-stream: {stats.get('killed', 0)} ({n_killed} at a time)")
+        time.sleep(12)  # the server gives freed memory back every 10 s when idle
+        idle_after = rss_kib(server.pid, "VmRSS")
+        print(f"server RSS: idle before {idle_before / 1024:.0f} MiB, peak {peak_rss_kib(server.pid) / 1024:.0f} MiB, "
+              f"idle after {idle_after / 1024:.0f} MiB")
         # unloaded latency: one client, point queries back to back (GetFlightInfo + DoGet)
         conn = flightsql.connect(f"grpc://{addr}", db_kwargs={"username": "analyst", "password": "analyst"})
         cur = conn.cursor()

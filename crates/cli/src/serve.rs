@@ -76,8 +76,22 @@ pub async fn run(
         std::fs::write(&f, bound.to_string())
             .with_context(|| format!("cannot write '{}'", f.display()))?;
     }
+    // After a burst, give freed memory back to the OS: every 10 s while no query holds
+    // pool memory (the trim runs on a blocking thread and takes milliseconds).
+    let idle = Arc::clone(&engine);
+    let trimmer = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if idle.memory_reserved() == 0 {
+                let _ = tokio::task::spawn_blocking(Engine::release_free_memory).await;
+            }
+        }
+    });
     let service = ClearIceFlightSql::new(engine, &server).with_cpu_executor(cpu);
     clearice_flight::serve(service, listener, tls, shutdown_signal()).await?;
+    trimmer.abort();
     println!("ClearIce Flight SQL stopped");
     Ok(0)
 }
