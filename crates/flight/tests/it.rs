@@ -21,6 +21,8 @@ struct Fixture {
     engine: Arc<Engine>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The CPU runtime queries run on, when the test asked for one.
+    cpu: Option<tokio::runtime::Runtime>,
 }
 
 impl Fixture {
@@ -38,6 +40,20 @@ impl Fixture {
         edit: impl FnOnce(String) -> String,
         server_edit: impl FnOnce(&mut clearice_engine::ServerConfig),
     ) -> Fixture {
+        Self::start_on(edit, server_edit, false).await
+    }
+
+    /// The demo lake, served as `clearice serve` does: queries on a CPU runtime of their
+    /// own.
+    async fn start_with_cpu_runtime() -> Fixture {
+        Self::start_on(|p| p, |_| {}, true).await
+    }
+
+    async fn start_on(
+        edit: impl FnOnce(String) -> String,
+        server_edit: impl FnOnce(&mut clearice_engine::ServerConfig),
+        own_cpu_runtime: bool,
+    ) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("lake");
         let config_path = demo::init(&dir).await.unwrap();
@@ -50,7 +66,18 @@ impl Fixture {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let service = ClearIceFlightSql::new(Arc::clone(&engine), &server);
+        let mut service = ClearIceFlightSql::new(Arc::clone(&engine), &server);
+        let cpu = own_cpu_runtime.then(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+        });
+        if let Some(rt) = &cpu {
+            service =
+                service.with_cpu_executor(clearice_engine::CpuExecutor::new(rt.handle().clone()));
+        }
         let task = tokio::spawn(async move {
             clearice_flight::serve(service, listener, None, async {
                 let _ = rx.await;
@@ -65,6 +92,7 @@ impl Fixture {
             engine,
             stop: Some(tx),
             task: Some(task),
+            cpu,
         }
     }
 
@@ -88,6 +116,9 @@ impl Fixture {
     async fn shutdown(mut self) {
         let _ = self.stop.take().unwrap().send(());
         self.task.take().unwrap().await.unwrap();
+        if let Some(rt) = self.cpu.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -309,6 +340,56 @@ async fn table_rules_hide_or_deny_whole_tables() {
     };
     assert!(refused("analyst", "is denied"), "{log}");
     assert!(refused("support", "hidden"), "{log}");
+    fx.shutdown().await;
+}
+
+/// Queries running at once over one Flight session (one bearer token), on a CPU runtime
+/// of their own as `clearice serve` runs them, are each audited with their own table,
+/// columns and row count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_queries_of_one_flight_session_are_audited_separately() {
+    let fx = Fixture::start_with_cpu_runtime().await;
+    let admin = fx.client("admin", "admin").await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let mut c = admin.clone();
+        tasks.push(tokio::spawn(async move {
+            let sql = if i % 2 == 0 {
+                "SELECT id, ssn FROM lake.sales.customers LIMIT 3"
+            } else {
+                "SELECT order_id FROM lake.sales.orders LIMIT 5"
+            };
+            let batches = query(&mut c, sql).await.unwrap();
+            batches.iter().map(RecordBatch::num_rows).sum::<usize>()
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap(), if i % 2 == 0 { 3 } else { 5 });
+    }
+    let log = std::fs::read_to_string(fx.dir.join("audit.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["user"] == "admin" && r["action"] == "query")
+        .collect();
+    assert_eq!(records.len(), 8, "{log}");
+    for r in &records {
+        let columns: Vec<&str> = r["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        match r["table"].as_str().unwrap() {
+            "lake.sales.customers" => {
+                assert_eq!((r["rows"].as_u64(), columns), (Some(3), vec!["id", "ssn"]))
+            }
+            "lake.sales.orders" => {
+                assert_eq!((r["rows"].as_u64(), columns), (Some(5), vec!["order_id"]))
+            }
+            other => panic!("unexpected table {other}"),
+        }
+    }
     fx.shutdown().await;
 }
 
