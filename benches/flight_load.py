@@ -166,6 +166,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--killed", type=float, default=0.0, help="share of clients killed mid-stream")
     ap.add_argument("--basic-client", action="store_true", help="one client sends Basic on every call")
+    ap.add_argument("--rounds", type=int, default=1, help="bursts, with idle RSS taken after each")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     addr_file = Path(tmp) / "addr"
@@ -189,22 +190,31 @@ def main():
         warm.close()
         time.sleep(1)
         idle_before = rss_kib(server.pid, "VmRSS")
-        deadline = time.monotonic() + a.seconds
         n_killed = int(round(a.clients * a.killed))
         stats = {}
-        threads = [
-            threading.Thread(target=client, args=(addr, deadline, results, errors, lock))
-            for _ in range(a.clients - n_killed)
-        ]
-        if n_killed:
-            threads.append(threading.Thread(target=killed_clients, args=(addr, deadline, n_killed, stats, lock)))
-        if a.basic_client:
-            threads.append(threading.Thread(target=basic_client, args=(addr, deadline, results, errors, lock)))
-        t0 = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        after_rounds = []
+        for rnd in range(a.rounds):
+            if rnd:
+                # Only the last round's figures are reported; earlier ones show whether
+                # memory after a burst grows from round to round (a leak) or not.
+                results.clear()
+            deadline = time.monotonic() + a.seconds
+            threads = [
+                threading.Thread(target=client, args=(addr, deadline, results, errors, lock))
+                for _ in range(a.clients - n_killed)
+            ]
+            if n_killed:
+                threads.append(threading.Thread(target=killed_clients, args=(addr, deadline, n_killed, stats, lock)))
+            if a.basic_client:
+                threads.append(threading.Thread(target=basic_client, args=(addr, deadline, results, errors, lock)))
+            t0 = time.monotonic()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if rnd + 1 < a.rounds:
+                time.sleep(12)
+                after_rounds.append(rss_kib(server.pid, "VmRSS"))
         wall = time.monotonic() - t0
         if server.poll() is not None:
             errors.append(f"the server exited with {server.returncode}")
@@ -221,8 +231,12 @@ def main():
             print(f"clients killed mid-stream: {stats.get('killed', 0)} ({n_killed} at a time)")
         time.sleep(12)  # the server gives freed memory back every 10 s when idle
         idle_after = rss_kib(server.pid, "VmRSS")
+        time.sleep(20)
+        idle_later = rss_kib(server.pid, "VmRSS")
         print(f"server RSS: idle before {idle_before / 1024:.0f} MiB, peak {peak_rss_kib(server.pid) / 1024:.0f} MiB, "
-              f"idle after {idle_after / 1024:.0f} MiB")
+              f"idle 12 s after {idle_after / 1024:.0f} MiB, 32 s after {idle_later / 1024:.0f} MiB")
+        if after_rounds:
+            print("  idle after earlier rounds: " + ", ".join(f"{r / 1024:.0f} MiB" for r in after_rounds))
         # unloaded latency: one client, point queries back to back (GetFlightInfo + DoGet)
         conn = flightsql.connect(f"grpc://{addr}", db_kwargs={"username": "analyst", "password": "analyst"})
         cur = conn.cursor()
