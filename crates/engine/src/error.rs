@@ -189,9 +189,5 @@ pub fn message_of(e: &datafusion::error::DataFusionError) -> String {
     } else {
         e.to_string()
     };
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
+    crate::session::one_line(&text)
 }

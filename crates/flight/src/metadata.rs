@@ -73,27 +73,32 @@ pub(crate) fn sql_info_data() -> SqlInfoData {
     b.append(SqlInfo::SqlSupportedSubqueries, 15i32);
     b.append(SqlInfo::SqlCorrelatedSubqueriesSupported, true);
     b.append(SqlInfo::SqlSupportedUnions, 3i32);
-    b.append(SqlInfo::SqlMaxBinaryLiteralLength, 0i64);
-    b.append(SqlInfo::SqlMaxCharLiteralLength, 0i64);
-    b.append(SqlInfo::SqlMaxColumnNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInGroupBy, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInIndex, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInOrderBy, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInSelect, 0i64);
-    b.append(SqlInfo::SqlMaxColumnsInTable, 0i64);
-    b.append(SqlInfo::SqlMaxConnections, 0i64);
-    b.append(SqlInfo::SqlMaxCursorNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxIndexLength, 0i64);
-    b.append(SqlInfo::SqlDbSchemaNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxProcedureNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxCatalogNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxRowSize, 0i64);
+    // Limits ClearIce does not have (0: none or unknown).
+    for unlimited in [
+        SqlInfo::SqlMaxBinaryLiteralLength,
+        SqlInfo::SqlMaxCharLiteralLength,
+        SqlInfo::SqlMaxColumnNameLength,
+        SqlInfo::SqlMaxColumnsInGroupBy,
+        SqlInfo::SqlMaxColumnsInIndex,
+        SqlInfo::SqlMaxColumnsInOrderBy,
+        SqlInfo::SqlMaxColumnsInSelect,
+        SqlInfo::SqlMaxColumnsInTable,
+        SqlInfo::SqlMaxConnections,
+        SqlInfo::SqlMaxCursorNameLength,
+        SqlInfo::SqlMaxIndexLength,
+        SqlInfo::SqlDbSchemaNameLength,
+        SqlInfo::SqlMaxProcedureNameLength,
+        SqlInfo::SqlMaxCatalogNameLength,
+        SqlInfo::SqlMaxRowSize,
+        SqlInfo::SqlMaxStatementLength,
+        SqlInfo::SqlMaxStatements,
+        SqlInfo::SqlMaxTableNameLength,
+        SqlInfo::SqlMaxTablesInSelect,
+        SqlInfo::SqlMaxUsernameLength,
+    ] {
+        b.append(unlimited, 0i64);
+    }
     b.append(SqlInfo::SqlMaxRowSizeIncludesBlobs, true);
-    b.append(SqlInfo::SqlMaxStatementLength, 0i64);
-    b.append(SqlInfo::SqlMaxStatements, 0i64);
-    b.append(SqlInfo::SqlMaxTableNameLength, 0i64);
-    b.append(SqlInfo::SqlMaxTablesInSelect, 0i64);
-    b.append(SqlInfo::SqlMaxUsernameLength, 0i64);
     b.append(SqlInfo::SqlDefaultTransactionIsolation, 0i64);
     b.append(SqlInfo::SqlTransactionsSupported, false);
     b.append(SqlInfo::SqlSupportedTransactionsIsolationLevels, 0i32);

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clearice_engine::{Engine, Session};
+use clearice_engine::{CpuExecutor, Engine, Session, one_line};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::Fields;
 use futures::StreamExt;
@@ -51,15 +51,6 @@ impl ClearIceDb {
             workspace_root,
         }
     }
-}
-
-fn one_line(e: impl std::fmt::Display) -> String {
-    e.to_string()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn output(
@@ -122,10 +113,10 @@ impl FlightDb {
             .replacen("grpc://", "http://", 1)
             .replacen("grpc+tls://", "https://", 1);
         let channel = tonic::transport::Channel::from_shared(endpoint)
-            .map_err(|e| SqlError(one_line(e)))?
+            .map_err(|e| SqlError(one_line(&e)))?
             .connect()
             .await
-            .map_err(|e| SqlError(one_line(e)))?;
+            .map_err(|e| SqlError(one_line(&e)))?;
         let mut client = arrow_flight::sql::client::FlightSqlServiceClient::new(channel);
         let password =
             std::env::var("CLEARICE_SLT_PASSWORD").unwrap_or_else(|_| principal.to_owned());
@@ -133,7 +124,7 @@ impl FlightDb {
             .handshake(principal, &password)
             .await
             .err()
-            .map(one_line);
+            .map(|e| one_line(&e));
         Ok(Self {
             client,
             login_error,
@@ -151,7 +142,7 @@ impl sqllogictest::AsyncDB for FlightDb {
         if let Some(e) = &self.login_error {
             return Err(SqlError(e.clone()));
         }
-        let err = |e: arrow_flight::error::FlightError| SqlError(one_line(e));
+        let err = |e: arrow_flight::error::FlightError| SqlError(one_line(&e));
         let info = self
             .client
             .execute(sql.to_owned(), None)
@@ -160,7 +151,7 @@ impl sqllogictest::AsyncDB for FlightDb {
         let schema = info
             .clone()
             .try_decode_schema()
-            .map_err(|e| SqlError(one_line(e)))?;
+            .map_err(|e| SqlError(one_line(&e)))?;
         let mut batches = Vec::new();
         for ep in info.endpoint {
             let Some(ticket) = ep.ticket else { continue };
@@ -416,52 +407,32 @@ pub async fn run_files(
                     .unwrap_or_else(|e| Err(std::io::Error::other(e)))
             };
             if let Err(e) = scratch {
-                return (
-                    FileResult {
-                        records: count_records(&f),
-                        failures: vec![format!("cannot prepare scratch directory: {e}")],
-                        path: f,
-                        timed_out: true,
-                    },
-                    start,
-                );
+                let msg = format!("cannot prepare scratch directory: {e}");
+                return (unfinished(f, msg), start);
             }
+            let cpu = CpuExecutor::new(
+                options
+                    .executor
+                    .clone()
+                    .unwrap_or_else(tokio::runtime::Handle::current),
+            );
             let timeout = options.file_timeout;
-            let executor = options.executor.clone();
-            let run = {
+            // Dropping the run (timeout) aborts the file's task.
+            let run = cpu.run({
                 let f = f.clone();
                 async move { run_file(engine, &f, &options).await }
-            };
-            let mut task = AbortOnDrop(match executor {
-                Some(rt) => rt.spawn(run),
-                None => tokio::spawn(run),
             });
             let result = match timeout {
-                Some(limit) => match tokio::time::timeout(limit, &mut task.0).await {
+                Some(limit) => match tokio::time::timeout(limit, run).await {
                     Ok(r) => r,
                     Err(_) => {
-                        return (
-                            FileResult {
-                                records: count_records(&f),
-                                failures: vec![format!(
-                                    "timed out after {} s",
-                                    limit.as_secs_f64()
-                                )],
-                                path: f,
-                                timed_out: true,
-                            },
-                            start,
-                        );
+                        let msg = format!("timed out after {} s", limit.as_secs_f64());
+                        return (unfinished(f, msg), start);
                     }
                 },
-                None => (&mut task.0).await,
+                None => run.await,
             };
-            let result = result.unwrap_or_else(|e| FileResult {
-                records: count_records(&f),
-                failures: vec![format!("runner panicked: {e}")],
-                path: f,
-                timed_out: true,
-            });
+            let result = result.unwrap_or_else(|e| unfinished(f, format!("runner failed: {e}")));
             (result, start)
         }
     }))
@@ -473,12 +444,13 @@ pub async fn run_files(
     summary
 }
 
-/// Aborts the file's task when its runner gives up on it (timeout, or the run dropped).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
+/// A file that did not run to its end: every record counts as failed.
+fn unfinished(path: PathBuf, reason: String) -> FileResult {
+    FileResult {
+        records: count_records(&path),
+        failures: vec![reason],
+        path,
+        timed_out: true,
     }
 }
 
