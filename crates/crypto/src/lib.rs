@@ -1,4 +1,6 @@
-//! Key resolution for Parquet Modular Encryption (PME): KMS clients, PME key material
+//! Parquet Modular Encryption (PME) keys and cryptography: the [`CryptoProvider`]
+//! interface and its [`LocalProvider`], module ciphers and AADs ([`modules`]), KMS
+//! clients, PME key material
 //! (PKMT1, double wrapping, internal and external storage) and a cached
 //! [`KeyResolver`] that hands parquet-rs data keys through its `KeyRetriever` hook.
 //!
@@ -25,6 +27,9 @@ pub mod aes;
 mod error;
 mod key_material;
 mod kms;
+mod local;
+pub mod modules;
+mod provider;
 mod resolver;
 mod secret;
 mod writer;
@@ -32,8 +37,13 @@ mod writer;
 pub use error::{BoxError, Error, Result};
 pub use key_material::{KeyMaterial, side_file_name};
 pub use kms::{KeyringKms, Kms};
+pub use local::LocalProvider;
+pub use modules::{Algorithm, ModuleCipher, ModuleError, ModulePosition, ModuleType};
+pub use provider::{
+    CallContext, CryptoProvider, KeyRef, Module, ModuleBatch, ProviderError, ProviderRef,
+};
 pub use resolver::{
-    DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyResolver, KeyScope, SideFileReader,
+    DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyInfo, KeyResolver, KeyScope, SideFileReader,
 };
 pub use secret::SecretKey;
 pub use writer::KeyMaterialWriter;

@@ -251,6 +251,38 @@ impl FileKeyRetriever {
         })
     }
 
+    /// What key metadata names: the master key id of key-tools material (internal or,
+    /// through the side file, external) or the id of an explicit key. Reads the side file
+    /// (blocking) for external material; asks no KMS.
+    pub fn describe(&self, key_metadata: &[u8]) -> Result<KeyInfo> {
+        Ok(match KeyMaterial::parse(key_metadata, Some(&self.file))? {
+            Some(m) => {
+                let m = self.internal(m)?;
+                KeyInfo {
+                    key_id: m.master_key_id.clone(),
+                    is_footer_key: m.is_footer_key,
+                    material: Some(m),
+                }
+            }
+            None => KeyInfo {
+                key_id: String::from_utf8_lossy(key_metadata).into_owned(),
+                is_footer_key: false,
+                material: None,
+            },
+        })
+    }
+
+    fn internal(&self, m: KeyMaterial) -> Result<KeyMaterial> {
+        if m.internal_storage {
+            return Ok(m);
+        }
+        let reference = m.key_reference.clone().ok_or_else(|| Error::KeyMaterial {
+            file: Some(self.file.clone()),
+            reason: "external key material without keyReference".into(),
+        })?;
+        self.external_material(&reference)
+    }
+
     /// Resolves key metadata to a key.
     pub fn resolve(&self, key_metadata: &[u8]) -> Result<SecretKey> {
         if let Some(k) = self.deks.lock().expect("dek cache").get(key_metadata) {
@@ -262,51 +294,68 @@ impl FileKeyRetriever {
                 reason: reason.clone(),
             });
         }
-        let key = match KeyMaterial::parse(key_metadata, Some(&self.file))? {
-            Some(m) => {
-                let m = if m.internal_storage {
-                    m
-                } else {
-                    let reference = m.key_reference.clone().ok_or_else(|| Error::KeyMaterial {
-                        file: Some(self.file.clone()),
-                        reason: "external key material without keyReference".into(),
-                    })?;
-                    self.external_material(&reference)?
-                };
-                if let KeyScope::MasterKeys(allowed) = &self.scope
-                    && !m.is_footer_key
-                    && !allowed.contains(&m.master_key_id)
-                {
-                    return Err(Error::NotRequested {
-                        key_id: m.master_key_id.clone(),
-                        reason: "no column this query reads is declared under it in the policy; declare master_key for every encrypted column".into(),
-                    });
-                }
-                if let KeyScope::Except(refused) = &self.scope
-                    && !m.is_footer_key
-                    && refused.contains(&m.master_key_id)
-                {
-                    return Err(Error::NotRequested {
-                        key_id: m.master_key_id.clone(),
-                        reason: "no column this query reads is declared under it in the policy; declare master_key for every encrypted column".into(),
-                    });
-                }
-                self.resolver.data_key(&m, Some(&self.file))?
-            }
-            None => {
-                let id = String::from_utf8_lossy(key_metadata).into_owned();
-                self.resolver
-                    .explicit
-                    .get(&id)
-                    .cloned()
-                    .ok_or(Error::NoExplicitKey { key_id: id })?
-            }
-        };
+        let info = self.describe(key_metadata)?;
+        self.scope.check(&info)?;
+        let key = self.resolve_described(&info)?;
         self.deks
             .lock()
             .expect("dek cache")
             .insert(key_metadata.to_vec(), key.clone());
         Ok(key)
+    }
+
+    /// Resolves a described key (no scope check: the caller made it).
+    pub fn resolve_described(&self, info: &KeyInfo) -> Result<SecretKey> {
+        match &info.material {
+            Some(m) => self.resolver.data_key(m, Some(&self.file)),
+            None => self
+                .resolver
+                .explicit
+                .get(&info.key_id)
+                .cloned()
+                .ok_or_else(|| Error::NoExplicitKey {
+                    key_id: info.key_id.clone(),
+                }),
+        }
+    }
+}
+
+/// What a file's key metadata names.
+#[derive(Debug, Clone)]
+pub struct KeyInfo {
+    /// Master key id (key-tools material) or explicit key id.
+    pub key_id: String,
+    /// Whether the material says it is the footer key.
+    pub is_footer_key: bool,
+    /// The key material (with external material read in), `None` for explicit keys.
+    pub material: Option<KeyMaterial>,
+}
+
+impl KeyScope {
+    /// Whether this scope lets a column key be requested; the footer key always may,
+    /// unless the scope is [`KeyScope::None`].
+    pub fn check(&self, info: &KeyInfo) -> Result<()> {
+        const WHY: &str = "no column this query reads is declared under it in the policy; declare master_key for every encrypted column";
+        let refused = match self {
+            KeyScope::All => false,
+            KeyScope::None(reason) => {
+                return Err(Error::NotRequested {
+                    key_id: info.key_id.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            // Explicit keys have no master key id to declare; scopes name master keys.
+            _ if info.material.is_none() || info.is_footer_key => false,
+            KeyScope::MasterKeys(allowed) => !allowed.contains(&info.key_id),
+            KeyScope::Except(refused) => refused.contains(&info.key_id),
+        };
+        if refused {
+            return Err(Error::NotRequested {
+                key_id: info.key_id.clone(),
+                reason: WHY.into(),
+            });
+        }
+        Ok(())
     }
 }
 

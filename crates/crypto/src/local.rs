@@ -1,0 +1,173 @@
+//! The `local` crypto provider: AES-GCM and AES-CTR in process, keys from the configured
+//! KMS (key-tools material, external side files, explicit keys) through [`KeyResolver`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use crate::aes::random_nonce;
+use crate::modules::ModuleCipher;
+use crate::provider::{CallContext, CryptoProvider, KeyRef, ModuleBatch, ProviderError};
+use crate::resolver::{FileKeyRetriever, KeyResolver, KeyScope, SideFileReader};
+use crate::secret::SecretKey;
+
+/// Retrievers kept per file (each caches its side file and data keys).
+const RETRIEVER_CACHE: usize = 1024;
+
+/// In-process provider. KMS calls and side-file reads run on tokio's blocking pool.
+pub struct LocalProvider {
+    resolver: Arc<KeyResolver>,
+    side_files: Option<SideFileReader>,
+    retrievers: Mutex<HashMap<String, Arc<FileKeyRetriever>>>,
+}
+
+impl std::fmt::Debug for LocalProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalProvider")
+            .field("resolver", &self.resolver)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalProvider {
+    /// A provider resolving keys through `resolver`, reading external key material with
+    /// `side_files`.
+    pub fn new(resolver: Arc<KeyResolver>, side_files: Option<SideFileReader>) -> Self {
+        Self {
+            resolver,
+            side_files,
+            retrievers: Mutex::default(),
+        }
+    }
+
+    /// The key resolver (for KMS request accounting).
+    pub fn resolver(&self) -> &Arc<KeyResolver> {
+        &self.resolver
+    }
+
+    fn retriever(&self, file: &str) -> Arc<FileKeyRetriever> {
+        let mut map = self.retrievers.lock().expect("retrievers");
+        if let Some(r) = map.get(file) {
+            return Arc::clone(r);
+        }
+        if map.len() >= RETRIEVER_CACHE {
+            map.clear();
+        }
+        let r = self
+            .resolver
+            .scoped_retriever(file, self.side_files.clone(), KeyScope::All);
+        map.insert(file.to_owned(), Arc::clone(&r));
+        r
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, ProviderError> + Send + 'static,
+    ) -> Result<T, ProviderError> {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| ProviderError::Unavailable {
+                provider: self.name().into(),
+                reason: format!("key task failed: {e}"),
+            })?
+    }
+
+    async fn key(&self, ctx: &CallContext, key: &KeyRef) -> Result<SecretKey, ProviderError> {
+        let retriever = self.retriever(&ctx.file);
+        let metadata = key.key_metadata.clone();
+        self.blocking(move || Ok(retriever.resolve(&metadata)?))
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl CryptoProvider for LocalProvider {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    async fn describe_key(
+        &self,
+        ctx: &CallContext,
+        key_metadata: Bytes,
+    ) -> Result<KeyRef, ProviderError> {
+        let retriever = self.retriever(&ctx.file);
+        self.blocking(move || {
+            let info = retriever.describe(&key_metadata)?;
+            Ok(KeyRef {
+                key_metadata,
+                key_id: info.key_id,
+                is_footer_key: info.is_footer_key,
+            })
+        })
+        .await
+    }
+
+    async fn decrypt(
+        &self,
+        ctx: &CallContext,
+        batch: ModuleBatch,
+    ) -> Result<Vec<Vec<u8>>, ProviderError> {
+        let key = self.key(ctx, &batch.key).await?;
+        let cipher = cipher(&key, &batch, 0)?;
+        batch
+            .modules
+            .iter()
+            .enumerate()
+            .map(|(index, m)| {
+                cipher
+                    .decrypt(batch.algorithm, m.position.kind, &m.aad, &m.data)
+                    .map_err(|error| ProviderError::Invalid {
+                        index,
+                        position: m.position,
+                        error,
+                    })
+            })
+            .collect()
+    }
+
+    async fn encrypt(
+        &self,
+        ctx: &CallContext,
+        batch: ModuleBatch,
+    ) -> Result<Vec<Vec<u8>>, ProviderError> {
+        let key = self.key(ctx, &batch.key).await?;
+        let cipher = cipher(&key, &batch, 0)?;
+        batch
+            .modules
+            .iter()
+            .enumerate()
+            .map(|(index, m)| {
+                let nonce = m.nonce.unwrap_or_else(random_nonce);
+                cipher
+                    .encrypt(batch.algorithm, m.position.kind, &m.aad, &nonce, &m.data)
+                    .map_err(|error| ProviderError::Invalid {
+                        index,
+                        position: m.position,
+                        error,
+                    })
+            })
+            .collect()
+    }
+
+    async fn release_key(
+        &self,
+        ctx: &CallContext,
+        key: &KeyRef,
+    ) -> Result<Option<SecretKey>, ProviderError> {
+        self.key(ctx, key).await.map(Some)
+    }
+}
+
+fn cipher(key: &SecretKey, batch: &ModuleBatch, index: usize) -> Result<ModuleCipher, ProviderError> {
+    ModuleCipher::new(key.expose()).map_err(|error| ProviderError::Invalid {
+        index,
+        position: batch
+            .modules
+            .first()
+            .map(|m| m.position)
+            .unwrap_or_else(crate::modules::ModulePosition::footer),
+        error,
+    })
+}
