@@ -97,6 +97,7 @@ impl CryptoProvider for LocalProvider {
             let info = retriever.describe(&key_metadata)?;
             Ok(KeyRef {
                 key_metadata,
+                master_key: info.material.is_some(),
                 key_id: info.key_id,
                 is_footer_key: info.is_footer_key,
             })

@@ -39,8 +39,10 @@ pub struct KeyRef {
     pub key_metadata: Bytes,
     /// Master key id (key-tools material) or explicit key id.
     pub key_id: String,
-    /// Whether this is the file's footer key.
+    /// Whether the key material says this is the file's footer key.
     pub is_footer_key: bool,
+    /// Whether `key_id` is a KMS master key id (key-tools material), not an explicit key.
+    pub master_key: bool,
 }
 
 impl std::fmt::Debug for KeyRef {

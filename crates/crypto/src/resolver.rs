@@ -335,23 +335,29 @@ impl KeyScope {
     /// Whether this scope lets a column key be requested; the footer key always may,
     /// unless the scope is [`KeyScope::None`].
     pub fn check(&self, info: &KeyInfo) -> Result<()> {
+        self.check_key(&info.key_id, info.is_footer_key, info.material.is_some())
+    }
+
+    /// [`Self::check`] by key id: `footer` for the file's footer key, `master_key` when
+    /// the id is a KMS master key id (scopes name master keys; explicit keys pass).
+    pub fn check_key(&self, key_id: &str, footer: bool, master_key: bool) -> Result<()> {
         const WHY: &str = "no column this query reads is declared under it in the policy; declare master_key for every encrypted column";
         let refused = match self {
             KeyScope::All => false,
             KeyScope::None(reason) => {
                 return Err(Error::NotRequested {
-                    key_id: info.key_id.clone(),
+                    key_id: key_id.into(),
                     reason: reason.clone(),
                 });
             }
             // Explicit keys have no master key id to declare; scopes name master keys.
-            _ if info.material.is_none() || info.is_footer_key => false,
-            KeyScope::MasterKeys(allowed) => !allowed.contains(&info.key_id),
-            KeyScope::Except(refused) => refused.contains(&info.key_id),
+            _ if !master_key || footer => false,
+            KeyScope::MasterKeys(allowed) => !allowed.contains(key_id),
+            KeyScope::Except(refused) => refused.contains(key_id),
         };
         if refused {
             return Err(Error::NotRequested {
-                key_id: info.key_id.clone(),
+                key_id: key_id.into(),
                 reason: WHY.into(),
             });
         }

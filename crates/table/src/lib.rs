@@ -19,6 +19,7 @@ mod error;
 pub mod field_id;
 mod filter;
 pub mod mask;
+pub mod pme;
 mod policy_provider;
 mod provider;
 mod reader;

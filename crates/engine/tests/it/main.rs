@@ -9,6 +9,7 @@ mod confine;
 mod demo;
 mod interop;
 mod parquet_testing;
+mod pme_reader;
 mod policy;
 mod postgres;
 mod pyarrow;

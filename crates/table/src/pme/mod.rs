@@ -1,0 +1,1340 @@
+//! ClearIce's decrypting Parquet reader: presents a PME file to DataFusion's Parquet scan
+//! as a plaintext Parquet file, decrypting through a [`CryptoProvider`] only the modules
+//! of the columns a query reads.
+//!
+//! # The plaintext view
+//! Every byte range of the file stays where it is; each encrypted region is replaced by a
+//! plaintext *of the same length*:
+//! - the footer is decrypted (or its signature verified) and rewritten without crypto
+//!   metadata: columns carry their decrypted `ColumnMetaData`, index lengths become
+//!   plaintext lengths; it is handed to parquet-rs as [`ParquetMetaData`], never as bytes;
+//! - a column chunk becomes its pages in plaintext, packed from the chunk's start (each
+//!   page header keeps its length: its `compressed_page_size` is rewritten in place),
+//!   followed by one `INDEX_PAGE` (which readers skip) filling the bytes the encryption
+//!   added. Page sizes follow from module lengths, so the plaintext offset of every page
+//!   is known from the encrypted offset index without decrypting any page;
+//! - column and offset indexes become their plaintext (offset index locations rewritten
+//!   in place to plaintext offsets), followed by zeros; Bloom filters likewise.
+//!
+//! So DataFusion's row group and page pruning, projection and late materialization work
+//! unchanged, and only modules of read columns are ever decrypted: one provider call per
+//! column chunk read (or per page range with the page index), never one per page.
+//! Columns whose key this scan may not request keep a placeholder: reading their bytes
+//! fails with [`DecryptError::Refused`]; their offset index is a one-page stand-in so the
+//! page index of the other columns stays usable.
+#![allow(
+    deprecated,
+    reason = "parquet::format holds parquet 58's only public Thrift types (removed in 59)"
+)]
+
+mod compact;
+mod error;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
+use bytes::{Bytes, BytesMut};
+use clearice_crypto::modules::{GCM_OVERHEAD, NONCE_LEN, TAG_LEN, split_module};
+use clearice_crypto::{
+    Algorithm, CallContext, KeyRef, KeyScope, Module, ModuleBatch, ModuleCipher, ModuleError,
+    ModulePosition, ModuleType, ProviderError, ProviderRef,
+};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::{
+    DefaultParquetFileReaderFactory, ParquetFileReaderFactory,
+};
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use object_store::ObjectStore;
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::format::{
+    ColumnChunk, ColumnCryptoMetaData, ColumnMetaData, CompressionCodec, EncryptionAlgorithm,
+    FileCryptoMetaData, FileMetaData, SchemaElement,
+};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+
+pub use error::DecryptError;
+
+type Result<T, E = DecryptError> = std::result::Result<T, E>;
+
+/// Bytes read from the end of a file at first (footer and, often, page indexes).
+const TAIL_PREFETCH: u64 = 64 * 1024;
+
+/// What a scan may decrypt, and as whom.
+#[derive(Debug, Clone)]
+pub struct ScanKeys {
+    /// Does the cryptography.
+    pub provider: ProviderRef,
+    /// Which keys may be requested.
+    pub scope: KeyScope,
+    /// Principal and application context sent with every provider call.
+    pub context: CallContext,
+    /// AAD prefix to use for files that do not store theirs (or to check against).
+    pub aad_prefix: Option<Vec<u8>>,
+}
+
+/// Creates [`DecryptingReader`]s for a scan.
+#[derive(Debug)]
+pub struct DecryptingReaderFactory {
+    inner: DefaultParquetFileReaderFactory,
+    keys: Arc<ScanKeys>,
+}
+
+impl DecryptingReaderFactory {
+    /// Readers of files in `store`, decrypting with `keys`.
+    pub fn new(store: Arc<dyn ObjectStore>, keys: ScanKeys) -> Self {
+        Self {
+            inner: DefaultParquetFileReaderFactory::new(store),
+            keys: Arc::new(keys),
+        }
+    }
+}
+
+impl ParquetFileReaderFactory for DecryptingReaderFactory {
+    fn create_reader(
+        &self,
+        partition_index: usize,
+        file: PartitionedFile,
+        metadata_size_hint: Option<usize>,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> datafusion::error::Result<Box<dyn AsyncFileReader + Send>> {
+        let path = format!("/{}", file.object_meta.location);
+        let size = file.object_meta.size;
+        let inner = self
+            .inner
+            .create_reader(partition_index, file, metadata_size_hint, metrics)?;
+        Ok(Box::new(DecryptingReader::new(
+            inner,
+            path,
+            size,
+            metadata_size_hint,
+            Arc::clone(&self.keys),
+        )))
+    }
+}
+
+/// An [`AsyncFileReader`] serving the plaintext view of one file.
+pub struct DecryptingReader {
+    /// In a mutex only to make the reader `Sync` (it is never locked: `get_mut`).
+    inner: std::sync::Mutex<Box<dyn AsyncFileReader + Send>>,
+    file: String,
+    size: u64,
+    hint: Option<usize>,
+    keys: Arc<ScanKeys>,
+    view: Option<Arc<View>>,
+    /// Plaintext of small regions (indexes, Bloom filters) by region index.
+    small: HashMap<usize, Bytes>,
+}
+
+impl std::fmt::Debug for DecryptingReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecryptingReader")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+struct View {
+    metadata: Arc<ParquetMetaData>,
+    crypto: Option<FileCrypto>,
+}
+
+struct FileCrypto {
+    algorithm: Algorithm,
+    file_aad: Vec<u8>,
+    /// Sorted by start, not overlapping.
+    regions: Vec<Region>,
+}
+
+struct Region {
+    range: Range<u64>,
+    column: String,
+    row_group: usize,
+    ordinal: usize,
+    kind: RegionKind,
+}
+
+enum RegionKind {
+    Chunk {
+        key: Arc<ColumnKey>,
+        has_dict: bool,
+        /// Pages with plaintext offsets, from the offset index once decrypted.
+        units: OnceLock<Arc<Vec<Unit>>>,
+        offset_index: Option<usize>,
+    },
+    ColumnIndex {
+        key: Arc<ColumnKey>,
+    },
+    OffsetIndex {
+        key: Arc<ColumnKey>,
+        chunk: usize,
+    },
+    Bloom {
+        key: Arc<ColumnKey>,
+    },
+    /// A stand-in offset index of a refused column.
+    Synthetic(Bytes),
+    Refused(String),
+}
+
+/// One page (header and body modules) of a column chunk.
+#[derive(Debug, Clone)]
+struct Unit {
+    enc: Range<u64>,
+    plain: Range<u64>,
+    dict: bool,
+    ordinal: usize,
+}
+
+/// A key of the file, resolved for this scan.
+struct ColumnKey {
+    key: KeyRef,
+    /// The data key, when the provider releases it.
+    cipher: Option<ModuleCipher>,
+}
+
+impl DecryptingReader {
+    fn new(
+        inner: Box<dyn AsyncFileReader + Send>,
+        file: String,
+        size: u64,
+        hint: Option<usize>,
+        keys: Arc<ScanKeys>,
+    ) -> Self {
+        Self {
+            inner: std::sync::Mutex::new(inner),
+            file,
+            size,
+            hint,
+            keys,
+            view: None,
+            small: HashMap::new(),
+        }
+    }
+
+    fn malformed(&self, reason: impl Into<String>) -> DecryptError {
+        DecryptError::Malformed {
+            file: self.file.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    fn ctx(&self) -> CallContext {
+        let mut c = self.keys.context.clone();
+        c.file = self.file.clone();
+        c
+    }
+
+    fn inner(&mut self) -> &mut Box<dyn AsyncFileReader + Send> {
+        self.inner
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn fetch(&mut self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        self.inner().get_bytes(range).await
+    }
+
+    async fn view(&mut self) -> parquet::errors::Result<Arc<View>> {
+        if let Some(v) = &self.view {
+            return Ok(Arc::clone(v));
+        }
+        let v = Arc::new(self.build_view().await?);
+        self.view = Some(Arc::clone(&v));
+        Ok(v)
+    }
+
+    /// Resolves a key named by the file for this scan: scope check, then the provider.
+    async fn key(
+        &self,
+        metadata: &[u8],
+        footer: bool,
+    ) -> std::result::Result<Arc<ColumnKey>, ProviderError> {
+        let ctx = self.ctx();
+        let provider = &self.keys.provider;
+        let key = provider
+            .describe_key(&ctx, Bytes::copy_from_slice(metadata))
+            .await?;
+        self.keys
+            .scope
+            .check_key(&key.key_id, footer, key.master_key)?;
+        let cipher = match provider.release_key(&ctx, &key).await? {
+            Some(k) => Some(ModuleCipher::new(k.expose()).map_err(|error| {
+                ProviderError::Invalid {
+                    index: 0,
+                    position: ModulePosition::footer(),
+                    error,
+                }
+            })?),
+            None => None,
+        };
+        Ok(Arc::new(ColumnKey { key, cipher }))
+    }
+
+    /// Decrypts modules under one key: in process with a released key, else in one
+    /// provider call.
+    async fn decrypt(
+        &self,
+        key: &ColumnKey,
+        algorithm: Algorithm,
+        column: Option<&str>,
+        modules: Vec<Module>,
+    ) -> Result<Vec<Vec<u8>>> {
+        if let Some(cipher) = &key.cipher {
+            return modules
+                .iter()
+                .map(|m| {
+                    cipher
+                        .decrypt(algorithm, m.position.kind, &m.aad, &m.data)
+                        .map_err(|error| DecryptError::Tampered {
+                            file: self.file.clone(),
+                            column: column.map(Into::into),
+                            position: m.position,
+                            error,
+                        })
+                })
+                .collect();
+        }
+        let batch = ModuleBatch {
+            key: key.key.clone(),
+            algorithm,
+            column: column.map(Into::into),
+            modules,
+        };
+        self.keys
+            .provider
+            .decrypt(&self.ctx(), batch)
+            .await
+            .map_err(|e| DecryptError::from_provider(&self.file, column, e))
+    }
+
+    fn module(&self, file_aad: &[u8], position: ModulePosition, data: Bytes) -> Result<Module> {
+        let aad = position
+            .aad(file_aad)
+            .ok_or_else(|| self.malformed("more than 32767 row groups, columns or pages"))?;
+        Ok(Module {
+            position,
+            aad,
+            data,
+            nonce: None,
+        })
+    }
+
+    async fn build_view(&mut self) -> Result<View, parquet::errors::ParquetError> {
+        let size = self.size;
+        if size < 12 {
+            return Err(self.malformed("file is too short to be Parquet").into());
+        }
+        let prefetch = TAIL_PREFETCH
+            .max(self.hint.unwrap_or(0) as u64)
+            .min(size);
+        let tail = self.fetch(size - prefetch..size).await?;
+        let n = tail.len();
+        let footer_len = u64::from(u32::from_le_bytes(
+            tail[n - 8..n - 4].try_into().expect("4 bytes"),
+        ));
+        let magic: [u8; 4] = tail[n - 4..].try_into().expect("4 bytes");
+        if footer_len + 8 > size {
+            return Err(self
+                .malformed(format!(
+                    "footer length {footer_len} exceeds the file size {size} (truncated file?)"
+                ))
+                .into());
+        }
+        let footer = if footer_len + 8 <= prefetch {
+            tail.slice(n - 8 - footer_len as usize..n - 8)
+        } else {
+            self.fetch(size - 8 - footer_len..size - 8).await?
+        };
+        match &magic {
+            b"PAR1" => self.plaintext_footer(footer).await,
+            b"PARE" => self.encrypted_footer(footer).await.map_err(Into::into),
+            _ => Err(self
+                .malformed("not a Parquet file (no PAR1/PARE magic at the end)")
+                .into()),
+        }
+    }
+
+    async fn plaintext_footer(&mut self, footer: Bytes) -> parquet::errors::Result<View> {
+        let mut rest = &footer[..];
+        let meta: FileMetaData = compact::read(&mut rest)
+            .map_err(|e| self.malformed(format!("footer does not parse: {e}")))?;
+        let Some(algorithm) = meta.encryption_algorithm.clone() else {
+            return Ok(View {
+                metadata: Arc::new(ParquetMetaDataReader::decode_metadata(&footer)?),
+                crypto: None,
+            });
+        };
+        if rest.len() != NONCE_LEN + TAG_LEN {
+            return Err(self
+                .malformed("plaintext footer is not followed by a 28-byte signature")
+                .into());
+        }
+        let (algorithm, file_aad) = self.algorithm(&algorithm)?;
+        let signed = footer.slice(..footer.len() - NONCE_LEN - TAG_LEN);
+        let signature = &footer[signed.len()..];
+        // The footer key signs the footer; without it (not granted to this scan) the
+        // plaintext columns stay readable, unverified, as in every PME reader.
+        let footer_key = match &meta.footer_signing_key_metadata {
+            Some(m) => self.key(m, true).await.ok(),
+            None => None,
+        };
+        if let Some(key) = &footer_key {
+            self.verify_signature(key, algorithm, &file_aad, signed, signature)
+                .await?;
+        }
+        self.rewrite(meta, algorithm, file_aad, footer_key)
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn verify_signature(
+        &self,
+        key: &ColumnKey,
+        algorithm: Algorithm,
+        file_aad: &[u8],
+        signed: Bytes,
+        signature: &[u8],
+    ) -> Result<()> {
+        let position = ModulePosition::footer();
+        let aad = position.aad(file_aad).expect("footer AAD");
+        let nonce: [u8; NONCE_LEN] = signature[..NONCE_LEN].try_into().expect("12 bytes");
+        let body = match &key.cipher {
+            Some(c) => c
+                .encrypt(Algorithm::AesGcmV1, ModuleType::Footer, &aad, &nonce, &signed)
+                .map_err(|error| DecryptError::Tampered {
+                    file: self.file.clone(),
+                    column: None,
+                    position,
+                    error,
+                })?,
+            None => {
+                let batch = ModuleBatch {
+                    key: key.key.clone(),
+                    algorithm,
+                    column: None,
+                    modules: vec![Module {
+                        position,
+                        aad,
+                        data: signed,
+                        nonce: Some(nonce),
+                    }],
+                };
+                let mut out = self
+                    .keys
+                    .provider
+                    .encrypt(&self.ctx(), batch)
+                    .await
+                    .map_err(|e| DecryptError::from_provider(&self.file, None, e))?;
+                out.pop().unwrap_or_default()
+            }
+        };
+        let tag = body.get(body.len().saturating_sub(TAG_LEN)..).unwrap_or(&[]);
+        let expected = &signature[NONCE_LEN..];
+        let same = tag.len() == TAG_LEN
+            && tag
+                .iter()
+                .zip(expected)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if !same {
+            return Err(DecryptError::Signature {
+                file: self.file.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn encrypted_footer(&mut self, footer: Bytes) -> Result<View> {
+        let mut rest = &footer[..];
+        let crypto: FileCryptoMetaData = compact::read(&mut rest)
+            .map_err(|e| self.malformed(format!("FileCryptoMetaData does not parse: {e}")))?;
+        let consumed = footer.len() - rest.len();
+        let (algorithm, file_aad) = self.algorithm(&crypto.encryption_algorithm)?;
+        let metadata = crypto
+            .key_metadata
+            .as_deref()
+            .ok_or_else(|| self.malformed("encrypted footer without footer key metadata"))?;
+        let key = self
+            .key(metadata, true)
+            .await
+            .map_err(|e| DecryptError::from_provider(&self.file, None, e))?;
+        let (body, _) = split_module(&footer[consumed..]).ok_or(DecryptError::Tampered {
+            file: self.file.clone(),
+            column: None,
+            position: ModulePosition::footer(),
+            error: ModuleError::Truncated,
+        })?;
+        let body = footer.slice_ref(body);
+        let module = self.module(&file_aad, ModulePosition::footer(), body)?;
+        let plain = self
+            .decrypt(&key, algorithm, None, vec![module])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        let meta: FileMetaData = compact::read(&mut &plain[..])
+            .map_err(|e| self.malformed(format!("decrypted footer does not parse: {e}")))?;
+        self.rewrite(meta, algorithm, file_aad, Some(key)).await
+    }
+
+    /// The algorithm and the file AAD (`prefix || unique`).
+    fn algorithm(&self, a: &EncryptionAlgorithm) -> Result<(Algorithm, Vec<u8>)> {
+        let (algorithm, prefix, unique, supply) = match a {
+            EncryptionAlgorithm::AESGCMV1(v) => (
+                Algorithm::AesGcmV1,
+                &v.aad_prefix,
+                &v.aad_file_unique,
+                v.supply_aad_prefix,
+            ),
+            EncryptionAlgorithm::AESGCMCTRV1(v) => (
+                Algorithm::AesGcmCtrV1,
+                &v.aad_prefix,
+                &v.aad_file_unique,
+                v.supply_aad_prefix,
+            ),
+        };
+        let prefix = match (&self.keys.aad_prefix, prefix) {
+            (Some(p), _) => p.clone(),
+            (None, Some(p)) => p.clone(),
+            (None, None) if supply == Some(true) => {
+                return Err(DecryptError::AadPrefixRequired {
+                    file: self.file.clone(),
+                });
+            }
+            (None, None) => Vec::new(),
+        };
+        let mut file_aad = prefix;
+        file_aad.extend_from_slice(unique.as_deref().unwrap_or_default());
+        Ok((algorithm, file_aad))
+    }
+
+    /// Turns decrypted file metadata into the plaintext view.
+    async fn rewrite(
+        &mut self,
+        mut meta: FileMetaData,
+        algorithm: Algorithm,
+        file_aad: Vec<u8>,
+        footer_key: Option<Arc<ColumnKey>>,
+    ) -> Result<View> {
+        let leaves = leaf_types(&meta.schema);
+        // Keys by key metadata, each described and granted (or refused) once.
+        let mut keys: HashMap<Vec<u8>, std::result::Result<Arc<ColumnKey>, String>> =
+            HashMap::new();
+        // Column metadata modules to decrypt, per key.
+        let mut pending: BTreeMap<Vec<u8>, Vec<(usize, usize, Bytes)>> = BTreeMap::new();
+        let mut refused: HashMap<(usize, usize), String> = HashMap::new();
+        let mut key_of: HashMap<(usize, usize), Arc<ColumnKey>> = HashMap::new();
+        for (rg, group) in meta.row_groups.iter().enumerate() {
+            for (col, chunk) in group.columns.iter().enumerate() {
+                let metadata = match &chunk.crypto_metadata {
+                    None => continue,
+                    Some(ColumnCryptoMetaData::ENCRYPTIONWITHFOOTERKEY(_)) => None,
+                    Some(ColumnCryptoMetaData::ENCRYPTIONWITHCOLUMNKEY(k)) => {
+                        Some(k.key_metadata.clone().unwrap_or_default())
+                    }
+                };
+                let key = match metadata {
+                    None => footer_key
+                        .clone()
+                        .ok_or_else(|| "the footer key was not granted to this scan".to_owned()),
+                    Some(m) => match keys.get(&m) {
+                        Some(k) => k.clone(),
+                        None => {
+                            let k = self.key(&m, false).await.map_err(|e| e.to_string());
+                            keys.insert(m.clone(), k.clone());
+                            k
+                        }
+                    },
+                };
+                match key {
+                    Ok(k) => {
+                        if let Some(enc) = &chunk.encrypted_column_metadata {
+                            pending
+                                .entry(k.key.key_metadata.to_vec())
+                                .or_default()
+                                .push((rg, col, Bytes::copy_from_slice(enc)));
+                        }
+                        key_of.insert((rg, col), k);
+                    }
+                    Err(reason) => {
+                        refused.insert((rg, col), reason);
+                    }
+                }
+            }
+        }
+        // Decrypt column metadata: one call per key.
+        let mut decrypted: HashMap<(usize, usize), ColumnMetaData> = HashMap::new();
+        for (_, items) in pending {
+            let key = Arc::clone(&key_of[&(items[0].0, items[0].1)]);
+            let column = column_path(&meta.row_groups[items[0].0].columns[items[0].1]);
+            let modules = items
+                .iter()
+                .map(|(rg, col, enc)| {
+                    let body = split_module(enc).map(|(b, _)| enc.slice_ref(b)).ok_or(
+                        DecryptError::Tampered {
+                            file: self.file.clone(),
+                            column: Some(column.clone()),
+                            position: ModulePosition::new(
+                                ModuleType::ColumnMetaData,
+                                *rg,
+                                *col,
+                                0,
+                            ),
+                            error: ModuleError::Truncated,
+                        },
+                    )?;
+                    self.module(
+                        &file_aad,
+                        ModulePosition::new(ModuleType::ColumnMetaData, *rg, *col, 0),
+                        body,
+                    )
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let plains = self
+                .decrypt(&key, algorithm, Some(&column), modules)
+                .await?;
+            for ((rg, col, _), plain) in items.iter().zip(plains) {
+                let cmd: ColumnMetaData = compact::read(&mut &plain[..]).map_err(|e| {
+                    self.malformed(format!(
+                        "column '{column}': decrypted column metadata does not parse: {e}"
+                    ))
+                })?;
+                decrypted.insert((*rg, *col), cmd);
+            }
+        }
+
+        let mut regions = Vec::new();
+        for (rg, group) in meta.row_groups.iter_mut().enumerate() {
+            let rg_offset = group.file_offset.unwrap_or(0);
+            for (col, chunk) in group.columns.iter_mut().enumerate() {
+                if chunk.crypto_metadata.is_none() {
+                    continue;
+                }
+                let path = column_path(chunk);
+                if let Some(cmd) = decrypted.remove(&(rg, col)) {
+                    chunk.meta_data = Some(cmd);
+                }
+                chunk.crypto_metadata = None;
+                chunk.encrypted_column_metadata = None;
+                match (key_of.get(&(rg, col)), refused.remove(&(rg, col))) {
+                    (Some(key), _) => {
+                        let Some(cmd) = chunk.meta_data.as_mut() else {
+                            return Err(self.malformed(format!(
+                                "column '{path}' (row group {rg}) has no column metadata"
+                            )));
+                        };
+                        let start = cmd
+                            .dictionary_page_offset
+                            .unwrap_or(cmd.data_page_offset)
+                            .max(0) as u64;
+                        let chunk_region = regions.len();
+                        let mut offset_index = None;
+                        regions.push(Region {
+                            range: start..start + cmd.total_compressed_size.max(0) as u64,
+                            column: path.clone(),
+                            row_group: rg,
+                            ordinal: col,
+                            kind: RegionKind::Chunk {
+                                key: Arc::clone(key),
+                                has_dict: cmd.dictionary_page_offset.is_some(),
+                                units: OnceLock::new(),
+                                offset_index: None,
+                            },
+                        });
+                        if let (Some(off), Some(len)) =
+                            (chunk.offset_index_offset, chunk.offset_index_length)
+                        {
+                            offset_index = Some(regions.len());
+                            regions.push(Region {
+                                range: off as u64..(off + i64::from(len)) as u64,
+                                column: path.clone(),
+                                row_group: rg,
+                                ordinal: col,
+                                kind: RegionKind::OffsetIndex {
+                                    key: Arc::clone(key),
+                                    chunk: chunk_region,
+                                },
+                            });
+                            chunk.offset_index_length = Some(len - GCM_OVERHEAD as i32);
+                        }
+                        if let RegionKind::Chunk {
+                            offset_index: o, ..
+                        } = &mut regions[chunk_region].kind
+                        {
+                            *o = offset_index;
+                        }
+                        if let (Some(off), Some(len)) =
+                            (chunk.column_index_offset, chunk.column_index_length)
+                        {
+                            regions.push(Region {
+                                range: off as u64..(off + i64::from(len)) as u64,
+                                column: path.clone(),
+                                row_group: rg,
+                                ordinal: col,
+                                kind: RegionKind::ColumnIndex {
+                                    key: Arc::clone(key),
+                                },
+                            });
+                            chunk.column_index_length = Some(len - GCM_OVERHEAD as i32);
+                        }
+                        if let Some(off) = cmd.bloom_filter_offset {
+                            match cmd.bloom_filter_length {
+                                Some(len) if len > 2 * GCM_OVERHEAD as i32 => {
+                                    regions.push(Region {
+                                        range: off as u64..(off + i64::from(len)) as u64,
+                                        column: path.clone(),
+                                        row_group: rg,
+                                        ordinal: col,
+                                        kind: RegionKind::Bloom {
+                                            key: Arc::clone(key),
+                                        },
+                                    });
+                                    cmd.bloom_filter_length = Some(len - 2 * GCM_OVERHEAD as i32);
+                                }
+                                // Without its length the filter's extent is unknown: not used.
+                                _ => {
+                                    cmd.bloom_filter_offset = None;
+                                    cmd.bloom_filter_length = None;
+                                }
+                            }
+                        }
+                    }
+                    (None, reason) => {
+                        let reason =
+                            reason.unwrap_or_else(|| "its key was not resolved".to_owned());
+                        let cmd = chunk.meta_data.get_or_insert_with(|| {
+                            placeholder(&leaves, col, &path, group.num_rows, rg_offset)
+                        });
+                        cmd.statistics = None;
+                        cmd.bloom_filter_offset = None;
+                        cmd.bloom_filter_length = None;
+                        cmd.size_statistics = None;
+                        let start = cmd
+                            .dictionary_page_offset
+                            .unwrap_or(cmd.data_page_offset)
+                            .max(0) as u64;
+                        let len = cmd.total_compressed_size.max(0) as u64;
+                        if len > 0 {
+                            regions.push(Region {
+                                range: start..start + len,
+                                column: path.clone(),
+                                row_group: rg,
+                                ordinal: col,
+                                kind: RegionKind::Refused(reason.clone()),
+                            });
+                        }
+                        chunk.column_index_offset = None;
+                        chunk.column_index_length = None;
+                        match (chunk.offset_index_offset, chunk.offset_index_length) {
+                            (Some(off), Some(enc_len)) => {
+                                let stand_in = compact::single_page_offset_index(
+                                    start as i64,
+                                    len as i64,
+                                );
+                                if stand_in.len() <= enc_len.max(0) as usize {
+                                    chunk.offset_index_length = Some(stand_in.len() as i32);
+                                    regions.push(Region {
+                                        range: off as u64..(off + i64::from(enc_len)) as u64,
+                                        column: path.clone(),
+                                        row_group: rg,
+                                        ordinal: col,
+                                        kind: RegionKind::Synthetic(stand_in.into()),
+                                    });
+                                } else {
+                                    chunk.offset_index_offset = None;
+                                    chunk.offset_index_length = None;
+                                }
+                            }
+                            _ => {
+                                chunk.offset_index_offset = None;
+                                chunk.offset_index_length = None;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        meta.encryption_algorithm = None;
+        meta.footer_signing_key_metadata = None;
+        regions.sort_by_key(|r| r.range.start);
+        // Re-point chunk -> offset index links after sorting.
+        relink(&mut regions);
+        for w in regions.windows(2) {
+            if w[0].range.end > w[1].range.start {
+                return Err(self.malformed(format!(
+                    "column '{}' (row group {}) overlaps column '{}' (row group {})",
+                    w[0].column, w[0].row_group, w[1].column, w[1].row_group
+                )));
+            }
+        }
+        let bytes = compact::write(&meta);
+        let metadata = ParquetMetaDataReader::decode_metadata(&bytes).map_err(|e| {
+            self.malformed(format!("decrypted metadata is not valid Parquet: {e}"))
+        })?;
+        Ok(View {
+            metadata: Arc::new(metadata),
+            crypto: Some(FileCrypto {
+                algorithm,
+                file_aad,
+                regions,
+            }),
+        })
+    }
+
+    async fn get_ranges(&mut self, ranges: Vec<Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
+        let view = self.view().await?;
+        let Some(crypto) = &view.crypto else {
+            return self.inner().get_byte_ranges(ranges).await;
+        };
+        let mut out: Vec<Option<Bytes>> = vec![None; ranges.len()];
+        let mut plain_idx = Vec::new();
+        for (i, r) in ranges.iter().enumerate() {
+            if overlapping(&crypto.regions, r).is_empty() {
+                plain_idx.push(i);
+            }
+        }
+        if !plain_idx.is_empty() {
+            let fetched = self
+                .inner()
+                .get_byte_ranges(plain_idx.iter().map(|i| ranges[*i].clone()).collect())
+                .await?;
+            for (i, b) in plain_idx.into_iter().zip(fetched) {
+                out[i] = Some(b);
+            }
+        }
+        for (i, r) in ranges.iter().enumerate() {
+            if out[i].is_none() {
+                out[i] = Some(self.serve(&view, r.clone()).await?);
+            }
+        }
+        Ok(out.into_iter().map(|b| b.expect("filled")).collect())
+    }
+
+    /// The plaintext view of `range`, which overlaps encrypted regions.
+    async fn serve(&mut self, view: &View, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        let crypto = view.crypto.as_ref().expect("encrypted file");
+        let hits = overlapping(&crypto.regions, &range);
+        let covered: u64 = hits
+            .iter()
+            .map(|i| {
+                let r = &crypto.regions[*i].range;
+                r.end.min(range.end) - r.start.max(range.start)
+            })
+            .sum();
+        let mut out = if covered < range.end - range.start {
+            BytesMut::from(&self.fetch(range.clone()).await?[..])
+        } else {
+            BytesMut::zeroed((range.end - range.start) as usize)
+        };
+        for i in hits {
+            let region = &crypto.regions[i];
+            let sub = region.range.start.max(range.start)..region.range.end.min(range.end);
+            let image = self.image(crypto, i, sub.clone()).await?;
+            let at = (sub.start - range.start) as usize;
+            out[at..at + image.len()].copy_from_slice(&image);
+        }
+        Ok(out.freeze())
+    }
+
+    /// The plaintext of `sub` (inside region `i`).
+    async fn image(
+        &mut self,
+        crypto: &FileCrypto,
+        i: usize,
+        sub: Range<u64>,
+    ) -> parquet::errors::Result<Bytes> {
+        let region = &crypto.regions[i];
+        let rel = (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
+        let whole = match &region.kind {
+            RegionKind::Refused(reason) => {
+                return Err(DecryptError::Refused {
+                    file: self.file.clone(),
+                    column: region.column.clone(),
+                    reason: reason.clone(),
+                }
+                .into());
+            }
+            RegionKind::Chunk { .. } => return self.chunk_image(crypto, i, sub).await,
+            _ => self.small_region(crypto, i).await?,
+        };
+        let mut b = BytesMut::zeroed(rel.len());
+        let have = whole.len().min(rel.end).saturating_sub(rel.start);
+        if have > 0 {
+            b[..have].copy_from_slice(&whole[rel.start..rel.start + have]);
+        }
+        Ok(b.freeze())
+    }
+
+    /// Plaintext of an index, Bloom filter or stand-in region (without trailing zeros).
+    async fn small_region(&mut self, crypto: &FileCrypto, i: usize) -> Result<Bytes> {
+        if let Some(b) = self.small.get(&i) {
+            return Ok(b.clone());
+        }
+        let region = &crypto.regions[i];
+        let (rg, col, column) = (region.row_group, region.ordinal, region.column.as_str());
+        let plain = match &region.kind {
+            RegionKind::Synthetic(b) => b.clone(),
+            RegionKind::ColumnIndex { key } => {
+                let enc = self.fetch_region(region.range.clone()).await?;
+                let m = self.one_module(crypto, &enc, ModuleType::ColumnIndex, rg, col, column)?;
+                Bytes::from(self.decrypt(key, crypto.algorithm, Some(column), vec![m]).await?.remove(0))
+            }
+            RegionKind::OffsetIndex { key, chunk } => {
+                let enc = self.fetch_region(region.range.clone()).await?;
+                let m = self.one_module(crypto, &enc, ModuleType::OffsetIndex, rg, col, column)?;
+                let mut plain = self
+                    .decrypt(key, crypto.algorithm, Some(column), vec![m])
+                    .await?
+                    .remove(0);
+                self.plaintext_offsets(crypto, *chunk, &mut plain)?;
+                Bytes::from(plain)
+            }
+            RegionKind::Bloom { key } => {
+                let enc = self.fetch_region(region.range.clone()).await?;
+                let bad = |error| DecryptError::Tampered {
+                    file: self.file.clone(),
+                    column: Some(column.into()),
+                    position: ModulePosition::new(ModuleType::BloomFilterHeader, rg, col, 0),
+                    error,
+                };
+                let (header, rest) = split_module(&enc).ok_or_else(|| bad(ModuleError::Truncated))?;
+                let (bitset, _) = split_module(rest).ok_or_else(|| bad(ModuleError::Truncated))?;
+                let modules = vec![
+                    self.module(
+                        &crypto.file_aad,
+                        ModulePosition::new(ModuleType::BloomFilterHeader, rg, col, 0),
+                        enc.slice_ref(header),
+                    )?,
+                    self.module(
+                        &crypto.file_aad,
+                        ModulePosition::new(ModuleType::BloomFilterBitset, rg, col, 0),
+                        enc.slice_ref(bitset),
+                    )?,
+                ];
+                let mut parts = self.decrypt(key, crypto.algorithm, Some(column), modules).await?;
+                // The bitset follows the header struct (drop bytes after it, if any).
+                let header_len = compact::struct_len(&parts[0])
+                    .ok_or_else(|| self.malformed(format!("column '{column}': bloom filter header does not parse")))?;
+                parts[0].truncate(header_len);
+                Bytes::from(parts.concat())
+            }
+            RegionKind::Chunk { .. } | RegionKind::Refused(_) => unreachable!("not small"),
+        };
+        self.small.insert(i, plain.clone());
+        Ok(plain)
+    }
+
+    async fn fetch_region(&mut self, range: Range<u64>) -> Result<Bytes> {
+        let file = self.file.clone();
+        self.fetch(range).await.map_err(|e| DecryptError::Malformed {
+            file,
+            reason: e.to_string(),
+        })
+    }
+
+    fn one_module(
+        &self,
+        crypto: &FileCrypto,
+        enc: &Bytes,
+        kind: ModuleType,
+        rg: usize,
+        col: usize,
+        column: &str,
+    ) -> Result<Module> {
+        let position = ModulePosition::new(kind, rg, col, 0);
+        let (body, _) = split_module(enc).ok_or(DecryptError::Tampered {
+            file: self.file.clone(),
+            column: Some(column.into()),
+            position,
+            error: ModuleError::Truncated,
+        })?;
+        self.module(&crypto.file_aad, position, enc.slice_ref(body))
+    }
+
+    /// Rewrites a decrypted offset index to plaintext page offsets and records the
+    /// chunk's pages.
+    fn plaintext_offsets(&self, crypto: &FileCrypto, chunk: usize, index: &mut [u8]) -> Result<()> {
+        let region = &crypto.regions[chunk];
+        let RegionKind::Chunk { units, has_dict, .. } = &region.kind else {
+            unreachable!("offset index of a chunk")
+        };
+        let bad = |reason: &str| {
+            self.malformed(format!(
+                "column '{}' (row group {}): offset index {reason}",
+                region.column, region.row_group
+            ))
+        };
+        let locations =
+            compact::offset_index_locations(index).ok_or_else(|| bad("does not parse"))?;
+        let algorithm = crypto.algorithm;
+        let mut list = Vec::with_capacity(locations.len() + 1);
+        let (start, end) = (region.range.start, region.range.end);
+        let mut enc_at = start;
+        let mut plain_at = start;
+        let mut push = |enc: Range<u64>, dict: bool, ordinal: usize| -> Result<()> {
+            let kind = if dict {
+                ModuleType::DictionaryPage
+            } else {
+                ModuleType::DataPage
+            };
+            let overhead = (GCM_OVERHEAD + algorithm.overhead(kind)) as u64;
+            let len = (enc.end - enc.start)
+                .checked_sub(overhead)
+                .ok_or_else(|| bad("has a page smaller than its encryption overhead"))?;
+            list.push(Unit {
+                enc,
+                plain: plain_at..plain_at + len,
+                dict,
+                ordinal,
+            });
+            plain_at += len;
+            Ok(())
+        };
+        if let Some(first) = locations.first()
+            && (first.offset as u64) > start
+        {
+            if !has_dict {
+                return Err(bad("leaves a gap before the first page"));
+            }
+            push(start..first.offset as u64, true, 0)?;
+            enc_at = first.offset as u64;
+        }
+        for (ordinal, loc) in locations.iter().enumerate() {
+            let (off, size) = (loc.offset as u64, loc.size.max(0) as u64);
+            if off != enc_at || off + size > end {
+                return Err(bad("does not match the column chunk"));
+            }
+            push(off..off + size, false, ordinal)?;
+            enc_at = off + size;
+        }
+        let pages: Vec<(i64, i64)> = list
+            .iter()
+            .filter(|u| !u.dict)
+            .map(|u| (u.plain.start as i64, (u.plain.end - u.plain.start) as i64))
+            .collect();
+        compact::patch_offset_index(index, &locations, pages)
+            .ok_or_else(|| bad("cannot be rewritten"))?;
+        let _ = units.set(Arc::new(list));
+        Ok(())
+    }
+
+    /// The plaintext of `sub` inside column chunk region `i`.
+    async fn chunk_image(
+        &mut self,
+        crypto: &FileCrypto,
+        i: usize,
+        sub: Range<u64>,
+    ) -> parquet::errors::Result<Bytes> {
+        let region = &crypto.regions[i];
+        let RegionKind::Chunk {
+            key,
+            has_dict,
+            units,
+            offset_index,
+        } = &region.kind
+        else {
+            unreachable!("chunk region")
+        };
+        let whole = sub == region.range;
+        if !whole && units.get().is_none()
+            && let Some(oi) = offset_index
+        {
+            self.small_region(crypto, *oi).await?;
+        }
+        // A page range (page index reads): decrypt only those pages.
+        if !whole && let Some(units) = units.get() {
+            let first = units.iter().position(|u| u.plain.end > sub.start);
+            let last = units.iter().rposition(|u| u.plain.start < sub.end);
+            if let (Some(first), Some(last)) = (first, last)
+                && first <= last
+                && sub.end <= units[last].plain.end
+            {
+                let (a, b) = (&units[first], &units[last]);
+                let enc = self.fetch(a.enc.start..b.enc.end).await?;
+                let plain = self
+                    .decrypt_pages(crypto, region, key, &enc, a.dict, a.ordinal)
+                    .await?;
+                let from = (sub.start - a.plain.start) as usize;
+                let to = (sub.end - a.plain.start) as usize;
+                if to > plain.len() {
+                    return Err(self
+                        .malformed(format!(
+                            "column '{}' (row group {}): pages do not match the offset index",
+                            region.column, region.row_group
+                        ))
+                        .into());
+                }
+                return Ok(Bytes::from(plain).slice(from..to));
+            }
+        }
+        let enc = self.fetch(region.range.clone()).await?;
+        let mut plain = self
+            .decrypt_pages(crypto, region, key, &enc, *has_dict, 0)
+            .await?;
+        let slack = enc.len() - plain.len();
+        if slack > 0 {
+            let pad = compact::index_page(slack).ok_or_else(|| {
+                self.malformed(format!(
+                    "column '{}' (row group {}): {slack} spare bytes cannot hold a page header",
+                    region.column, region.row_group
+                ))
+            })?;
+            plain.extend_from_slice(&pad);
+        }
+        let plain = Bytes::from(plain);
+        let rel = (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
+        Ok(plain.slice(rel))
+    }
+
+    /// Decrypts consecutive pages (header and body modules) starting with the page of
+    /// ordinal `ordinal` (or the dictionary page), returning them in plaintext, packed.
+    async fn decrypt_pages(
+        &self,
+        crypto: &FileCrypto,
+        region: &Region,
+        key: &ColumnKey,
+        enc: &Bytes,
+        first_is_dict: bool,
+        ordinal: usize,
+    ) -> Result<Vec<u8>> {
+        let (rg, col, column) = (region.row_group, region.ordinal, region.column.as_str());
+        let truncated = |kind, page| DecryptError::Tampered {
+            file: self.file.clone(),
+            column: Some(column.into()),
+            position: ModulePosition::new(kind, rg, col, page),
+            error: ModuleError::Truncated,
+        };
+        let mut modules = Vec::new();
+        let (mut rest, mut dict, mut page) = (&enc[..], first_is_dict, ordinal);
+        while !rest.is_empty() {
+            let (hk, pk) = if dict {
+                (ModuleType::DictionaryPageHeader, ModuleType::DictionaryPage)
+            } else {
+                (ModuleType::DataPageHeader, ModuleType::DataPage)
+            };
+            let (header, after) = split_module(rest).ok_or_else(|| truncated(hk, page))?;
+            let (body, after) = split_module(after).ok_or_else(|| truncated(pk, page))?;
+            modules.push(self.module(
+                &crypto.file_aad,
+                ModulePosition::new(hk, rg, col, page),
+                enc.slice_ref(header),
+            )?);
+            modules.push(self.module(
+                &crypto.file_aad,
+                ModulePosition::new(pk, rg, col, page),
+                enc.slice_ref(body),
+            )?);
+            rest = after;
+            if !dict {
+                page += 1;
+            }
+            dict = false;
+        }
+        let mut out = Vec::with_capacity(enc.len());
+        match &key.cipher {
+            Some(cipher) => {
+                for pair in modules.chunks(2) {
+                    let at = out.len();
+                    self.decrypt_into(cipher, crypto.algorithm, column, &pair[0], &mut out)?;
+                    let header_end = out.len();
+                    self.decrypt_into(cipher, crypto.algorithm, column, &pair[1], &mut out)?;
+                    let body_len = out.len() - header_end;
+                    self.fix_header(&mut out[at..header_end], &pair[0], body_len, column)?;
+                }
+            }
+            None => {
+                let plains = self
+                    .decrypt(key, crypto.algorithm, Some(column), modules.clone())
+                    .await?;
+                for (pair, plain) in modules.chunks(2).zip(plains.chunks(2)) {
+                    let mut header = plain[0].clone();
+                    self.fix_header(&mut header, &pair[0], plain[1].len(), column)?;
+                    out.extend_from_slice(&header);
+                    out.extend_from_slice(&plain[1]);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn decrypt_into(
+        &self,
+        cipher: &ModuleCipher,
+        algorithm: Algorithm,
+        column: &str,
+        m: &Module,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        cipher
+            .decrypt_into(algorithm, m.position.kind, &m.aad, &m.data, out)
+            .map_err(|error| DecryptError::Tampered {
+                file: self.file.clone(),
+                column: Some(column.into()),
+                position: m.position,
+                error,
+            })
+    }
+
+    /// Gives a decrypted page header its plaintext body size (same header length).
+    fn fix_header(&self, header: &mut [u8], m: &Module, body_len: usize, column: &str) -> Result<()> {
+        let p = m.position;
+        let bad = |reason: String| {
+            self.malformed(format!(
+                "column '{column}': {}: {reason}",
+                error::module_desc(&p)
+            ))
+        };
+        let page_type = compact::rewrite_page_header(header, body_len as i64)
+            .ok_or_else(|| bad("page header does not parse".into()))?;
+        let is_dict = page_type == compact::DICTIONARY_PAGE;
+        if is_dict != (p.kind == ModuleType::DictionaryPageHeader) {
+            return Err(bad(format!("unexpected page type {page_type}")));
+        }
+        Ok(())
+    }
+}
+
+/// Indexes of the regions overlapping `range`.
+fn overlapping(regions: &[Region], range: &Range<u64>) -> Vec<usize> {
+    let from = regions.partition_point(|r| r.range.end <= range.start);
+    (from..regions.len())
+        .take_while(|i| regions[*i].range.start < range.end)
+        .collect()
+}
+
+/// After sorting, chunk regions point at their offset index region (and back).
+fn relink(regions: &mut [Region]) {
+    let mut chunk_at: HashMap<(usize, usize), usize> = HashMap::new();
+    for (i, r) in regions.iter().enumerate() {
+        if matches!(r.kind, RegionKind::Chunk { .. }) {
+            chunk_at.insert((r.row_group, r.ordinal), i);
+        }
+    }
+    let mut oi_at: HashMap<(usize, usize), usize> = HashMap::new();
+    for (i, r) in regions.iter_mut().enumerate() {
+        if let RegionKind::OffsetIndex { chunk, .. } = &mut r.kind {
+            *chunk = chunk_at[&(r.row_group, r.ordinal)];
+            oi_at.insert((r.row_group, r.ordinal), i);
+        }
+    }
+    for r in regions.iter_mut() {
+        let at = oi_at.get(&(r.row_group, r.ordinal)).copied();
+        if let RegionKind::Chunk { offset_index, .. } = &mut r.kind {
+            *offset_index = at;
+        }
+    }
+}
+
+fn column_path(chunk: &ColumnChunk) -> String {
+    if let Some(m) = &chunk.meta_data {
+        return m.path_in_schema.join(".");
+    }
+    match &chunk.crypto_metadata {
+        Some(ColumnCryptoMetaData::ENCRYPTIONWITHCOLUMNKEY(k)) => k.path_in_schema.join("."),
+        _ => "?".into(),
+    }
+}
+
+/// Physical types of the schema's leaves, in column order.
+fn leaf_types(schema: &[SchemaElement]) -> Vec<parquet::format::Type> {
+    schema
+        .iter()
+        .skip(1)
+        .filter(|e| e.num_children.unwrap_or(0) == 0)
+        .map(|e| e.type_.unwrap_or(parquet::format::Type::BYTE_ARRAY))
+        .collect()
+}
+
+/// Column metadata for a refused column whose metadata stays encrypted: enough for
+/// parquet-rs to build the schema; its data is never read.
+fn placeholder(
+    leaves: &[parquet::format::Type],
+    col: usize,
+    path: &str,
+    num_rows: i64,
+    offset: i64,
+) -> ColumnMetaData {
+    ColumnMetaData {
+        type_: leaves
+            .get(col)
+            .copied()
+            .unwrap_or(parquet::format::Type::BYTE_ARRAY),
+        encodings: vec![],
+        path_in_schema: path.split('.').map(Into::into).collect(),
+        codec: CompressionCodec::UNCOMPRESSED,
+        num_values: num_rows,
+        total_uncompressed_size: 0,
+        total_compressed_size: 0,
+        key_value_metadata: None,
+        data_page_offset: offset.max(4),
+        index_page_offset: None,
+        dictionary_page_offset: None,
+        statistics: None,
+        encoding_stats: None,
+        bloom_filter_offset: None,
+        bloom_filter_length: None,
+        size_statistics: None,
+        geospatial_statistics: None,
+    }
+}
+
+impl AsyncFileReader for DecryptingReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            let mut v = self.get_ranges(vec![range]).await?;
+            Ok(v.pop().expect("one range"))
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        self.get_ranges(ranges).boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let view = self.view().await?;
+            let column = options.map_or(PageIndexPolicy::Skip, |o| o.column_index_policy());
+            let offset = options.map_or(PageIndexPolicy::Skip, |o| o.offset_index_policy());
+            if column == PageIndexPolicy::Skip && offset == PageIndexPolicy::Skip {
+                return Ok(Arc::clone(&view.metadata));
+            }
+            let mut reader = ParquetMetaDataReader::new_with_metadata(view.metadata.as_ref().clone())
+                .with_column_index_policy(column)
+                .with_offset_index_policy(offset);
+            reader.load_page_index(&mut *self).await?;
+            Ok(Arc::new(reader.finish()?))
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_finds_regions() {
+        let mk = |a: u64, b: u64| Region {
+            range: a..b,
+            column: String::new(),
+            row_group: 0,
+            ordinal: 0,
+            kind: RegionKind::Refused(String::new()),
+        };
+        let regions = vec![mk(10, 20), mk(20, 30), mk(40, 50)];
+        assert_eq!(overlapping(&regions, &(0..10)), Vec::<usize>::new());
+        assert_eq!(overlapping(&regions, &(15..25)), vec![0, 1]);
+        assert_eq!(overlapping(&regions, &(30..40)), Vec::<usize>::new());
+        assert_eq!(overlapping(&regions, &(0..100)), vec![0, 1, 2]);
+    }
+}
