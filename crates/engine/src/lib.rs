@@ -32,12 +32,12 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
-use clearice_crypto::KeyScope;
+use clearice_crypto::{CallContext, KeyScope, LocalProvider, ProviderRef};
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, SecretKey};
 use clearice_policy::Policy;
+use clearice_table::pme::{DecryptingParquetFormatFactory, ScanKeys};
 use clearice_table::{
-    ENCRYPTION_FACTORY_ID, IcebergCatalogProvider, PmeEncryptionFactory, SessionAccess,
-    SessionCatalogProvider, open_sql_catalog,
+    IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_sql_catalog,
 };
 use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
@@ -65,6 +65,8 @@ pub struct Engine {
     catalogs: Vec<(String, Arc<IcebergCatalogProvider>)>,
     iceberg: HashMap<String, Arc<dyn iceberg::Catalog>>,
     resolver: Arc<KeyResolver>,
+    /// Does the module cryptography of every scan (`local`: keys from the KMS).
+    crypto: ProviderRef,
     policy: Arc<Policy>,
     audit: Option<Arc<AuditLog>>,
     runtime: Arc<RuntimeEnv>,
@@ -122,11 +124,16 @@ impl Engine {
             catalogs.push((name.clone(), Arc::new(provider)));
             iceberg.insert(name.clone(), ice);
         }
+        let crypto: ProviderRef = Arc::new(LocalProvider::new(
+            Arc::clone(&resolver),
+            Some(clearice_table::local_side_file_reader()),
+        ));
         Ok(Self {
             config,
             catalogs,
             iceberg,
             resolver,
+            crypto,
             audit,
             runtime,
             area_roots,
@@ -263,9 +270,17 @@ impl Engine {
                 "principal '{principal}' may not decrypt files outside the catalog (policy [files] decrypt)"
             ))
         };
-        let registry = Arc::new(EncryptionFactoryRegistry::default());
-        let factory = PmeEncryptionFactory::new(Arc::clone(&self.resolver)).with_scope(files_scope);
-        registry.register_factory(ENCRYPTION_FACTORY_ID, Arc::new(factory));
+        // Standalone Parquet files (`STORED AS PARQUET`, files by path) are read through
+        // the decrypting reader, as catalog tables are.
+        let files_keys = ScanKeys {
+            provider: Arc::clone(&self.crypto),
+            scope: files_scope,
+            context: CallContext {
+                principal: principal.to_owned(),
+                ..Default::default()
+            },
+            aad_prefix: None,
+        };
         let guard = confined.then(|| {
             let front_name = match front {
                 Front::Network => "Flight SQL",
@@ -301,7 +316,7 @@ impl Engine {
         };
         // A session never falls back to the shared metadata cache: if its own cannot be
         // made, every statement of the session fails instead.
-        let (cache_manager, setup_error) = match CacheManager::try_new(
+        let (cache_manager, mut setup_error) = match CacheManager::try_new(
             &CacheManagerConfig::default(),
         ) {
             Ok(c) => (c, None),
@@ -317,7 +332,7 @@ impl Engine {
             disk_manager: Arc::clone(&self.runtime.disk_manager),
             cache_manager,
             object_store_registry,
-            parquet_encryption_factory_registry: registry,
+            parquet_encryption_factory_registry: Arc::new(EncryptionFactoryRegistry::default()),
         });
         let mut state = SessionStateBuilder::new()
             .with_config(config)
@@ -329,13 +344,15 @@ impl Engine {
                 .with_physical_optimizer_rule(Arc::new(fair::FairJoins))
                 .build();
         }
-        let ctx = SessionContext::new_with_state(state);
-        {
-            let state = ctx.state_ref();
-            let mut state = state.write();
-            state.table_options_mut().parquet.crypto.factory_id =
-                Some(ENCRYPTION_FACTORY_ID.to_owned());
+        if let Err(e) = state.register_file_format(
+            Arc::new(DecryptingParquetFormatFactory::new(files_keys)),
+            true,
+        ) {
+            setup_error.get_or_insert(format!(
+                "session of '{principal}' unusable: the decrypting Parquet format could not be registered: {e}"
+            ));
         }
+        let ctx = SessionContext::new_with_state(state);
         let access = Arc::new(SessionAccess::new(
             principal,
             Arc::clone(&self.policy),

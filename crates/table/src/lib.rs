@@ -4,7 +4,7 @@
 //!  SQL ─▶ IcebergCatalogProvider ─▶ IcebergSchemaProvider ─▶ IcebergTableProvider
 //!                                                             │ plan_files(filters)
 //!                                                             ▼
-//!              DataSourceExec(ParquetSource + PmeEncryptionFactory + field-id adapter)
+//!              DataSourceExec(ParquetSource + pme::DecryptingReaderFactory + field-id adapter)
 //! ```
 //!
 //! Catalogs come from [`open_sql_catalog`]; encrypted writes from [`mod@write`].
@@ -22,7 +22,6 @@ pub mod mask;
 pub mod pme;
 mod policy_provider;
 mod provider;
-mod reader;
 mod schema;
 mod tamper;
 pub mod write;

@@ -318,6 +318,7 @@ impl TableProvider for PolicyTableProvider {
                 filters,
                 limit,
                 scope,
+                self.access.principal(),
                 !all_plaintext,
             )
             .await?;

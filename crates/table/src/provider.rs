@@ -25,13 +25,12 @@ use futures::TryStreamExt;
 use iceberg::scan::FileScanTask;
 use iceberg::table::Table;
 
-use clearice_crypto::{KeyResolver, KeyScope};
+use clearice_crypto::{CallContext, KeyResolver, KeyScope, LocalProvider, ProviderRef};
 
-use crate::encryption::PmeEncryptionFactory;
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
-use crate::reader::NamedFileReaderFactory;
+use crate::pme::{DecryptingReaderFactory, ScanKeys};
 use crate::schema::arrow_schema;
 
 /// Object store URL that Iceberg data files are read through: a local filesystem store
@@ -46,6 +45,7 @@ pub struct IcebergTableProvider {
     table: Table,
     schema: SchemaRef,
     resolver: Arc<KeyResolver>,
+    crypto: ProviderRef,
 }
 
 impl std::fmt::Debug for IcebergTableProvider {
@@ -60,11 +60,16 @@ impl IcebergTableProvider {
     /// Wraps a loaded table.
     pub fn try_new(name: String, table: Table, resolver: Arc<KeyResolver>) -> Result<Self> {
         let schema = arrow_schema(&name, table.metadata().current_schema())?;
+        let crypto: ProviderRef = Arc::new(LocalProvider::new(
+            Arc::clone(&resolver),
+            Some(crate::encryption::local_side_file_reader()),
+        ));
         Ok(Self {
             name,
             table,
             schema,
             resolver,
+            crypto,
         })
     }
 
@@ -201,13 +206,13 @@ impl TableProvider for IcebergTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        self.scan_with(state, projection, filters, limit, KeyScope::All, false)
+        self.scan_with(state, projection, filters, limit, KeyScope::All, "", false)
             .await
     }
 }
 
 impl IcebergTableProvider {
-    /// Scans with keys limited to `scope`. With `set_predicate`, `filters` (which must
+    /// Scans as `principal` with keys limited to `scope`. With `set_predicate`, `filters` (which must
     /// only name columns the principal may see in plaintext) are also given to the
     /// Parquet reader, for use when a node above blocks DataFusion's own pushdown.
     pub async fn scan_with(
@@ -217,6 +222,7 @@ impl IcebergTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
         scope: KeyScope,
+        principal: &str,
         set_predicate: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         if self.table.metadata().current_snapshot().is_none() {
@@ -256,18 +262,24 @@ impl IcebergTableProvider {
         let store = state
             .runtime_env()
             .object_store(store_url.as_ref().expect("non-empty"))?;
+        let keys = ScanKeys {
+            provider: Arc::clone(&self.crypto),
+            scope,
+            context: CallContext {
+                principal: principal.to_owned(),
+                file: String::new(),
+                application: [("table".to_owned(), self.name.clone())].into(),
+            },
+            aad_prefix: None,
+        };
+        // The decrypting reader decrypts only the page index of columns this scan may
+        // read (others get a stand-in), so the page index is on, as for plaintext files.
         let source = ParquetSource::new(Arc::clone(&self.schema))
-            .with_parquet_file_reader_factory(Arc::new(NamedFileReaderFactory::new(store)))
+            .with_parquet_file_reader_factory(Arc::new(DecryptingReaderFactory::new(store, keys)))
             .with_table_parquet_options(TableParquetOptions {
                 global: options.execution.parquet.clone(),
                 ..Default::default()
-            })
-            .with_encryption_factory(Arc::new(
-                PmeEncryptionFactory::new(Arc::clone(&self.resolver)).with_scope(scope),
-            ))
-            // The page index holds every column's index; decrypting it needs every
-            // column key, so one withheld key would fail queries that never touch it.
-            .with_enable_page_index(false);
+            });
         let source = match conjunction(filters.iter().cloned().map(unnormalize_col)) {
             Some(expr) if set_predicate => {
                 let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;

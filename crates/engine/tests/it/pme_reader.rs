@@ -174,9 +174,13 @@ pub async fn read_new(
         );
         b = b.with_projection(mask);
     }
-    let schema = b.schema().clone();
     let batches: Vec<RecordBatch> = b.build()?.try_collect().await?;
-    Ok(concat_batches(&schema, &batches).unwrap())
+    Ok(concat(batches))
+}
+
+fn concat(batches: Vec<RecordBatch>) -> RecordBatch {
+    let schema = batches.first().expect("rows").schema();
+    concat_batches(&schema, &batches).unwrap()
 }
 
 /// Reads with parquet-rs's own PME decryption (the oracle).
@@ -205,9 +209,8 @@ pub fn read_native(path: &Path, keys: &Keys, how: &Read) -> RecordBatch {
         );
         b = b.with_projection(mask);
     }
-    let schema = b.schema().clone();
     let batches: Vec<RecordBatch> = b.build().unwrap().map(|b| b.unwrap()).collect();
-    concat_batches(&schema, &batches).unwrap()
+    concat(batches)
 }
 
 /// Reads `path` both ways, several ways, and asserts identical data.

@@ -29,6 +29,7 @@
 
 mod compact;
 mod error;
+mod format;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -57,6 +58,7 @@ use parquet::format::{
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 pub use error::DecryptError;
+pub use format::{DecryptingParquetFormat, DecryptingParquetFormatFactory};
 
 type Result<T, E = DecryptError> = std::result::Result<T, E>;
 
@@ -1281,10 +1283,29 @@ fn placeholder(
     }
 }
 
+/// Names the file in errors that do not already (ours always do).
+fn named(path: &str, e: parquet::errors::ParquetError) -> parquet::errors::ParquetError {
+    use parquet::errors::ParquetError;
+    match e {
+        ParquetError::External(e) if e.is::<DecryptError>() => ParquetError::External(e),
+        e => {
+            let msg = e.to_string();
+            if msg.contains(path) {
+                e
+            } else {
+                ParquetError::General(format!("file '{path}': {msg}"))
+            }
+        }
+    }
+}
+
 impl AsyncFileReader for DecryptingReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
         async move {
-            let mut v = self.get_ranges(vec![range]).await?;
+            let mut v = self
+                .get_ranges(vec![range])
+                .await
+                .map_err(|e| named(&self.file, e))?;
             Ok(v.pop().expect("one range"))
         }
         .boxed()
@@ -1294,7 +1315,12 @@ impl AsyncFileReader for DecryptingReader {
         &mut self,
         ranges: Vec<Range<u64>>,
     ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        self.get_ranges(ranges).boxed()
+        async move {
+            self.get_ranges(ranges)
+                .await
+                .map_err(|e| named(&self.file, e))
+        }
+        .boxed()
     }
 
     fn get_metadata<'a>(
@@ -1302,7 +1328,7 @@ impl AsyncFileReader for DecryptingReader {
         options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         async move {
-            let view = self.view().await?;
+            let view = self.view().await.map_err(|e| named(&self.file, e))?;
             let column = options.map_or(PageIndexPolicy::Skip, |o| o.column_index_policy());
             let offset = options.map_or(PageIndexPolicy::Skip, |o| o.offset_index_policy());
             if column == PageIndexPolicy::Skip && offset == PageIndexPolicy::Skip {
@@ -1312,7 +1338,7 @@ impl AsyncFileReader for DecryptingReader {
                 .with_column_index_policy(column)
                 .with_offset_index_policy(offset);
             reader.load_page_index(&mut *self).await?;
-            Ok(Arc::new(reader.finish()?))
+            Ok(Arc::new(reader.finish().map_err(|e| named(&self.file, e))?))
         }
         .boxed()
     }
