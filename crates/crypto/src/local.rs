@@ -161,7 +161,11 @@ impl CryptoProvider for LocalProvider {
     }
 }
 
-fn cipher(key: &SecretKey, batch: &ModuleBatch, index: usize) -> Result<ModuleCipher, ProviderError> {
+fn cipher(
+    key: &SecretKey,
+    batch: &ModuleBatch,
+    index: usize,
+) -> Result<ModuleCipher, ProviderError> {
     ModuleCipher::new(key.expose()).map_err(|error| ProviderError::Invalid {
         index,
         position: batch

@@ -311,12 +311,15 @@ impl ModuleCipher {
         iv[..NONCE_LEN].copy_from_slice(nonce);
         iv[15] = 1;
         match self.key.len() {
-            16 => ctr::Ctr32BE::<Aes128>::new(self.key[..].into(), (&iv).into())
-                .apply_keystream(buf),
-            24 => ctr::Ctr32BE::<Aes192>::new(self.key[..].into(), (&iv).into())
-                .apply_keystream(buf),
-            _ => ctr::Ctr32BE::<Aes256>::new(self.key[..].into(), (&iv).into())
-                .apply_keystream(buf),
+            16 => {
+                ctr::Ctr32BE::<Aes128>::new(self.key[..].into(), (&iv).into()).apply_keystream(buf)
+            }
+            24 => {
+                ctr::Ctr32BE::<Aes192>::new(self.key[..].into(), (&iv).into()).apply_keystream(buf)
+            }
+            _ => {
+                ctr::Ctr32BE::<Aes256>::new(self.key[..].into(), (&iv).into()).apply_keystream(buf)
+            }
         }
     }
 }

@@ -200,7 +200,26 @@ async fn external_key_material_without_side_file_names_it() {
 }
 
 #[tokio::test]
-async fn ctr_files_fail_with_a_clear_not_supported_error() {
+async fn ctr_files_read_in_sql() {
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
+    check_50_row_file(
+        &dir,
+        KEYS_128,
+        "encrypt_columns_and_footer_ctr.parquet.encrypted",
+    )
+    .await;
+    check_50_row_file(
+        &dir,
+        KEYS_256,
+        "aes256/encrypt_columns_and_footer_ctr.parquet.encrypted",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn aad_prefix_is_supplied_as_a_table_option() {
     let Some(dir) = parquet_testing_dir() else {
         return;
     };
@@ -211,13 +230,33 @@ async fn ctr_files_fail_with_a_clear_not_supported_error() {
     )
     .await;
     let ctx = engine.session("tester");
-    let f = dir.join("encrypt_columns_and_footer_ctr.parquet.encrypted");
-    let e = register(&ctx, "f", &f).await.unwrap_err().to_string();
+    let f = dir.join("encrypt_columns_and_footer_disable_aad_storage.parquet.encrypted");
+    // Without the prefix: one line saying what to supply.
+    let e = query_err(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE nop STORED AS PARQUET LOCATION '{}'",
+            f.display()
+        ),
+    )
+    .await;
     assert!(
-        e.contains("AES_GCM_CTR_V1")
-            && (e.contains("not supported yet") || e.contains("not yet supported")),
+        e.contains("aad_prefix_as_hex") && e.contains(&f.display().to_string()),
         "{e}"
     );
+    // "tester" in hex.
+    query(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE f STORED AS PARQUET LOCATION '{}' \
+             OPTIONS ('format.crypto.file_decryption.aad_prefix_as_hex' '746573746572')",
+            f.display()
+        ),
+    )
+    .await
+    .unwrap();
+    let rows = json_rows(&query(&ctx, CHECK_50).await.unwrap());
+    assert_eq!(rows, vec![vec![Value::from(50); 5]]);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use clearice_crypto::{
     CallContext, KeyResolver, KeyScope, KeyringKms, Kms, LocalProvider, SecretKey,
 };
@@ -20,11 +21,10 @@ use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
 use datafusion::parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
-use datafusion::parquet::encryption::decrypt::FileDecryptionProperties;
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
-use bytes::Bytes;
 use datafusion::parquet::arrow::async_reader::AsyncFileReader;
+use datafusion::parquet::encryption::decrypt::FileDecryptionProperties;
 use datafusion::parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use object_store::local::LocalFileSystem;
@@ -350,13 +350,19 @@ async fn aad_prefix_must_be_supplied_and_right() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(e.contains("AAD prefix") && e.contains("aad_prefix_as_hex"), "{e}");
+    assert!(
+        e.contains("AAD prefix") && e.contains("aad_prefix_as_hex"),
+        "{e}"
+    );
     let wrong = Keys::explicit(KEYS_128).with_aad_prefix(b"other");
     let e = read_new(&f, wrong.scan(KeyScope::All), &Read::default())
         .await
         .unwrap_err()
         .to_string();
-    assert!(e.contains("footer") && e.contains("authentication failed"), "{e}");
+    assert!(
+        e.contains("footer") && e.contains("authentication failed"),
+        "{e}"
+    );
     // A stored prefix is checked against a supplied one.
     let stored = testing(&dir, "encrypt_columns_and_footer_aad.parquet.encrypted");
     let e = read_new(&stored, wrong.scan(KeyScope::All), &Read::default())
@@ -391,7 +397,10 @@ async fn plaintext_footer_columns_read_without_keys_and_encrypted_ones_are_refus
         .await
         .unwrap_err()
         .to_string();
-    assert!(e.contains("double_field") && e.contains("not decrypted"), "{e}");
+    assert!(
+        e.contains("double_field") && e.contains("not decrypted"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -399,7 +408,34 @@ async fn debug_view() {
     let Some(dir) = parquet_testing_dir() else {
         return;
     };
-    let path = testing(&dir, "encrypt_columns_and_footer_bloom_filter.parquet.encrypted");
+    let path = testing(
+        &dir,
+        "encrypt_columns_and_footer_bloom_filter.parquet.encrypted",
+    );
+    {
+        let keys = Keys::explicit(KEYS_128);
+        let retriever = keys
+            .resolver
+            .retriever_for_file(path.display().to_string(), None);
+        let props = FileDecryptionProperties::with_key_retriever(retriever)
+            .build()
+            .unwrap();
+        let options = ArrowReaderOptions::new().with_file_decryption_properties(props);
+        let b = ParquetRecordBatchReaderBuilder::try_new_with_options(
+            std::fs::File::open(&path).unwrap(),
+            options,
+        )
+        .unwrap();
+        for c in b.metadata().row_group(0).columns() {
+            eprintln!(
+                "NATIVE {} {:?} bloom {:?} {:?}",
+                c.column_path(),
+                c.statistics(),
+                c.bloom_filter_offset(),
+                c.bloom_filter_length()
+            );
+        }
+    }
     let keys = Keys::explicit(KEYS_128).scan(KeyScope::All);
     let store = Arc::new(LocalFileSystem::new());
     let size = std::fs::metadata(&path).unwrap().len();
@@ -410,10 +446,57 @@ async fn debug_view() {
         .create_reader(0, file, None, &ExecutionPlanMetricsSet::new())
         .unwrap();
     let md = reader.get_metadata(None).await.unwrap();
+    {
+        let off = md.row_group(0).column(0).bloom_filter_offset().unwrap() as u64;
+        let len = md.row_group(0).column(0).bloom_filter_length().unwrap() as u64;
+        let b = reader.get_bytes(off..off + len).await.unwrap();
+        eprintln!("BLOOM {:02x?}", &b[..40]);
+        let mut b2 = ParquetRecordBatchStreamBuilder::new(Boxed(
+            factory
+                .create_reader(
+                    0,
+                    PartitionedFile::new(
+                        object_store::path::Path::from_filesystem_path(&path)
+                            .unwrap()
+                            .to_string(),
+                        size,
+                    ),
+                    None,
+                    &ExecutionPlanMetricsSet::new(),
+                )
+                .unwrap(),
+        ))
+        .await
+        .unwrap();
+        let sbbf = b2
+            .get_row_group_column_bloom_filter(0, 0)
+            .await
+            .unwrap()
+            .unwrap();
+        eprintln!(
+            "BLOOM check 1234.5 {} 0.5 {} 7.7 {}",
+            sbbf.check(&1234.5f64),
+            sbbf.check(&0.5f64),
+            sbbf.check(&7.7f64)
+        );
+    }
     for c in md.row_group(0).columns() {
         let (s, l) = c.byte_range();
         let b = reader.get_bytes(s..s + l).await.unwrap();
-        eprintln!("{} {:?} dict={:?} {:02x?}", c.column_path(), (s, l), c.dictionary_page_offset(), &b[..24.min(b.len())]);
+        eprintln!(
+            "{} {:?} dict={:?} {:02x?}",
+            c.column_path(),
+            (s, l),
+            c.dictionary_page_offset(),
+            &b[..24.min(b.len())]
+        );
+        eprintln!(
+            "NEW {} {:?} bloom {:?} {:?}",
+            c.column_path(),
+            c.statistics(),
+            c.bloom_filter_offset(),
+            c.bloom_filter_length()
+        );
         #[allow(deprecated)]
         {
             use datafusion::parquet::thrift::TSerializable;
@@ -422,10 +505,74 @@ async fn debug_view() {
                 let mut p = thrift::protocol::TCompactInputProtocol::new(&mut rest);
                 let h = datafusion::parquet::format::PageHeader::read_from_in_protocol(&mut p);
                 match h {
-                    Ok(h) => { eprintln!("  {:?} {} left {}", h.type_, h.compressed_page_size, rest.len()); rest = &rest[h.compressed_page_size as usize..]; }
-                    Err(e) => { eprintln!("  ERR {e} {:02x?}", &rest[..rest.len().min(20)]); break; }
+                    Ok(h) => {
+                        eprintln!(
+                            "  {:?} {} left {}",
+                            h.type_,
+                            h.compressed_page_size,
+                            rest.len()
+                        );
+                        rest = &rest[h.compressed_page_size as usize..];
+                    }
+                    Err(e) => {
+                        eprintln!("  ERR {e} {:02x?}", &rest[..rest.len().min(20)]);
+                        break;
+                    }
                 }
             }
         }
+    }
+}
+
+#[tokio::test]
+async fn debug_bloom() {
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let keys: String = KEYS_128
+        .iter()
+        .map(|(k, v)| {
+            use base64::Engine as _;
+            format!(
+                "\"{k}\": \"{}\"",
+                base64::prelude::BASE64_STANDARD.encode(v)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    std::fs::write(tmp.path().join("explicit.json"), format!("{{{keys}}}")).unwrap();
+    let engine = engine(tmp.path(), "[explicit_keys]\npath = \"explicit.json\"\n").await;
+    let ctx = engine.session("tester");
+    register(
+        &ctx,
+        "f",
+        &dir.join("encrypt_columns_and_footer_bloom_filter.parquet.encrypted"),
+    )
+    .await
+    .unwrap();
+    for set in [
+        "",
+        "SET datafusion.execution.parquet.bloom_filter_on_read = false",
+        "SET datafusion.execution.parquet.enable_page_index = false",
+        "SET datafusion.execution.parquet.pushdown_filters = false",
+        "SET datafusion.execution.parquet.pruning = false",
+    ] {
+        if !set.is_empty() {
+            query(&ctx, set).await.unwrap();
+        }
+        let hit = json_rows(
+            &query(
+                &ctx,
+                "SELECT int32_field FROM f WHERE double_field = 1234.5",
+            )
+            .await
+            .unwrap(),
+        );
+        eprintln!("{set}: {hit:?}");
+        let hit = json_rows(&query(&ctx, "SELECT int32_field, CAST(double_field * 10 AS BIGINT) FROM f WHERE int32_field in (3, 1234)").await.unwrap());
+        eprintln!("{set}: {hit:?}");
+        let hit = json_rows(&query(&ctx, "SELECT count(*), CAST(min(double_field) AS BIGINT), CAST(max(double_field) AS BIGINT) FROM f").await.unwrap());
+        eprintln!("{set}: {hit:?}");
     }
 }

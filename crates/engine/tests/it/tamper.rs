@@ -65,13 +65,13 @@ async fn a_flipped_byte_in_each_module_is_named_with_file_and_column() {
         // the last bytes of the chunk: inside a page's data
         (start + ssn.compressed_size() as u64 - 20, "page", true),
         // inside the encrypted footer (before its length and magic)
-        (len - 8 - 40, "footer or column metadata", false),
+        (len - 8 - 40, "footer", false),
     ] {
         flip(&file, at);
         let e = query().await;
         flip(&file, at);
         assert!(
-            e.contains(&shown) && e.contains(module) && e.contains("failed authentication"),
+            e.contains(&shown) && e.contains(module) && e.contains("authentication failed"),
             "byte {at}: {e}"
         );
         assert_eq!(e.contains("column 'ssn'"), column, "byte {at}: {e}");

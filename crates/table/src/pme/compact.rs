@@ -185,67 +185,71 @@ fn patch_varint(buf: &mut [u8], range: Range<usize>, value: i64) -> Option<()> {
     Some(())
 }
 
-/// Length of the Thrift struct at the start of `bytes` (decrypted modules may carry
-/// trailing bytes after it: some writers encrypt a fixed-size buffer).
-pub fn struct_len(bytes: &[u8]) -> Option<usize> {
-    let mut s = Scanner::new(bytes);
-    s.skip(T_STRUCT, 0)?;
-    Some(s.pos)
-}
-
 /// Turns a decrypted page header into its plaintext-view form, in place and keeping its
 /// length: `compressed_page_size` becomes `body_len`, and bytes after the struct (if
-/// any) are absorbed into it (a skipped unknown field, or a longer varint). Returns the
-/// page type.
+/// any) are absorbed into it. Returns the page type.
 pub fn rewrite_page_header(header: &mut [u8], body_len: i64) -> Option<i64> {
     let mut s = Scanner::new(header);
     let mut last = 0;
-    let (mut page_type, mut type_range, mut size_range) = (None, None, None);
+    let (mut page_type, mut size_range) = (None, None);
     while let Some((id, ty)) = s.field(&mut last)? {
         match (id, ty) {
-            (1, T_I32) => {
-                let (v, r) = s.zigzag()?;
-                page_type = Some(v);
-                type_range = Some(r);
-            }
+            (1, T_I32) => page_type = Some(s.zigzag()?.0),
             (3, T_I32) => size_range = Some(s.zigzag()?.1),
             _ => s.skip(ty, 0)?,
         }
     }
-    let (page_type, type_range, size_range, end) = (page_type?, type_range?, size_range?, s.pos);
-    let trailing = header.len() - end;
-    if trailing > 0 && trailing < 4 {
-        // Widen the (1-byte) type varint by the trailing bytes (to at most 5 bytes, which
-        // strict readers accept for an i32), moving the rest of the struct.
-        if type_range.len() + trailing > 5 {
-            return None;
-        }
-        let tail = header[type_range.end..end].to_vec();
-        let wide = type_range.start..type_range.end + trailing;
-        header[wide.end..wide.end + tail.len()].copy_from_slice(&tail);
-        patch_varint(header, wide, page_type)?;
-        let size = size_range.start + trailing..size_range.end + trailing;
-        return patch_varint(header, size, body_len).map(|()| page_type);
+    let end = s.pos;
+    patch_varint(header, size_range?, body_len)?;
+    absorb_trailing(header, end, last)?;
+    page_type
+}
+
+/// Makes a decrypted Bloom filter header exactly its module's plaintext length (readers
+/// take the bitset to start right after the header struct).
+pub fn rewrite_bloom_header(header: &mut [u8]) -> Option<()> {
+    let mut s = Scanner::new(header);
+    let mut last = 0;
+    while let Some((_, ty)) = s.field(&mut last)? {
+        s.skip(ty, 0)?;
     }
-    patch_varint(header, size_range, body_len)?;
-    if trailing >= 4 {
-        // Replace the stop byte by field 100 (binary) filling the rest, then a stop.
-        let stop = end - 1;
-        let room = header.len() - stop;
-        let width = (1..=5).find(|w| {
-            room.checked_sub(4 + w)
-                .is_some_and(|n| varint_len(n as u64) <= *w)
-        })?;
-        let n = room - 4 - width;
-        header[stop..stop + 3].copy_from_slice(&[0x08, 0xc8, 0x01]);
-        let mut v = n as u64;
-        for (i, b) in header[stop + 3..stop + 3 + width].iter_mut().enumerate() {
-            *b = (v & 0x7f) as u8 | if i + 1 < width { 0x80 } else { 0 };
-            v >>= 7;
-        }
-        header[stop + 3 + width..].fill(0);
+    let end = s.pos;
+    absorb_trailing(header, end, last)
+}
+
+/// Bytes after a struct (ending at `end`, with its stop byte; `last_id` its last field)
+/// become part of it: unknown fields readers skip. One to three bytes become boolean
+/// fields (one byte each); more, one binary field.
+fn absorb_trailing(buf: &mut [u8], end: usize, last_id: i16) -> Option<()> {
+    let trailing = buf.len() - end;
+    if trailing == 0 {
+        return Some(());
     }
-    Some(page_type)
+    let stop = end - 1;
+    if trailing < 4 {
+        // Boolean fields last+15, last+16...: past every field of the structs padded
+        // here (page headers end at 8, Bloom filter headers at 4).
+        last_id.checked_add(15 + trailing as i16)?;
+        buf[stop] = 0xf0 | T_TRUE;
+        buf[stop + 1..stop + trailing].fill(0x10 | T_TRUE);
+        buf[stop + trailing] = 0;
+        return Some(());
+    }
+    // Field 100 (long form: type byte, zig-zag id), binary filling the rest, then stop.
+    let room = buf.len() - stop;
+    let width = (1..=5).find(|w| {
+        room.checked_sub(4 + w)
+            .is_some_and(|n| varint_len(n as u64) <= *w)
+    })?;
+    let n = room - 4 - width;
+    buf[stop..stop + 3].copy_from_slice(&[T_BINARY, 0xc8, 0x01]);
+    let mut v = n as u64;
+    for (i, b) in buf[stop + 3..stop + 3 + width].iter_mut().enumerate() {
+        *b = (v & 0x7f) as u8 | if i + 1 < width { 0x80 } else { 0 };
+        v >>= 7;
+    }
+    buf[stop + 3 + width..].fill(0);
+    Some(())
 }
 
 /// One `PageLocation` of an offset index, with where its integers are.
@@ -311,7 +315,7 @@ pub fn patch_offset_index(
 
 /// An `OffsetIndex` with one page covering `[offset, offset + size)` from row 0.
 pub fn single_page_offset_index(offset: i64, size: i64) -> Vec<u8> {
-        let index = parquet::format::OffsetIndex {
+    let index = parquet::format::OffsetIndex {
         page_locations: vec![parquet::format::PageLocation {
             offset,
             compressed_page_size: size as i32,
@@ -394,11 +398,10 @@ mod tests {
 
     #[test]
     fn page_size_is_patched_in_place_absorbing_trailing_bytes() {
-        for trailing in 0..12 {
+        for trailing in 0..90 {
             let mut h = header(100_000);
             let len = h.len();
             h.resize(len + trailing, 0xee);
-            assert_eq!(struct_len(&h), Some(len));
             assert_eq!(rewrite_page_header(&mut h, 5), Some(0));
             assert_eq!(h.len(), len + trailing);
             let mut rest = &h[..];
@@ -433,6 +436,30 @@ mod tests {
         assert_eq!(back.page_locations[19].compressed_page_size, 3);
         assert_eq!(back.page_locations[19].first_row_index, 1900);
         assert_eq!(back.unencoded_byte_array_data_bytes, Some(vec![1, 2]));
+    }
+
+    #[test]
+    fn bloom_headers_absorb_trailing_bytes() {
+        use parquet::format::{
+            BloomFilterAlgorithm, BloomFilterCompression, BloomFilterHash, BloomFilterHeader,
+            SplitBlockAlgorithm, Uncompressed, XxHash,
+        };
+        let h = BloomFilterHeader {
+            num_bytes: 2048,
+            algorithm: BloomFilterAlgorithm::BLOCK(SplitBlockAlgorithm {}),
+            hash: BloomFilterHash::XXHASH(XxHash {}),
+            compression: BloomFilterCompression::UNCOMPRESSED(Uncompressed {}),
+        };
+        for trailing in 0..90 {
+            let mut b = write(&h);
+            let len = b.len();
+            b.resize(len + trailing, 0x33);
+            rewrite_bloom_header(&mut b).unwrap();
+            let mut rest = &b[..];
+            let back: BloomFilterHeader = read(&mut rest).unwrap();
+            assert!(rest.is_empty(), "{trailing}");
+            assert_eq!(back, h);
+        }
     }
 
     #[test]

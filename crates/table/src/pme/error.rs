@@ -8,7 +8,11 @@ use clearice_crypto::{ModuleError, ModulePosition, ModuleType, ProviderError};
 pub enum DecryptError {
     /// A module failed authentication or is cut short: tampered, moved between row
     /// groups, columns or files, wrong key, or wrong AAD prefix.
-    #[error("file '{file}'{}: {}: {error}", column_part(column), module_desc(position))]
+    #[error(
+        "file '{file}'{}: {}: {error}",
+        column_part(column),
+        module_desc(position)
+    )]
     Tampered {
         /// Data file.
         file: String,

@@ -51,11 +51,11 @@ use futures::future::BoxFuture;
 use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::format::{
     ColumnChunk, ColumnCryptoMetaData, ColumnMetaData, CompressionCodec, EncryptionAlgorithm,
     FileCryptoMetaData, FileMetaData, SchemaElement,
 };
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 pub use error::DecryptError;
 pub use format::{DecryptingParquetFormat, DecryptingParquetFormatFactory};
@@ -127,6 +127,8 @@ pub struct DecryptingReader {
     hint: Option<usize>,
     keys: Arc<ScanKeys>,
     view: Option<Arc<View>>,
+    /// Where the footer starts (known once read).
+    footer_start: u64,
     /// Plaintext of small regions (indexes, Bloom filters) by region index.
     small: HashMap<usize, Bytes>,
 }
@@ -213,6 +215,7 @@ impl DecryptingReader {
             hint,
             keys,
             view: None,
+            footer_start: 0,
             small: HashMap::new(),
         }
     }
@@ -264,13 +267,15 @@ impl DecryptingReader {
             .scope
             .check_key(&key.key_id, footer, key.master_key)?;
         let cipher = match provider.release_key(&ctx, &key).await? {
-            Some(k) => Some(ModuleCipher::new(k.expose()).map_err(|error| {
-                ProviderError::Invalid {
-                    index: 0,
-                    position: ModulePosition::footer(),
-                    error,
-                }
-            })?),
+            Some(k) => {
+                Some(
+                    ModuleCipher::new(k.expose()).map_err(|error| ProviderError::Invalid {
+                        index: 0,
+                        position: ModulePosition::footer(),
+                        error,
+                    })?,
+                )
+            }
             None => None,
         };
         Ok(Arc::new(ColumnKey { key, cipher }))
@@ -330,9 +335,7 @@ impl DecryptingReader {
         if size < 12 {
             return Err(self.malformed("file is too short to be Parquet").into());
         }
-        let prefetch = TAIL_PREFETCH
-            .max(self.hint.unwrap_or(0) as u64)
-            .min(size);
+        let prefetch = TAIL_PREFETCH.max(self.hint.unwrap_or(0) as u64).min(size);
         let tail = self.fetch(size - prefetch..size).await?;
         let n = tail.len();
         let footer_len = u64::from(u32::from_le_bytes(
@@ -346,6 +349,7 @@ impl DecryptingReader {
                 ))
                 .into());
         }
+        self.footer_start = size - 8 - footer_len;
         let footer = if footer_len + 8 <= prefetch {
             tail.slice(n - 8 - footer_len as usize..n - 8)
         } else {
@@ -406,7 +410,13 @@ impl DecryptingReader {
         let nonce: [u8; NONCE_LEN] = signature[..NONCE_LEN].try_into().expect("12 bytes");
         let body = match &key.cipher {
             Some(c) => c
-                .encrypt(Algorithm::AesGcmV1, ModuleType::Footer, &aad, &nonce, &signed)
+                .encrypt(
+                    Algorithm::AesGcmV1,
+                    ModuleType::Footer,
+                    &aad,
+                    &nonce,
+                    &signed,
+                )
                 .map_err(|error| DecryptError::Tampered {
                     file: self.file.clone(),
                     column: None,
@@ -434,7 +444,9 @@ impl DecryptingReader {
                 out.pop().unwrap_or_default()
             }
         };
-        let tag = body.get(body.len().saturating_sub(TAG_LEN)..).unwrap_or(&[]);
+        let tag = body
+            .get(body.len().saturating_sub(TAG_LEN)..)
+            .unwrap_or(&[]);
         let expected = &signature[NONCE_LEN..];
         let same = tag.len() == TAG_LEN
             && tag
@@ -579,12 +591,7 @@ impl DecryptingReader {
                         DecryptError::Tampered {
                             file: self.file.clone(),
                             column: Some(column.clone()),
-                            position: ModulePosition::new(
-                                ModuleType::ColumnMetaData,
-                                *rg,
-                                *col,
-                                0,
-                            ),
+                            position: ModulePosition::new(ModuleType::ColumnMetaData, *rg, *col, 0),
                             error: ModuleError::Truncated,
                         },
                     )?;
@@ -608,9 +615,9 @@ impl DecryptingReader {
             }
         }
 
+        let gaps = refused_extents(&meta, &decrypted, self.footer_start);
         let mut regions = Vec::new();
         for (rg, group) in meta.row_groups.iter_mut().enumerate() {
-            let rg_offset = group.file_offset.unwrap_or(0);
             for (col, chunk) in group.columns.iter_mut().enumerate() {
                 if chunk.crypto_metadata.is_none() {
                     continue;
@@ -708,7 +715,8 @@ impl DecryptingReader {
                         let reason =
                             reason.unwrap_or_else(|| "its key was not resolved".to_owned());
                         let cmd = chunk.meta_data.get_or_insert_with(|| {
-                            placeholder(&leaves, col, &path, group.num_rows, rg_offset)
+                            let (start, len) = gaps.get(&(rg, col)).copied().unwrap_or((4, 0));
+                            placeholder(&leaves, col, &path, group.num_rows, start, len)
                         });
                         cmd.statistics = None;
                         cmd.bloom_filter_offset = None;
@@ -732,10 +740,8 @@ impl DecryptingReader {
                         chunk.column_index_length = None;
                         match (chunk.offset_index_offset, chunk.offset_index_length) {
                             (Some(off), Some(enc_len)) => {
-                                let stand_in = compact::single_page_offset_index(
-                                    start as i64,
-                                    len as i64,
-                                );
+                                let stand_in =
+                                    compact::single_page_offset_index(start as i64, len as i64);
                                 if stand_in.len() <= enc_len.max(0) as usize {
                                     chunk.offset_index_length = Some(stand_in.len() as i32);
                                     regions.push(Region {
@@ -773,9 +779,8 @@ impl DecryptingReader {
             }
         }
         let bytes = compact::write(&meta);
-        let metadata = ParquetMetaDataReader::decode_metadata(&bytes).map_err(|e| {
-            self.malformed(format!("decrypted metadata is not valid Parquet: {e}"))
-        })?;
+        let metadata = ParquetMetaDataReader::decode_metadata(&bytes)
+            .map_err(|e| self.malformed(format!("decrypted metadata is not valid Parquet: {e}")))?;
         Ok(View {
             metadata: Arc::new(metadata),
             crypto: Some(FileCrypto {
@@ -849,7 +854,8 @@ impl DecryptingReader {
         sub: Range<u64>,
     ) -> parquet::errors::Result<Bytes> {
         let region = &crypto.regions[i];
-        let rel = (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
+        let rel =
+            (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
         let whole = match &region.kind {
             RegionKind::Refused(reason) => {
                 return Err(DecryptError::Refused {
@@ -882,7 +888,11 @@ impl DecryptingReader {
             RegionKind::ColumnIndex { key } => {
                 let enc = self.fetch_region(region.range.clone()).await?;
                 let m = self.one_module(crypto, &enc, ModuleType::ColumnIndex, rg, col, column)?;
-                Bytes::from(self.decrypt(key, crypto.algorithm, Some(column), vec![m]).await?.remove(0))
+                Bytes::from(
+                    self.decrypt(key, crypto.algorithm, Some(column), vec![m])
+                        .await?
+                        .remove(0),
+                )
             }
             RegionKind::OffsetIndex { key, chunk } => {
                 let enc = self.fetch_region(region.range.clone()).await?;
@@ -902,7 +912,8 @@ impl DecryptingReader {
                     position: ModulePosition::new(ModuleType::BloomFilterHeader, rg, col, 0),
                     error,
                 };
-                let (header, rest) = split_module(&enc).ok_or_else(|| bad(ModuleError::Truncated))?;
+                let (header, rest) =
+                    split_module(&enc).ok_or_else(|| bad(ModuleError::Truncated))?;
                 let (bitset, _) = split_module(rest).ok_or_else(|| bad(ModuleError::Truncated))?;
                 let modules = vec![
                     self.module(
@@ -916,11 +927,16 @@ impl DecryptingReader {
                         enc.slice_ref(bitset),
                     )?,
                 ];
-                let mut parts = self.decrypt(key, crypto.algorithm, Some(column), modules).await?;
-                // The bitset follows the header struct (drop bytes after it, if any).
-                let header_len = compact::struct_len(&parts[0])
-                    .ok_or_else(|| self.malformed(format!("column '{column}': bloom filter header does not parse")))?;
-                parts[0].truncate(header_len);
+                let mut parts = self
+                    .decrypt(key, crypto.algorithm, Some(column), modules)
+                    .await?;
+                // Readers take the bitset to follow the header struct and to run to the
+                // end of `bloom_filter_length`: the header keeps its module's length.
+                compact::rewrite_bloom_header(&mut parts[0]).ok_or_else(|| {
+                    self.malformed(format!(
+                        "column '{column}': bloom filter header does not parse"
+                    ))
+                })?;
                 Bytes::from(parts.concat())
             }
             RegionKind::Chunk { .. } | RegionKind::Refused(_) => unreachable!("not small"),
@@ -931,10 +947,12 @@ impl DecryptingReader {
 
     async fn fetch_region(&mut self, range: Range<u64>) -> Result<Bytes> {
         let file = self.file.clone();
-        self.fetch(range).await.map_err(|e| DecryptError::Malformed {
-            file,
-            reason: e.to_string(),
-        })
+        self.fetch(range)
+            .await
+            .map_err(|e| DecryptError::Malformed {
+                file,
+                reason: e.to_string(),
+            })
     }
 
     fn one_module(
@@ -960,7 +978,10 @@ impl DecryptingReader {
     /// chunk's pages.
     fn plaintext_offsets(&self, crypto: &FileCrypto, chunk: usize, index: &mut [u8]) -> Result<()> {
         let region = &crypto.regions[chunk];
-        let RegionKind::Chunk { units, has_dict, .. } = &region.kind else {
+        let RegionKind::Chunk {
+            units, has_dict, ..
+        } = &region.kind
+        else {
             unreachable!("offset index of a chunk")
         };
         let bad = |reason: &str| {
@@ -1041,7 +1062,8 @@ impl DecryptingReader {
             unreachable!("chunk region")
         };
         let whole = sub == region.range;
-        if !whole && units.get().is_none()
+        if !whole
+            && units.get().is_none()
             && let Some(oi) = offset_index
         {
             self.small_region(crypto, *oi).await?;
@@ -1087,7 +1109,8 @@ impl DecryptingReader {
             plain.extend_from_slice(&pad);
         }
         let plain = Bytes::from(plain);
-        let rel = (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
+        let rel =
+            (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
         Ok(plain.slice(rel))
     }
 
@@ -1181,7 +1204,13 @@ impl DecryptingReader {
     }
 
     /// Gives a decrypted page header its plaintext body size (same header length).
-    fn fix_header(&self, header: &mut [u8], m: &Module, body_len: usize, column: &str) -> Result<()> {
+    fn fix_header(
+        &self,
+        header: &mut [u8],
+        m: &Module,
+        body_len: usize,
+        column: &str,
+    ) -> Result<()> {
         let p = m.position;
         let bad = |reason: String| {
             self.malformed(format!(
@@ -1250,6 +1279,66 @@ fn leaf_types(schema: &[SchemaElement]) -> Vec<parquet::format::Type> {
         .collect()
 }
 
+/// Where the chunks of columns whose metadata stays encrypted (encrypted footer, column
+/// key not granted) are: between their neighbours, as chunks are laid out in column
+/// order. Their placeholders cover these bytes, so that reading them fails (a chunk of
+/// zero bytes would read as zero rows).
+fn refused_extents(
+    meta: &FileMetaData,
+    decrypted: &HashMap<(usize, usize), ColumnMetaData>,
+    footer_start: u64,
+) -> HashMap<(usize, usize), (u64, u64)> {
+    let extent = |rg: usize, col: usize| {
+        let chunk = &meta.row_groups[rg].columns[col];
+        let cmd = decrypted.get(&(rg, col)).or(chunk.meta_data.as_ref())?;
+        let start = cmd
+            .dictionary_page_offset
+            .unwrap_or(cmd.data_page_offset)
+            .max(0) as u64;
+        Some((start, start + cmd.total_compressed_size.max(0) as u64))
+    };
+    // Everything else that has a place: known chunks, indexes, Bloom filters, the footer.
+    let mut occupied = vec![footer_start];
+    for (rg, group) in meta.row_groups.iter().enumerate() {
+        for (col, chunk) in group.columns.iter().enumerate() {
+            occupied.extend(extent(rg, col).map(|e| e.0));
+            occupied.extend(chunk.column_index_offset.map(|o| o.max(0) as u64));
+            occupied.extend(chunk.offset_index_offset.map(|o| o.max(0) as u64));
+        }
+    }
+    occupied.sort_unstable();
+    let mut out = HashMap::new();
+    let mut cursor = 4u64;
+    for (rg, group) in meta.row_groups.iter().enumerate() {
+        let n = group.columns.len();
+        let mut col = 0;
+        while col < n {
+            if let Some((_, end)) = extent(rg, col) {
+                cursor = end;
+                col += 1;
+                continue;
+            }
+            let run_end = (col..n).find(|c| extent(rg, *c).is_some()).unwrap_or(n);
+            let end = match extent(rg, run_end.min(n.saturating_sub(1))) {
+                Some((start, _)) if run_end < n => start,
+                _ => occupied
+                    .iter()
+                    .copied()
+                    .find(|o| *o > cursor)
+                    .unwrap_or(footer_start),
+            };
+            let count = (run_end - col) as u64;
+            let share = end.saturating_sub(cursor) / count.max(1);
+            for (i, c) in (col..run_end).enumerate() {
+                out.insert((rg, c), (cursor + i as u64 * share, share));
+            }
+            cursor = end;
+            col = run_end;
+        }
+    }
+    out
+}
+
 /// Column metadata for a refused column whose metadata stays encrypted: enough for
 /// parquet-rs to build the schema; its data is never read.
 fn placeholder(
@@ -1257,7 +1346,8 @@ fn placeholder(
     col: usize,
     path: &str,
     num_rows: i64,
-    offset: i64,
+    offset: u64,
+    len: u64,
 ) -> ColumnMetaData {
     ColumnMetaData {
         type_: leaves
@@ -1268,10 +1358,10 @@ fn placeholder(
         path_in_schema: path.split('.').map(Into::into).collect(),
         codec: CompressionCodec::UNCOMPRESSED,
         num_values: num_rows,
-        total_uncompressed_size: 0,
-        total_compressed_size: 0,
+        total_uncompressed_size: len as i64,
+        total_compressed_size: len as i64,
         key_value_metadata: None,
-        data_page_offset: offset.max(4),
+        data_page_offset: offset as i64,
         index_page_offset: None,
         dictionary_page_offset: None,
         statistics: None,
@@ -1334,9 +1424,10 @@ impl AsyncFileReader for DecryptingReader {
             if column == PageIndexPolicy::Skip && offset == PageIndexPolicy::Skip {
                 return Ok(Arc::clone(&view.metadata));
             }
-            let mut reader = ParquetMetaDataReader::new_with_metadata(view.metadata.as_ref().clone())
-                .with_column_index_policy(column)
-                .with_offset_index_policy(offset);
+            let mut reader =
+                ParquetMetaDataReader::new_with_metadata(view.metadata.as_ref().clone())
+                    .with_column_index_policy(column)
+                    .with_offset_index_policy(offset);
             reader.load_page_index(&mut *self).await?;
             Ok(Arc::new(reader.finish().map_err(|e| named(&self.file, e))?))
         }
