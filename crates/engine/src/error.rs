@@ -108,6 +108,8 @@ pub enum ErrorClass {
 
 /// Classifies an engine error (see [`ErrorClass`]).
 pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
+    use clearice_crypto::ProviderError;
+    use clearice_table::pme::DecryptError;
     use crate::confine::Refusal;
     use crate::limits::LimitExceeded;
     use clearice_table::Error as TableError;
@@ -127,7 +129,6 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             | TableError::ColumnDenied { .. } => ErrorClass::Denied,
             TableError::CatalogOpen { .. } | TableError::Iceberg { .. } => ErrorClass::Unavailable,
             TableError::DeletesNotSupported { .. } => ErrorClass::Unsupported,
-            TableError::Tampered { .. } => ErrorClass::Tampered,
             TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {
                 ErrorClass::DataUnusable
             }
@@ -141,10 +142,21 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             | LimitExceeded::Bytes { .. } => ErrorClass::ResourceLimit,
         };
     }
-    // Standalone-file decryption refused by `[files] decrypt` still arrives as text inside
-    // a Parquet error (the key retriever's error crosses parquet-rs as a string).
-    if e.to_string().contains("may not decrypt") {
-        return ErrorClass::Denied;
+    if let Some(d) = cause_of::<DecryptError>(e) {
+        return match d {
+            DecryptError::Tampered { .. } | DecryptError::Signature { .. } => ErrorClass::Tampered,
+            DecryptError::Refused { .. } => ErrorClass::Denied,
+            DecryptError::Provider { source, .. } => match source {
+                ProviderError::Denied { .. }
+                | ProviderError::Key(clearice_crypto::Error::NotRequested { .. }) => {
+                    ErrorClass::Denied
+                }
+                ProviderError::Unavailable { .. } => ErrorClass::Unavailable,
+                ProviderError::Invalid { .. } => ErrorClass::Tampered,
+                ProviderError::Key(_) => ErrorClass::DataUnusable,
+            },
+            _ => ErrorClass::DataUnusable,
+        };
     }
     match e {
         DataFusionError::Plan(m) if m.contains("not found") => ErrorClass::NotFound,
@@ -177,6 +189,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
 /// error's own message (without DataFusion's `External error:` wrapping), else the
 /// error's text.
 pub fn message_of(e: &datafusion::error::DataFusionError) -> String {
+    use clearice_table::pme::DecryptError;
     use crate::confine::Refusal;
     use crate::limits::LimitExceeded;
     use clearice_table::Error as TableError;
@@ -186,6 +199,8 @@ pub fn message_of(e: &datafusion::error::DataFusionError) -> String {
         t.to_string()
     } else if let Some(l) = cause_of::<LimitExceeded>(e) {
         l.to_string()
+    } else if let Some(d) = cause_of::<DecryptError>(e) {
+        d.to_string()
     } else {
         e.to_string()
     };

@@ -35,7 +35,7 @@ use base64::prelude::BASE64_STANDARD;
 use clearice_crypto::{CallContext, KeyScope, LocalProvider, ProviderRef};
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, SecretKey};
 use clearice_policy::Policy;
-use clearice_table::pme::{DecryptingParquetFormatFactory, ScanKeys};
+use clearice_table::pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
 use clearice_table::{
     IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_sql_catalog,
 };
@@ -178,6 +178,34 @@ impl Engine {
     /// The Iceberg catalog named `name`.
     pub fn iceberg_catalog(&self, name: &str) -> Option<&Arc<dyn iceberg::Catalog>> {
         self.iceberg.get(name)
+    }
+
+    /// Master key id of each column of a local data file (`None`: plaintext or footer
+    /// key), read through the decrypting reader: only the footer key is requested.
+    async fn column_master_keys(&self, path: &str) -> Result<Vec<(String, Option<String>)>, String> {
+        let size = tokio::fs::metadata(path)
+            .await
+            .map_err(|e| format!("'{path}': {e}"))?
+            .len();
+        let location = object_store::path::Path::from_filesystem_path(path)
+            .map_err(|e| format!("'{path}': {e}"))?;
+        let keys = ScanKeys {
+            provider: Arc::clone(&self.crypto),
+            scope: KeyScope::MasterKeys(Default::default()),
+            context: CallContext {
+                principal: "clearice check".into(),
+                ..Default::default()
+            },
+            aad_prefix: None,
+        };
+        let store = Arc::new(object_store::local::LocalFileSystem::new());
+        DecryptingReaderFactory::new(store, keys)
+            .column_keys(datafusion::datasource::listing::PartitionedFile::new(
+                location.to_string(),
+                size,
+            ))
+            .await
+            .map_err(|e| message_of(&e))
     }
 
     /// The key resolver (metrics: KMS calls).
@@ -606,14 +634,7 @@ impl Engine {
                 .strip_prefix("file://")
                 .unwrap_or(&task.data_file_path)
                 .to_owned();
-            let resolver = Arc::clone(&self.resolver);
-            let p = path.clone();
-            // Reads the footer: file IO off the async workers.
-            let keys = tokio::task::spawn_blocking(move || {
-                clearice_table::file_column_master_keys(&resolver, p.as_ref())
-            })
-            .await
-            .unwrap_or_else(|e| Err(format!("reader task failed: {e}")));
+            let keys = self.column_master_keys(&path).await;
             match keys {
                 Ok(keys) => {
                     for (col, key) in keys {

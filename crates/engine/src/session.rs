@@ -267,10 +267,6 @@ impl Session {
                 }
             })
             .await;
-        let result = match result {
-            Err(e) => Err(name_decryption_failure(e, query.take_scans()).await),
-            ok => ok,
-        };
         self.write_audit(&id, sql, query.take(), &result).await?;
         result
     }
@@ -404,11 +400,6 @@ impl Session {
                     }
                 })
                 .await;
-        let scans = query.take_scans();
-        let started = match started {
-            Ok((inner, permit)) => Ok((diagnosing(inner, scans), permit)),
-            Err(e) => Err(name_decryption_failure(e, scans).await),
-        };
         let pending = self.pending_audit(&id, sql, query.take());
         match started {
             Ok((inner, permit)) => {
@@ -608,49 +599,6 @@ async fn collect(df: datafusion::dataframe::DataFrame) -> Result<QueryOutput> {
     let schema = stream.schema();
     let batches = stream.try_collect().await?;
     Ok(QueryOutput { schema, batches })
-}
-
-/// A decryption failure (parquet-rs says only `ring::error::Unspecified`) replaced by one
-/// naming the file, column, row group and module, found by re-reading what the query's
-/// scans read (`clearice_table::diagnose`); other errors are returned as they are.
-async fn name_decryption_failure(
-    e: DataFusionError,
-    scans: Vec<clearice_table::ScanRecord>,
-) -> DataFusionError {
-    if scans.is_empty() || !clearice_table::is_decryption_failure(&e.to_string()) {
-        return e;
-    }
-    match clearice_table::diagnose(scans).await {
-        Some(t) => DataFusionError::External(Box::new(t)),
-        None => e,
-    }
-}
-
-/// `inner`, with a decryption failure named ([`name_decryption_failure`]).
-fn diagnosing(
-    inner: SendableRecordBatchStream,
-    scans: Vec<clearice_table::ScanRecord>,
-) -> SendableRecordBatchStream {
-    use futures::StreamExt;
-    if scans.is_empty() {
-        // Nothing to re-read (no catalog table scanned): no adapter on the result path.
-        return inner;
-    }
-    let schema = inner.schema();
-    let scans = Arc::new(std::sync::Mutex::new(Some(scans)));
-    let named = inner.then(move |item| {
-        let scans = Arc::clone(&scans);
-        async move {
-            match item {
-                Err(e) => {
-                    let taken = scans.lock().map(|mut s| s.take()).unwrap_or_default();
-                    Err(name_decryption_failure(e, taken.unwrap_or_default()).await)
-                }
-                ok => ok,
-            }
-        }
-    });
-    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, named))
 }
 
 /// `COPY ... STORED AS CSV` of nested columns fails while planning, naming the column,

@@ -19,7 +19,7 @@ pub struct TableAccess {
     pub error: Option<String>,
 }
 
-/// What one query read: its table accesses (merged per table) and its scans. Queries
+/// What one query read: its table accesses (merged per table). Queries
 /// that run at once in one session each collect their own: [`QueryAccess::scope`] makes
 /// a collector current for the task that plans the query, and the session's policy
 /// providers record into it.
@@ -29,7 +29,6 @@ pub struct QueryAccess(Arc<QueryAccessInner>);
 #[derive(Debug, Default)]
 struct QueryAccessInner {
     accesses: Mutex<Vec<TableAccess>>,
-    scans: Mutex<Vec<crate::tamper::ScanRecord>>,
 }
 
 tokio::task_local! {
@@ -47,11 +46,6 @@ impl QueryAccess {
         std::mem::take(&mut *self.0.accesses.lock().expect("accesses"))
     }
 
-    /// Takes the scans recorded so far.
-    pub fn take_scans(&self) -> Vec<crate::tamper::ScanRecord> {
-        std::mem::take(&mut *self.0.scans.lock().expect("scans"))
-    }
-
     fn record(&self, access: TableAccess) {
         let mut all = self.0.accesses.lock().expect("accesses");
         if let Some(prev) = all.iter_mut().find(|a| a.table == access.table) {
@@ -67,10 +61,6 @@ impl QueryAccess {
         } else {
             all.push(access);
         }
-    }
-
-    fn record_scan(&self, scan: crate::tamper::ScanRecord) {
-        self.0.scans.lock().expect("scans").push(scan);
     }
 
     /// The collector of the query being planned on this task, else `fallback`.
@@ -119,16 +109,6 @@ impl SessionAccess {
     /// Key resolution.
     pub fn resolver(&self) -> &Arc<KeyResolver> {
         &self.resolver
-    }
-
-    /// Records what a scan of the current query reads (for naming a decryption failure).
-    pub fn record_scan(&self, scan: crate::tamper::ScanRecord) {
-        QueryAccess::current_or(&self.unscoped).record_scan(scan);
-    }
-
-    /// Takes the scans recorded outside any query scope since the last call.
-    pub fn take_scans(&self) -> Vec<crate::tamper::ScanRecord> {
-        self.unscoped.take_scans()
     }
 
     /// Records a table access of the current query (merged per table).

@@ -84,27 +84,6 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// A module of an encrypted file failed authentication (AES-GCM tag mismatch).
-    #[error(
-        "file '{file}' of table '{table}': {module}{} failed authentication: the file was modified or damaged, or written with another key",
-        match (column, row_group) {
-            (Some(c), Some(rg)) => format!(" of column '{c}' in row group {rg}"),
-            (Some(c), None) => format!(" of column '{c}'"),
-            _ => String::new(),
-        }
-    )]
-    Tampered {
-        /// Table.
-        table: String,
-        /// Data file.
-        file: String,
-        /// Column path, when the failure is in a column chunk.
-        column: Option<String>,
-        /// Row group ordinal.
-        row_group: Option<usize>,
-        /// `footer or column metadata`, `page header`, `data or dictionary page`.
-        module: String,
-    },
     /// Writing data failed.
     #[error("table '{table}': write failed: {reason}")]
     Write {

@@ -23,7 +23,6 @@ pub mod pme;
 mod policy_provider;
 mod provider;
 mod schema;
-mod tamper;
 pub mod write;
 
 pub use access::{QueryAccess, SessionAccess, TableAccess};
@@ -31,12 +30,9 @@ pub use catalog::{
     IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
     open_sql_catalog, redact_uri,
 };
-pub use encryption::{
-    ENCRYPTION_FACTORY_ID, PmeEncryptionFactory, file_column_master_keys, local_side_file_reader,
-};
+pub use encryption::local_side_file_reader;
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};
 pub use provider::{CATALOG_STORE_URL, IcebergTableProvider};
 pub use schema::arrow_schema;
-pub use tamper::{ScanRecord, diagnose, is_decryption_failure};

@@ -301,15 +301,6 @@ impl TableProvider for PolicyTableProvider {
         let all_plaintext = projected
             .iter()
             .all(|c| c.resolved.decision == Decision::Plaintext);
-        let inner_schema = self.inner.schema();
-        self.access.record_scan(crate::tamper::ScanRecord {
-            provider: self.inner.clone(),
-            columns: inner_cols
-                .iter()
-                .map(|i| inner_schema.field(*i).name().clone())
-                .collect(),
-            scope: scope.clone(),
-        });
         let inner_plan = self
             .inner
             .scan_with(

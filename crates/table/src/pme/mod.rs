@@ -95,6 +95,32 @@ impl DecryptingReaderFactory {
     }
 }
 
+impl DecryptingReaderFactory {
+    /// Each column of `file` (its first row group) with the master key id of its column
+    /// key ([`EXPLICIT_KEY`] for explicit keys), `None` for plaintext columns and columns
+    /// under the footer key. Column keys are described, not requested, unless the scope
+    /// allows them.
+    pub async fn column_keys(
+        &self,
+        file: PartitionedFile,
+    ) -> datafusion::error::Result<Vec<(String, Option<String>)>> {
+        let mut reader = self.reader(file, None, &ExecutionPlanMetricsSet::new())?;
+        Ok(reader.view().await?.column_keys.clone())
+    }
+
+    fn reader(
+        &self,
+        file: PartitionedFile,
+        hint: Option<usize>,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> datafusion::error::Result<DecryptingReader> {
+        let path = format!("/{}", file.object_meta.location);
+        let size = file.object_meta.size;
+        let inner = self.inner.create_reader(0, file, hint, metrics)?;
+        Ok(DecryptingReader::new(inner, path, size, hint, Arc::clone(&self.keys)))
+    }
+}
+
 impl ParquetFileReaderFactory for DecryptingReaderFactory {
     fn create_reader(
         &self,
@@ -143,8 +169,13 @@ impl std::fmt::Debug for DecryptingReader {
 
 struct View {
     metadata: Arc<ParquetMetaData>,
+    /// Each column (of the first row group) and the master key id of its column key.
+    column_keys: Vec<(String, Option<String>)>,
     crypto: Option<FileCrypto>,
 }
+
+/// Reported instead of a master key id for columns under explicit keys.
+pub const EXPLICIT_KEY: &str = "<explicit key>";
 
 struct FileCrypto {
     algorithm: Algorithm,
@@ -258,24 +289,33 @@ impl DecryptingReader {
         metadata: &[u8],
         footer: bool,
     ) -> std::result::Result<Arc<ColumnKey>, ProviderError> {
-        let ctx = self.ctx();
-        let provider = &self.keys.provider;
-        let key = provider
-            .describe_key(&ctx, Bytes::copy_from_slice(metadata))
-            .await?;
+        let key = self.describe(metadata).await?;
+        self.grant(key, footer).await
+    }
+
+    async fn describe(&self, metadata: &[u8]) -> std::result::Result<KeyRef, ProviderError> {
+        self.keys
+            .provider
+            .describe_key(&self.ctx(), Bytes::copy_from_slice(metadata))
+            .await
+    }
+
+    async fn grant(
+        &self,
+        key: KeyRef,
+        footer: bool,
+    ) -> std::result::Result<Arc<ColumnKey>, ProviderError> {
         self.keys
             .scope
             .check_key(&key.key_id, footer, key.master_key)?;
-        let cipher = match provider.release_key(&ctx, &key).await? {
-            Some(k) => {
-                Some(
-                    ModuleCipher::new(k.expose()).map_err(|error| ProviderError::Invalid {
-                        index: 0,
-                        position: ModulePosition::footer(),
-                        error,
-                    })?,
-                )
-            }
+        let cipher = match self.keys.provider.release_key(&self.ctx(), &key).await? {
+            Some(k) => Some(ModuleCipher::new(k.expose()).map_err(|error| {
+                ProviderError::Invalid {
+                    index: 0,
+                    position: ModulePosition::footer(),
+                    error,
+                }
+            })?),
             None => None,
         };
         Ok(Arc::new(ColumnKey { key, cipher }))
@@ -371,6 +411,7 @@ impl DecryptingReader {
         let Some(algorithm) = meta.encryption_algorithm.clone() else {
             return Ok(View {
                 metadata: Arc::new(ParquetMetaDataReader::decode_metadata(&footer)?),
+                column_keys: Vec::new(),
                 crypto: None,
             });
         };
@@ -537,6 +578,7 @@ impl DecryptingReader {
         // Keys by key metadata, each described and granted (or refused) once.
         let mut keys: HashMap<Vec<u8>, std::result::Result<Arc<ColumnKey>, String>> =
             HashMap::new();
+        let mut key_ids: HashMap<Vec<u8>, String> = HashMap::new();
         // Column metadata modules to decrypt, per key.
         let mut pending: BTreeMap<Vec<u8>, Vec<(usize, usize, Bytes)>> = BTreeMap::new();
         let mut refused: HashMap<(usize, usize), String> = HashMap::new();
@@ -557,7 +599,14 @@ impl DecryptingReader {
                     Some(m) => match keys.get(&m) {
                         Some(k) => k.clone(),
                         None => {
-                            let k = self.key(&m, false).await.map_err(|e| e.to_string());
+                            let k = match self.describe(&m).await {
+                                Ok(described) => {
+                                    let id = described.master_key.then(|| described.key_id.clone());
+                                    key_ids.insert(m.clone(), id.unwrap_or_else(|| EXPLICIT_KEY.into()));
+                                    self.grant(described, false).await.map_err(|e| e.to_string())
+                                }
+                                Err(e) => Err(e.to_string()),
+                            };
                             keys.insert(m.clone(), k.clone());
                             k
                         }
@@ -615,6 +664,24 @@ impl DecryptingReader {
             }
         }
 
+        let column_keys = meta
+            .row_groups
+            .first()
+            .map(|g| {
+                g.columns
+                    .iter()
+                    .map(|c| {
+                        let id = match &c.crypto_metadata {
+                            Some(ColumnCryptoMetaData::ENCRYPTIONWITHCOLUMNKEY(k)) => key_ids
+                                .get(k.key_metadata.as_deref().unwrap_or_default())
+                                .cloned(),
+                            _ => None,
+                        };
+                        (column_path(c), id)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let gaps = refused_extents(&meta, &decrypted, self.footer_start);
         let mut regions = Vec::new();
         for (rg, group) in meta.row_groups.iter_mut().enumerate() {
@@ -783,6 +850,7 @@ impl DecryptingReader {
             .map_err(|e| self.malformed(format!("decrypted metadata is not valid Parquet: {e}")))?;
         Ok(View {
             metadata: Arc::new(metadata),
+            column_keys,
             crypto: Some(FileCrypto {
                 algorithm,
                 file_aad,
