@@ -108,11 +108,11 @@ pub enum ErrorClass {
 
 /// Classifies an engine error (see [`ErrorClass`]).
 pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
-    use clearice_crypto::ProviderError;
-    use clearice_table::pme::DecryptError;
     use crate::confine::Refusal;
     use crate::limits::LimitExceeded;
+    use clearice_crypto::ProviderError;
     use clearice_table::Error as TableError;
+    use clearice_table::pme::DecryptError;
     use datafusion::error::DataFusionError;
     if let Some(r) = cause_of::<Refusal>(e) {
         return match r {
@@ -189,10 +189,10 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
 /// error's own message (without DataFusion's `External error:` wrapping), else the
 /// error's text.
 pub fn message_of(e: &datafusion::error::DataFusionError) -> String {
-    use clearice_table::pme::DecryptError;
     use crate::confine::Refusal;
     use crate::limits::LimitExceeded;
     use clearice_table::Error as TableError;
+    use clearice_table::pme::DecryptError;
     let text = if let Some(r) = cause_of::<Refusal>(e) {
         r.to_string()
     } else if let Some(t) = cause_of::<TableError>(e) {

@@ -182,7 +182,10 @@ impl Engine {
 
     /// Master key id of each column of a local data file (`None`: plaintext or footer
     /// key), read through the decrypting reader: only the footer key is requested.
-    async fn column_master_keys(&self, path: &str) -> Result<Vec<(String, Option<String>)>, String> {
+    async fn column_master_keys(
+        &self,
+        path: &str,
+    ) -> Result<Vec<(String, Option<String>)>, String> {
         let size = tokio::fs::metadata(path)
             .await
             .map_err(|e| format!("'{path}': {e}"))?

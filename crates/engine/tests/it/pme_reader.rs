@@ -152,14 +152,22 @@ pub async fn read_new(
     keys: ScanKeys,
     how: &Read,
 ) -> datafusion::parquet::errors::Result<RecordBatch> {
+    read_new_counted(path, keys, how, &ExecutionPlanMetricsSet::new()).await
+}
+
+/// [`read_new`], with the reader's counters in `metrics`.
+pub async fn read_new_counted(
+    path: &Path,
+    keys: ScanKeys,
+    how: &Read,
+    metrics: &ExecutionPlanMetricsSet,
+) -> datafusion::parquet::errors::Result<RecordBatch> {
     let store = Arc::new(LocalFileSystem::new());
     let size = std::fs::metadata(path).unwrap().len();
     let location = object_store::path::Path::from_filesystem_path(path).unwrap();
     let file = PartitionedFile::new(location.to_string(), size);
     let factory = DecryptingReaderFactory::new(store, keys);
-    let reader = factory
-        .create_reader(0, file, None, &ExecutionPlanMetricsSet::new())
-        .unwrap();
+    let reader = factory.create_reader(0, file, None, metrics).unwrap();
     let options = ArrowReaderOptions::new().with_page_index_policy(how.policy());
     let mut b = ParquetRecordBatchStreamBuilder::new_with_options(Boxed(reader), options)
         .await?
@@ -403,176 +411,99 @@ async fn plaintext_footer_columns_read_without_keys_and_encrypted_ones_are_refus
     );
 }
 
-#[tokio::test]
-async fn debug_view() {
-    let Some(dir) = parquet_testing_dir() else {
-        return;
-    };
-    let path = testing(
-        &dir,
-        "encrypt_columns_and_footer_bloom_filter.parquet.encrypted",
-    );
-    {
-        let keys = Keys::explicit(KEYS_128);
-        let retriever = keys
-            .resolver
-            .retriever_for_file(path.display().to_string(), None);
-        let props = FileDecryptionProperties::with_key_retriever(retriever)
-            .build()
+/// PyArrow-written fixtures (`scripts/pme_fixtures.py`), generated once per test run.
+fn pyarrow_fixtures() -> Option<&'static Path> {
+    static DIR: std::sync::OnceLock<Option<tempfile::TempDir>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let python = crate::pyarrow::python()?;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("pme");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pme_fixtures.py");
+        let o = std::process::Command::new(python)
+            .arg(script)
+            .arg(&out)
+            .output()
             .unwrap();
-        let options = ArrowReaderOptions::new().with_file_decryption_properties(props);
-        let b = ParquetRecordBatchReaderBuilder::try_new_with_options(
-            std::fs::File::open(&path).unwrap(),
-            options,
-        )
-        .unwrap();
-        for c in b.metadata().row_group(0).columns() {
-            eprintln!(
-                "NATIVE {} {:?} bloom {:?} {:?}",
-                c.column_path(),
-                c.statistics(),
-                c.bloom_filter_offset(),
-                c.bloom_filter_length()
-            );
-        }
-    }
-    let keys = Keys::explicit(KEYS_128).scan(KeyScope::All);
-    let store = Arc::new(LocalFileSystem::new());
-    let size = std::fs::metadata(&path).unwrap().len();
-    let location = object_store::path::Path::from_filesystem_path(&path).unwrap();
-    let file = PartitionedFile::new(location.to_string(), size);
-    let factory = DecryptingReaderFactory::new(store, keys);
-    let mut reader = factory
-        .create_reader(0, file, None, &ExecutionPlanMetricsSet::new())
-        .unwrap();
-    let md = reader.get_metadata(None).await.unwrap();
-    {
-        let off = md.row_group(0).column(0).bloom_filter_offset().unwrap() as u64;
-        let len = md.row_group(0).column(0).bloom_filter_length().unwrap() as u64;
-        let b = reader.get_bytes(off..off + len).await.unwrap();
-        eprintln!("BLOOM {:02x?}", &b[..40]);
-        let mut b2 = ParquetRecordBatchStreamBuilder::new(Boxed(
-            factory
-                .create_reader(
-                    0,
-                    PartitionedFile::new(
-                        object_store::path::Path::from_filesystem_path(&path)
-                            .unwrap()
-                            .to_string(),
-                        size,
-                    ),
-                    None,
-                    &ExecutionPlanMetricsSet::new(),
-                )
-                .unwrap(),
-        ))
-        .await
-        .unwrap();
-        let sbbf = b2
-            .get_row_group_column_bloom_filter(0, 0)
-            .await
-            .unwrap()
-            .unwrap();
-        eprintln!(
-            "BLOOM check 1234.5 {} 0.5 {} 7.7 {}",
-            sbbf.check(&1234.5f64),
-            sbbf.check(&0.5f64),
-            sbbf.check(&7.7f64)
-        );
-    }
-    for c in md.row_group(0).columns() {
-        let (s, l) = c.byte_range();
-        let b = reader.get_bytes(s..s + l).await.unwrap();
-        eprintln!(
-            "{} {:?} dict={:?} {:02x?}",
-            c.column_path(),
-            (s, l),
-            c.dictionary_page_offset(),
-            &b[..24.min(b.len())]
-        );
-        eprintln!(
-            "NEW {} {:?} bloom {:?} {:?}",
-            c.column_path(),
-            c.statistics(),
-            c.bloom_filter_offset(),
-            c.bloom_filter_length()
-        );
-        #[allow(deprecated)]
-        {
-            use datafusion::parquet::thrift::TSerializable;
-            let mut rest = &b[..];
-            while !rest.is_empty() {
-                let mut p = thrift::protocol::TCompactInputProtocol::new(&mut rest);
-                let h = datafusion::parquet::format::PageHeader::read_from_in_protocol(&mut p);
-                match h {
-                    Ok(h) => {
-                        eprintln!(
-                            "  {:?} {} left {}",
-                            h.type_,
-                            h.compressed_page_size,
-                            rest.len()
-                        );
-                        rest = &rest[h.compressed_page_size as usize..];
-                    }
-                    Err(e) => {
-                        eprintln!("  ERR {e} {:02x?}", &rest[..rest.len().min(20)]);
-                        break;
-                    }
-                }
-            }
-        }
-    }
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        Some(dir)
+    })
+    .as_ref()
+    .map(|d| d.path())
+}
+
+fn counter(metrics: &ExecutionPlanMetricsSet, name: &str) -> usize {
+    metrics
+        .clone_inner()
+        .sum_by_name(name)
+        .map_or(0, |v| v.as_usize())
 }
 
 #[tokio::test]
-async fn debug_bloom() {
-    let Some(dir) = parquet_testing_dir() else {
+async fn pyarrow_files_read_like_their_plaintext_twins() {
+    let Some(root) = pyarrow_fixtures() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let keys: String = KEYS_128
-        .iter()
-        .map(|(k, v)| {
-            use base64::Engine as _;
-            format!(
-                "\"{k}\": \"{}\"",
-                base64::prelude::BASE64_STANDARD.encode(v)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    std::fs::write(tmp.path().join("explicit.json"), format!("{{{keys}}}")).unwrap();
-    let engine = engine(tmp.path(), "[explicit_keys]\npath = \"explicit.json\"\n").await;
-    let ctx = engine.session("tester");
-    register(
-        &ctx,
-        "f",
-        &dir.join("encrypt_columns_and_footer_bloom_filter.parquet.encrypted"),
-    )
-    .await
-    .unwrap();
-    for set in [
-        "",
-        "SET datafusion.execution.parquet.bloom_filter_on_read = false",
-        "SET datafusion.execution.parquet.enable_page_index = false",
-        "SET datafusion.execution.parquet.pushdown_filters = false",
-        "SET datafusion.execution.parquet.pruning = false",
-    ] {
-        if !set.is_empty() {
-            query(&ctx, set).await.unwrap();
-        }
-        let hit = json_rows(
-            &query(
-                &ctx,
-                "SELECT int32_field FROM f WHERE double_field = 1234.5",
-            )
-            .await
-            .unwrap(),
+    let dir = root.join("pme");
+    let keys = Keys::keyring(&dir.join("keyring.json"));
+    let list: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(dir.join("fixtures.json")).unwrap()).unwrap();
+    assert!(list.len() >= 7);
+    let mut page_ranges = 0;
+    for f in &list {
+        let (file, twin) = (
+            dir.join(f["file"].as_str().unwrap()),
+            dir.join(f["twin"].as_str().unwrap()),
         );
-        eprintln!("{set}: {hit:?}");
-        let hit = json_rows(&query(&ctx, "SELECT int32_field, CAST(double_field * 10 AS BIGINT) FROM f WHERE int32_field in (3, 1234)").await.unwrap());
-        eprintln!("{set}: {hit:?}");
-        let hit = json_rows(&query(&ctx, "SELECT count(*), CAST(min(double_field) AS BIGINT), CAST(max(double_field) AS BIGINT) FROM f").await.unwrap());
-        eprintln!("{set}: {hit:?}");
+        let rows = read_native(&twin, &keys, &Read::default()).num_rows();
+        let hows = [
+            Read::default(),
+            Read {
+                page_index: true,
+                ..Default::default()
+            },
+            // A few rows out of each row group: page-range reads.
+            Read {
+                page_index: true,
+                selection: Some(
+                    (0..rows / 5000)
+                        .flat_map(|_| {
+                            [
+                                RowSelector::skip(2000),
+                                RowSelector::select(300),
+                                RowSelector::skip(2700),
+                            ]
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            Read {
+                columns: Some(vec![0, 2]),
+                page_index: true,
+                ..Default::default()
+            },
+        ];
+        for how in hows {
+            let want = read_native(&twin, &keys, &how);
+            let metrics = ExecutionPlanMetricsSet::new();
+            let got = read_new_counted(&file, keys.scan(KeyScope::All), &how, &metrics)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            assert_eq!(got, want, "{} ({})", file.display(), f["note"]);
+            page_ranges += counter(&metrics, "crypto_page_ranges_decrypted");
+            // Keys are asked for once per key per file, not per page.
+            assert!(
+                counter(&metrics, "crypto_provider_calls") <= 8,
+                "{}",
+                file.display()
+            );
+        }
+        // parquet-rs reads neither CTR nor 192-bit keys (ring has no AES-192): those
+        // are checked against their plaintext twin only.
+        let name = f["file"].as_str().unwrap();
+        if name.starts_with("gcm") && !name.contains("192") {
+            assert_same(&file, &keys).await;
+        }
     }
+    assert!(page_ranges > 0, "no page-range read happened");
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::common::*;
 
-fn python() -> Option<String> {
+pub fn python() -> Option<String> {
     let p = std::env::var("CLEARICE_PYTHON").ok();
     if p.is_none() {
         assert!(

@@ -45,7 +45,7 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::{
     DefaultParquetFileReaderFactory, ParquetFileReaderFactory,
 };
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use object_store::ObjectStore;
@@ -104,20 +104,29 @@ impl DecryptingReaderFactory {
         &self,
         file: PartitionedFile,
     ) -> datafusion::error::Result<Vec<(String, Option<String>)>> {
-        let mut reader = self.reader(file, None, &ExecutionPlanMetricsSet::new())?;
+        let mut reader = self.reader(0, file, None, &ExecutionPlanMetricsSet::new())?;
         Ok(reader.view().await?.column_keys.clone())
     }
 
     fn reader(
         &self,
+        partition: usize,
         file: PartitionedFile,
         hint: Option<usize>,
         metrics: &ExecutionPlanMetricsSet,
     ) -> datafusion::error::Result<DecryptingReader> {
         let path = format!("/{}", file.object_meta.location);
         let size = file.object_meta.size;
-        let inner = self.inner.create_reader(0, file, hint, metrics)?;
-        Ok(DecryptingReader::new(inner, path, size, hint, Arc::clone(&self.keys)))
+        let inner = self.inner.create_reader(partition, file, hint, metrics)?;
+        let counters = Counters::new(metrics, partition);
+        Ok(DecryptingReader::new(
+            inner,
+            path,
+            size,
+            hint,
+            Arc::clone(&self.keys),
+            counters,
+        ))
     }
 }
 
@@ -129,18 +138,12 @@ impl ParquetFileReaderFactory for DecryptingReaderFactory {
         metadata_size_hint: Option<usize>,
         metrics: &ExecutionPlanMetricsSet,
     ) -> datafusion::error::Result<Box<dyn AsyncFileReader + Send>> {
-        let path = format!("/{}", file.object_meta.location);
-        let size = file.object_meta.size;
-        let inner = self
-            .inner
-            .create_reader(partition_index, file, metadata_size_hint, metrics)?;
-        Ok(Box::new(DecryptingReader::new(
-            inner,
-            path,
-            size,
+        Ok(Box::new(self.reader(
+            partition_index,
+            file,
             metadata_size_hint,
-            Arc::clone(&self.keys),
-        )))
+            metrics,
+        )?))
     }
 }
 
@@ -157,6 +160,32 @@ pub struct DecryptingReader {
     footer_start: u64,
     /// Plaintext of small regions (indexes, Bloom filters) by region index.
     small: HashMap<usize, Bytes>,
+    counters: Counters,
+}
+
+/// What the reader did, in the scan's metrics (`EXPLAIN ANALYZE`).
+#[derive(Clone)]
+struct Counters {
+    /// Calls to the crypto provider (describe, release, decrypt, encrypt).
+    provider_calls: Count,
+    /// Modules decrypted (in process with a released key, or by the provider).
+    modules: Count,
+    /// Column chunks decrypted whole.
+    chunks: Count,
+    /// Page ranges decrypted alone (page index reads).
+    page_ranges: Count,
+}
+
+impl Counters {
+    fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let c = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
+        Self {
+            provider_calls: c("crypto_provider_calls"),
+            modules: c("crypto_modules_decrypted"),
+            chunks: c("crypto_chunks_decrypted"),
+            page_ranges: c("crypto_page_ranges_decrypted"),
+        }
+    }
 }
 
 impl std::fmt::Debug for DecryptingReader {
@@ -238,6 +267,7 @@ impl DecryptingReader {
         size: u64,
         hint: Option<usize>,
         keys: Arc<ScanKeys>,
+        counters: Counters,
     ) -> Self {
         Self {
             inner: std::sync::Mutex::new(inner),
@@ -248,6 +278,7 @@ impl DecryptingReader {
             view: None,
             footer_start: 0,
             small: HashMap::new(),
+            counters,
         }
     }
 
@@ -294,6 +325,7 @@ impl DecryptingReader {
     }
 
     async fn describe(&self, metadata: &[u8]) -> std::result::Result<KeyRef, ProviderError> {
+        self.counters.provider_calls.add(1);
         self.keys
             .provider
             .describe_key(&self.ctx(), Bytes::copy_from_slice(metadata))
@@ -308,14 +340,17 @@ impl DecryptingReader {
         self.keys
             .scope
             .check_key(&key.key_id, footer, key.master_key)?;
+        self.counters.provider_calls.add(1);
         let cipher = match self.keys.provider.release_key(&self.ctx(), &key).await? {
-            Some(k) => Some(ModuleCipher::new(k.expose()).map_err(|error| {
-                ProviderError::Invalid {
-                    index: 0,
-                    position: ModulePosition::footer(),
-                    error,
-                }
-            })?),
+            Some(k) => {
+                Some(
+                    ModuleCipher::new(k.expose()).map_err(|error| ProviderError::Invalid {
+                        index: 0,
+                        position: ModulePosition::footer(),
+                        error,
+                    })?,
+                )
+            }
             None => None,
         };
         Ok(Arc::new(ColumnKey { key, cipher }))
@@ -330,6 +365,7 @@ impl DecryptingReader {
         column: Option<&str>,
         modules: Vec<Module>,
     ) -> Result<Vec<Vec<u8>>> {
+        self.counters.modules.add(modules.len());
         if let Some(cipher) = &key.cipher {
             return modules
                 .iter()
@@ -351,6 +387,7 @@ impl DecryptingReader {
             column: column.map(Into::into),
             modules,
         };
+        self.counters.provider_calls.add(1);
         self.keys
             .provider
             .decrypt(&self.ctx(), batch)
@@ -476,6 +513,7 @@ impl DecryptingReader {
                         nonce: Some(nonce),
                     }],
                 };
+                self.counters.provider_calls.add(1);
                 let mut out = self
                     .keys
                     .provider
@@ -602,8 +640,13 @@ impl DecryptingReader {
                             let k = match self.describe(&m).await {
                                 Ok(described) => {
                                     let id = described.master_key.then(|| described.key_id.clone());
-                                    key_ids.insert(m.clone(), id.unwrap_or_else(|| EXPLICIT_KEY.into()));
-                                    self.grant(described, false).await.map_err(|e| e.to_string())
+                                    key_ids.insert(
+                                        m.clone(),
+                                        id.unwrap_or_else(|| EXPLICIT_KEY.into()),
+                                    );
+                                    self.grant(described, false)
+                                        .await
+                                        .map_err(|e| e.to_string())
                                 }
                                 Err(e) => Err(e.to_string()),
                             };
@@ -1145,6 +1188,7 @@ impl DecryptingReader {
                 && sub.end <= units[last].plain.end
             {
                 let (a, b) = (&units[first], &units[last]);
+                self.counters.page_ranges.add(1);
                 let enc = self.fetch(a.enc.start..b.enc.end).await?;
                 let plain = self
                     .decrypt_pages(crypto, region, key, &enc, a.dict, a.ordinal)
@@ -1162,6 +1206,7 @@ impl DecryptingReader {
                 return Ok(Bytes::from(plain).slice(from..to));
             }
         }
+        self.counters.chunks.add(1);
         let enc = self.fetch(region.range.clone()).await?;
         let mut plain = self
             .decrypt_pages(crypto, region, key, &enc, *has_dict, 0)
@@ -1229,6 +1274,7 @@ impl DecryptingReader {
         let mut out = Vec::with_capacity(enc.len());
         match &key.cipher {
             Some(cipher) => {
+                self.counters.modules.add(modules.len());
                 for pair in modules.chunks(2) {
                     let at = out.len();
                     self.decrypt_into(cipher, crypto.algorithm, column, &pair[0], &mut out)?;
