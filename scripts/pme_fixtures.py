@@ -137,6 +137,18 @@ def main() -> int:
     add("gcm_plaintext_footer_v2.parquet", "flat_plain_v2.parquet", flat,
         cfg(plaintext_footer=True), "GCM, plaintext footer, data page v2", data_page_version="2.0")
 
+    # Same-layout files for the tampering suite: fixed-size values, no compression, no
+    # dictionary, equal row groups, so that modules can be swapped between row groups,
+    # columns and files. Not in fixtures.json.
+    grid = pa.table({"a": pa.array(np.arange(4000, dtype=np.float64)),
+                     "b": pa.array(np.arange(4000, dtype=np.float64) * -1.0)})
+    swap = dict(row_group_size=1000, data_page_size=2048, write_page_index=True,
+                use_dictionary=False, compression="none")
+    for name in ("swap_a.parquet", "swap_b.parquet"):
+        write(grid, out / name, factory=factory, **swap,
+              encryption=cfg(column_keys={"pii_key": ["a"], "finance_key": ["b"]}))
+    write(grid, out / "swap_plain.parquet", **swap)
+
     (out / "fixtures.json").write_text(json.dumps(fixtures, indent=1))
     # Every file reads back with PyArrow itself.
     for f in fixtures:

@@ -10,6 +10,7 @@ mod demo;
 mod interop;
 mod parquet_testing;
 mod pme_reader;
+mod pme_tamper;
 mod policy;
 mod postgres;
 mod pyarrow;

@@ -412,7 +412,7 @@ async fn plaintext_footer_columns_read_without_keys_and_encrypted_ones_are_refus
 }
 
 /// PyArrow-written fixtures (`scripts/pme_fixtures.py`), generated once per test run.
-fn pyarrow_fixtures() -> Option<&'static Path> {
+pub fn pyarrow_fixtures() -> Option<&'static Path> {
     static DIR: std::sync::OnceLock<Option<tempfile::TempDir>> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let python = crate::pyarrow::python()?;
@@ -506,4 +506,91 @@ async fn pyarrow_files_read_like_their_plaintext_twins() {
         }
     }
     assert!(page_ranges > 0, "no page-range read happened");
+}
+
+/// The Bloom filter of double_field in parquet-testing's Bloom filter file, read through
+/// ClearIce's reader (as DataFusion reads it: offset and length from the metadata).
+async fn bloom_of(
+    path: &Path,
+    keys: &Keys,
+) -> datafusion::parquet::errors::Result<datafusion::parquet::bloom_filter::Sbbf> {
+    let store = Arc::new(LocalFileSystem::new());
+    let size = std::fs::metadata(path).unwrap().len();
+    let location = object_store::path::Path::from_filesystem_path(path).unwrap();
+    let factory = DecryptingReaderFactory::new(store, keys.scan(KeyScope::All));
+    let reader = factory
+        .create_reader(
+            0,
+            PartitionedFile::new(location.to_string(), size),
+            None,
+            &ExecutionPlanMetricsSet::new(),
+        )
+        .unwrap();
+    let mut b = ParquetRecordBatchStreamBuilder::new(Boxed(reader)).await?;
+    let col = b
+        .metadata()
+        .row_group(0)
+        .columns()
+        .iter()
+        .position(|c| c.column_path().string() == "double_field")
+        .unwrap();
+    Ok(b.get_row_group_column_bloom_filter(0, col)
+        .await?
+        .expect("bloom filter"))
+}
+
+#[tokio::test]
+async fn bloom_filters_of_encrypted_columns_hold_every_value_and_detect_tampering() {
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
+    let f = testing(
+        &dir,
+        "encrypt_columns_and_footer_bloom_filter.parquet.encrypted",
+    );
+    let keys = Keys::explicit(KEYS_128);
+    let sbbf = bloom_of(&f, &keys).await.unwrap();
+    // double_field = i + 0.5 for i in 0..2000: every value is there, most others are not.
+    assert!((0..2000).all(|i| sbbf.check(&(i as f64 + 0.5))));
+    let false_positives = (0..2000)
+        .filter(|i| sbbf.check(&(*i as f64 + 0.25)))
+        .count();
+    assert!(false_positives < 100, "{false_positives}");
+    // A flipped bit in the header and in the bitset modules.
+    let bytes = std::fs::read(&f).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let native = {
+        let retriever = keys
+            .resolver
+            .retriever_for_file(f.display().to_string(), None);
+        let props = FileDecryptionProperties::with_key_retriever(retriever)
+            .build()
+            .unwrap();
+        datafusion::parquet::file::metadata::ParquetMetaDataReader::new()
+            .with_decryption_properties(Some(props))
+            .parse_and_finish(&Bytes::from(bytes.clone()))
+            .unwrap()
+    };
+    let c = native
+        .row_group(0)
+        .columns()
+        .iter()
+        .find(|c| c.column_path().string() == "double_field")
+        .unwrap();
+    let off = c.bloom_filter_offset().unwrap() as usize;
+    let header_len = 4 + u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+    for (at, module) in [
+        (off + 4 + 12, "bloom filter header"),
+        (off + header_len + 4 + 12, "bloom filter bitset"),
+    ] {
+        let mut b = bytes.clone();
+        b[at] ^= 1;
+        let t = tmp.path().join("bloom.parquet");
+        std::fs::write(&t, b).unwrap();
+        let e = bloom_of(&t, &keys).await.unwrap_err().to_string();
+        assert!(
+            e.contains(module) && e.contains("double_field") && e.contains("authentication failed"),
+            "{e}"
+        );
+    }
 }
