@@ -174,9 +174,12 @@ fn write_file(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     }
+    // Page statistics: the column and offset index (encrypted with each column's key)
+    // let selective queries skip pages.
     let mut props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
-        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_data_page_row_count_limit(8192)
         .set_bloom_filter_enabled(false);
     if !spec.footer_key_id.is_empty() {
         let mut keys = KeyMaterialWriter::new(kms);

@@ -364,6 +364,52 @@ async fn keys_of_columns_not_needed_are_never_requested() {
     assert!(r.kms_unwrap_count_for("pii_key") > 0);
 }
 
+#[tokio::test]
+async fn selective_queries_prune_pages_of_encrypted_files_without_other_keys() {
+    let lake = demo_lake().await;
+    let engine = open_with_policy(&lake, NULL_PII, "pages").await;
+    let r = engine.key_resolver();
+    let a = engine.session("ua");
+    let rows = json_rows(
+        &query(
+            &a,
+            "SELECT id, count(balance) FROM lake.sales.customers WHERE id = 1012345 GROUP BY id",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][0], Value::from(1_012_345));
+    let plan = query(
+        &a,
+        "EXPLAIN ANALYZE SELECT id, balance FROM lake.sales.customers WHERE id = 1012345",
+    )
+    .await
+    .unwrap();
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(&plan)
+        .unwrap()
+        .to_string();
+    // The page index of the encrypted file prunes pages: `page_index_rows_pruned=N total
+    // -> M matched` with M < N.
+    let metric = text
+        .split("page_index_rows_pruned=")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no page index pruning: {text}"));
+    let numbers: Vec<f64> = metric
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|s| !s.is_empty())
+        .take(2)
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert!(numbers.len() == 2 && numbers[1] < numbers[0], "{metric}");
+    assert!(
+        text.contains("crypto_chunks_decrypted") || text.contains("crypto_page_ranges_decrypted"),
+        "{text}"
+    );
+    // ...while the key of the columns it does not read is never requested.
+    assert_eq!(r.kms_unwrap_count_for("pii_key"), 0);
+}
+
 async fn missing_key_engine(lake: &Lake, on_missing: &str, name: &str) -> Arc<Engine> {
     let dir = lake.dir.join(name);
     std::fs::create_dir_all(&dir).unwrap();
