@@ -1,0 +1,252 @@
+//! The decrypting reader (local provider) vs parquet-rs's native PME decryption vs the
+//! plaintext twin, on the same data, in one run: a full scan and a 1 % row range read
+//! with the page index (page-range decryption).
+//!
+//! `cargo bench -p clearice-benches --bench reader`
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clearice_crypto::{
+    CallContext, DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyScope, LocalProvider, SecretKey,
+};
+use clearice_table::pme::{DecryptingReaderFactory, ScanKeys};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::ParquetFileReaderFactory;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
+use datafusion::parquet::arrow::arrow_reader::{ArrowReaderOptions, RowSelection, RowSelector};
+use datafusion::parquet::arrow::async_reader::AsyncFileReader;
+use datafusion::parquet::encryption::decrypt::FileDecryptionProperties;
+use datafusion::parquet::encryption::encrypt::FileEncryptionProperties;
+use datafusion::parquet::file::metadata::PageIndexPolicy;
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use futures::TryStreamExt;
+
+const ROWS: usize = 1_000_000;
+const FOOTER: &[u8] = b"0123456789012345";
+const PII: &[u8] = b"1234567890123450";
+const MONEY: &[u8] = b"1234567890123451";
+
+fn batch(start: usize, n: usize) -> RecordBatch {
+    let ids: Vec<i64> = (start..start + n).map(|i| i as i64).collect();
+    let ssn: Vec<String> = ids
+        .iter()
+        .map(|i| format!("{:03}-{:02}-{:04}", i % 997, i % 89, i % 9973))
+        .collect();
+    let email: Vec<String> = ids.iter().map(|i| format!("user{i}@example.org")).collect();
+    let balance: Vec<f64> = ids.iter().map(|i| (*i % 100_000) as f64 * 1.25).collect();
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids)),
+        Arc::new(StringArray::from(ssn)),
+        Arc::new(StringArray::from(email)),
+        Arc::new(Float64Array::from(balance)),
+    ];
+    RecordBatch::try_new(schema(), cols).expect("batch")
+}
+
+fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("ssn", DataType::Utf8, false),
+        Field::new("email", DataType::Utf8, false),
+        Field::new("balance", DataType::Float64, false),
+    ]))
+}
+
+fn write(path: &Path, encrypt: bool) {
+    let mut props = WriterProperties::builder()
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_data_page_row_count_limit(8192)
+        .set_max_row_group_row_count(Some(250_000));
+    if encrypt {
+        let fep = FileEncryptionProperties::builder(FOOTER.to_vec())
+            .with_footer_key_metadata("kf".into())
+            .with_column_key_and_metadata("ssn", PII.to_vec(), b"kc1".to_vec())
+            .with_column_key_and_metadata("email", PII.to_vec(), b"kc1".to_vec())
+            .with_column_key_and_metadata("balance", MONEY.to_vec(), b"kc2".to_vec())
+            .build()
+            .expect("encryption");
+        props = props.with_file_encryption_properties(fep);
+    }
+    #[expect(clippy::disallowed_methods, reason = "benchmark setup")]
+    let file = std::fs::File::create(path).expect("create");
+    let mut w = ArrowWriter::try_new(file, schema(), Some(props.build())).expect("writer");
+    for start in (0..ROWS).step_by(50_000) {
+        w.write(&batch(start, 50_000)).expect("write");
+    }
+    w.close().expect("close");
+}
+
+fn resolver() -> Arc<KeyResolver> {
+    let keys: HashMap<String, SecretKey> = [("kf", FOOTER), ("kc1", PII), ("kc2", MONEY)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), SecretKey::from_bytes(v.to_vec())))
+        .collect();
+    Arc::new(KeyResolver::new(None, keys, DEFAULT_KEY_CACHE_TTL))
+}
+
+#[derive(Clone, Copy)]
+enum Reader {
+    Plaintext,
+    Native,
+    ClearIce,
+}
+
+/// 1 % of the rows, from the middle of the file.
+fn one_percent() -> RowSelection {
+    RowSelection::from(vec![
+        RowSelector::skip(ROWS / 2),
+        RowSelector::select(ROWS / 100),
+        RowSelector::skip(ROWS / 2 - ROWS / 100),
+    ])
+}
+
+async fn read(
+    reader: Reader,
+    path: &Path,
+    resolver: &Arc<KeyResolver>,
+    selective: bool,
+    metrics: &ExecutionPlanMetricsSet,
+) -> usize {
+    let policy = if selective {
+        PageIndexPolicy::Required
+    } else {
+        PageIndexPolicy::Skip
+    };
+    let mut options = ArrowReaderOptions::new().with_page_index_policy(policy);
+    let input: Box<dyn AsyncFileReader + Send> = match reader {
+        Reader::Plaintext | Reader::Native => {
+            if let Reader::Native = reader {
+                let retriever = resolver.retriever_for_file(path.display().to_string(), None);
+                options = options.with_file_decryption_properties(
+                    FileDecryptionProperties::with_key_retriever(retriever)
+                        .build()
+                        .expect("props"),
+                );
+            }
+            Box::new(tokio::fs::File::open(path).await.expect("open"))
+        }
+        Reader::ClearIce => {
+            let store = Arc::new(object_store::local::LocalFileSystem::new());
+            let size = tokio::fs::metadata(path).await.expect("size").len();
+            let location = object_store::path::Path::from_filesystem_path(path).expect("path");
+            let keys = ScanKeys {
+                provider: Arc::new(LocalProvider::new(Arc::clone(resolver), None)),
+                scope: KeyScope::All,
+                context: CallContext::default(),
+                aad_prefix: None,
+            };
+            DecryptingReaderFactory::new(store, keys)
+                .create_reader(
+                    0,
+                    PartitionedFile::new(location.to_string(), size),
+                    None,
+                    metrics,
+                )
+                .expect("reader")
+        }
+    };
+    let mut b = ParquetRecordBatchStreamBuilder::new_with_options(Boxed(input), options)
+        .await
+        .expect("builder")
+        .with_batch_size(8192);
+    if selective {
+        b = b.with_row_selection(one_percent());
+    }
+    let batches: Vec<RecordBatch> = b
+        .build()
+        .expect("stream")
+        .try_collect()
+        .await
+        .expect("read");
+    batches.iter().map(RecordBatch::num_rows).sum()
+}
+
+struct Boxed(Box<dyn AsyncFileReader + Send>);
+
+impl AsyncFileReader for Boxed {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> futures::future::BoxFuture<'_, datafusion::parquet::errors::Result<bytes::Bytes>> {
+        self.0.get_bytes(range)
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> futures::future::BoxFuture<'_, datafusion::parquet::errors::Result<Vec<bytes::Bytes>>>
+    {
+        self.0.get_byte_ranges(ranges)
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        datafusion::parquet::errors::Result<
+            Arc<datafusion::parquet::file::metadata::ParquetMetaData>,
+        >,
+    > {
+        self.0.get_metadata(options)
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let enc: PathBuf = dir.path().join("encrypted.parquet");
+    let plain: PathBuf = dir.path().join("plain.parquet");
+    write(&enc, true);
+    write(&plain, false);
+    let resolver = resolver();
+    // Provider calls and decryption work per query, reported once.
+    for selective in [false, true] {
+        let m = ExecutionPlanMetricsSet::new();
+        let rows = rt.block_on(read(Reader::ClearIce, &enc, &resolver, selective, &m));
+        let metrics = m.clone_inner();
+        let get = |n: &str| metrics.sum_by_name(n).map_or(0, |v| v.as_usize());
+        eprintln!(
+            "clearice {}: {rows} rows, {} provider calls, {} chunks and {} page ranges decrypted, {} modules",
+            if selective { "1% range" } else { "full scan" },
+            get("crypto_provider_calls"),
+            get("crypto_chunks_decrypted"),
+            get("crypto_page_ranges_decrypted"),
+            get("crypto_modules_decrypted"),
+        );
+    }
+    for (name, selective) in [("reader_full_scan", false), ("reader_1pct_range", true)] {
+        let mut g = c.benchmark_group(name);
+        g.throughput(Throughput::Elements(ROWS as u64));
+        g.sample_size(20);
+        for (label, reader, path) in [
+            ("plaintext", Reader::Plaintext, &plain),
+            ("parquet_rs_native", Reader::Native, &enc),
+            ("clearice_local", Reader::ClearIce, &enc),
+        ] {
+            g.bench_function(label, |b| {
+                b.to_async(&rt).iter(|| async {
+                    read(
+                        reader,
+                        path,
+                        &resolver,
+                        selective,
+                        &ExecutionPlanMetricsSet::new(),
+                    )
+                    .await
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
