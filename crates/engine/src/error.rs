@@ -146,7 +146,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
         return match d {
             DecryptError::Tampered { .. } | DecryptError::Signature { .. } => ErrorClass::Tampered,
             DecryptError::Refused { .. } => ErrorClass::Denied,
-            DecryptError::Provider { source, .. } => match source {
+            DecryptError::Provider { source, .. } => match source.as_ref() {
                 ProviderError::Denied { .. }
                 | ProviderError::Key(clearice_crypto::Error::NotRequested { .. }) => {
                     ErrorClass::Denied

@@ -34,5 +34,5 @@ pub use encryption::local_side_file_reader;
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};
-pub use provider::{CATALOG_STORE_URL, IcebergTableProvider};
+pub use provider::{CATALOG_STORE_URL, IcebergTableProvider, ScanAs};
 pub use schema::arrow_schema;

@@ -308,8 +308,10 @@ impl TableProvider for PolicyTableProvider {
                 Some(&inner_cols),
                 filters,
                 limit,
-                scope,
-                self.access.principal(),
+                crate::provider::ScanAs {
+                    scope,
+                    principal: self.access.principal(),
+                },
                 !all_plaintext,
             )
             .await?;

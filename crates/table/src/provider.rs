@@ -38,6 +38,15 @@ use crate::schema::arrow_schema;
 /// `file://` is confined to file areas still read catalog data.
 pub const CATALOG_STORE_URL: &str = "clearice-catalog://local";
 
+/// Who a scan runs as and which keys it may request.
+#[derive(Debug, Clone)]
+pub struct ScanAs<'a> {
+    /// Keys the scan may request.
+    pub scope: KeyScope,
+    /// The principal (sent to the crypto provider).
+    pub principal: &'a str,
+}
+
 /// A table of an Iceberg catalog, at its current snapshot.
 #[derive(Clone)]
 pub struct IcebergTableProvider {
@@ -206,13 +215,17 @@ impl TableProvider for IcebergTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        self.scan_with(state, projection, filters, limit, KeyScope::All, "", false)
+        let keys = ScanAs {
+            scope: KeyScope::All,
+            principal: "",
+        };
+        self.scan_with(state, projection, filters, limit, keys, false)
             .await
     }
 }
 
 impl IcebergTableProvider {
-    /// Scans as `principal` with keys limited to `scope`. With `set_predicate`, `filters` (which must
+    /// Scans as `keys.principal` with keys limited to `keys.scope`. With `set_predicate`, `filters` (which must
     /// only name columns the principal may see in plaintext) are also given to the
     /// Parquet reader, for use when a node above blocks DataFusion's own pushdown.
     pub async fn scan_with(
@@ -221,8 +234,7 @@ impl IcebergTableProvider {
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
-        scope: KeyScope,
-        principal: &str,
+        keys: ScanAs<'_>,
         set_predicate: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         if self.table.metadata().current_snapshot().is_none() {
@@ -264,9 +276,9 @@ impl IcebergTableProvider {
             .object_store(store_url.as_ref().expect("non-empty"))?;
         let keys = ScanKeys {
             provider: Arc::clone(&self.crypto),
-            scope,
+            scope: keys.scope,
             context: CallContext {
-                principal: principal.to_owned(),
+                principal: keys.principal.to_owned(),
                 file: String::new(),
                 application: [("table".to_owned(), self.name.clone())].into(),
             },

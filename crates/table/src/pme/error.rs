@@ -40,7 +40,7 @@ pub enum DecryptError {
         column: Option<String>,
         /// The provider's error.
         #[source]
-        source: ProviderError,
+        source: Box<ProviderError>,
     },
     /// A column this scan may not decrypt was read anyway.
     #[error("file '{file}': column '{column}' is not decrypted in this scan: {reason}")]
@@ -103,7 +103,7 @@ impl DecryptError {
             source => Self::Provider {
                 file: file.into(),
                 column: column.map(Into::into),
-                source,
+                source: Box::new(source),
             },
         }
     }
