@@ -1,5 +1,5 @@
 //! ClearIce's decrypting Parquet reader: presents a PME file to DataFusion's Parquet scan
-//! as a plaintext Parquet file, decrypting through a [`CryptoProvider`] only the modules
+//! as a plaintext Parquet file, decrypting through a [`CryptoProvider`](clearice_crypto::CryptoProvider) only the modules
 //! of the columns a query reads.
 //!
 //! # The plaintext view
