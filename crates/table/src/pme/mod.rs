@@ -160,6 +160,8 @@ pub struct DecryptingReader {
     footer_start: u64,
     /// Plaintext of small regions (indexes, Bloom filters) by region index.
     small: HashMap<usize, Bytes>,
+    /// Encrypted ranges fetched together for one `get_byte_ranges` call.
+    prefetched: HashMap<Range<u64>, Bytes>,
     counters: Counters,
 }
 
@@ -278,6 +280,7 @@ impl DecryptingReader {
             view: None,
             footer_start: 0,
             small: HashMap::new(),
+            prefetched: HashMap::new(),
             counters,
         }
     }
@@ -302,6 +305,9 @@ impl DecryptingReader {
     }
 
     async fn fetch(&mut self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        if let Some(b) = self.prefetched.remove(&range) {
+            return Ok(b);
+        }
         self.inner().get_bytes(range).await
     }
 
@@ -907,6 +913,7 @@ impl DecryptingReader {
         let Some(crypto) = &view.crypto else {
             return self.inner().get_byte_ranges(ranges).await;
         };
+        self.prefetched.clear();
         let mut out: Vec<Option<Bytes>> = vec![None; ranges.len()];
         let mut plain_idx = Vec::new();
         for (i, r) in ranges.iter().enumerate() {
@@ -923,11 +930,37 @@ impl DecryptingReader {
                 out[i] = Some(b);
             }
         }
+        // Whole regions the requests need, fetched in one call (concurrent on object
+        // stores) before decrypting.
+        let mut wanted: Vec<Range<u64>> = Vec::new();
+        for (i, r) in ranges.iter().enumerate() {
+            if out[i].is_some() {
+                continue;
+            }
+            for j in overlapping(&crypto.regions, r) {
+                let region = &crypto.regions[j];
+                let whole = match &region.kind {
+                    RegionKind::Chunk { .. } => {
+                        region.range.start >= r.start && region.range.end <= r.end
+                    }
+                    RegionKind::Synthetic(_) | RegionKind::Refused(_) => false,
+                    _ => !self.small.contains_key(&j),
+                };
+                if whole && !wanted.contains(&region.range) {
+                    wanted.push(region.range.clone());
+                }
+            }
+        }
+        if wanted.len() > 1 {
+            let fetched = self.inner().get_byte_ranges(wanted.clone()).await?;
+            self.prefetched.extend(wanted.into_iter().zip(fetched));
+        }
         for (i, r) in ranges.iter().enumerate() {
             if out[i].is_none() {
                 out[i] = Some(self.serve(&view, r.clone()).await?);
             }
         }
+        self.prefetched.clear();
         Ok(out.into_iter().map(|b| b.expect("filled")).collect())
     }
 
