@@ -93,8 +93,11 @@ fn resolver() -> Arc<KeyResolver> {
 
 #[derive(Clone, Copy)]
 enum Reader {
+    /// parquet-rs's object-store reader (what DataFusion uses), no decryption.
     Plaintext,
+    /// The same, with parquet-rs's own PME decryption.
     Native,
+    /// ClearIce's decrypting reader (local provider) over the same store.
     ClearIce,
 }
 
@@ -120,6 +123,10 @@ async fn read(
         PageIndexPolicy::Skip
     };
     let mut options = ArrowReaderOptions::new().with_page_index_policy(policy);
+    // Every reader goes through the same local object store, as DataFusion's scans do.
+    let store = Arc::new(object_store::local::LocalFileSystem::new());
+    let size = tokio::fs::metadata(path).await.expect("size").len();
+    let location = object_store::path::Path::from_filesystem_path(path).expect("path");
     let input: Box<dyn AsyncFileReader + Send> = match reader {
         Reader::Plaintext | Reader::Native => {
             if let Reader::Native = reader {
@@ -130,12 +137,12 @@ async fn read(
                         .expect("props"),
                 );
             }
-            Box::new(tokio::fs::File::open(path).await.expect("open"))
+            Box::new(
+                datafusion::parquet::arrow::async_reader::ParquetObjectReader::new(store, location)
+                    .with_file_size(size),
+            )
         }
         Reader::ClearIce => {
-            let store = Arc::new(object_store::local::LocalFileSystem::new());
-            let size = tokio::fs::metadata(path).await.expect("size").len();
-            let location = object_store::path::Path::from_filesystem_path(path).expect("path");
             let keys = ScanKeys {
                 provider: Arc::new(LocalProvider::new(Arc::clone(resolver), None)),
                 scope: KeyScope::All,
@@ -230,6 +237,7 @@ fn bench(c: &mut Criterion) {
             ("plaintext", Reader::Plaintext, &plain),
             ("parquet_rs_native", Reader::Native, &enc),
             ("clearice_local", Reader::ClearIce, &enc),
+            ("clearice_on_plaintext", Reader::ClearIce, &plain),
         ] {
             g.bench_function(label, |b| {
                 b.to_async(&rt).iter(|| async {
