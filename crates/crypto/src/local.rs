@@ -76,6 +76,11 @@ impl LocalProvider {
     async fn key(&self, ctx: &CallContext, key: &KeyRef) -> Result<SecretKey, ProviderError> {
         let retriever = self.retriever(&ctx.file);
         let metadata = key.key_metadata.clone();
+        // Cached and explicit keys resolve in place; KMS calls and side files go to the
+        // blocking pool.
+        if !retriever.may_block(&metadata, true) {
+            return Ok(retriever.resolve(&metadata)?);
+        }
         self.blocking(move || Ok(retriever.resolve(&metadata)?))
             .await
     }

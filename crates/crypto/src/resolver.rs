@@ -139,6 +139,23 @@ impl KeyResolver {
         Ok(key)
     }
 
+    /// Whether unwrapping `m`'s data key needs the KMS (its KEK, or its DEK when single
+    /// wrapped, is not in the cache): the call may block on the network.
+    pub fn needs_kms(&self, m: &KeyMaterial) -> bool {
+        let wrapped = if m.double_wrapping {
+            m.wrapped_kek.as_deref().unwrap_or_default()
+        } else {
+            &m.wrapped_dek
+        };
+        let cache_key = (m.master_key_id.clone(), wrapped.to_owned());
+        !self
+            .keks
+            .lock()
+            .expect("kek cache")
+            .get(&cache_key)
+            .is_some_and(|(_, at)| at.elapsed() < self.ttl)
+    }
+
     /// Resolves one key material record to its data key.
     pub fn data_key(&self, m: &KeyMaterial, file: Option<&str>) -> Result<SecretKey> {
         m.check_complete(file)?;
@@ -281,6 +298,26 @@ impl FileKeyRetriever {
             reason: "external key material without keyReference".into(),
         })?;
         self.external_material(&reference)
+    }
+
+    /// Whether [`Self::describe`] or [`Self::resolve`] of this key metadata may block (a
+    /// side file to read, a KMS to ask); `false` when everything is at hand or cached.
+    pub fn may_block(&self, key_metadata: &[u8], resolve: bool) -> bool {
+        if resolve
+            && self
+                .deks
+                .lock()
+                .expect("dek cache")
+                .contains_key(key_metadata)
+        {
+            return false;
+        }
+        match KeyMaterial::parse(key_metadata, Some(&self.file)) {
+            Ok(Some(m)) if !m.internal_storage => self.external.get().is_none() || resolve,
+            Ok(Some(m)) => resolve && self.resolver.needs_kms(&m),
+            // Explicit keys and malformed material: no IO.
+            Ok(None) | Err(_) => false,
+        }
     }
 
     /// Resolves key metadata to a key.

@@ -939,15 +939,25 @@ impl DecryptingReader {
             }
             for j in overlapping(&crypto.regions, r) {
                 let region = &crypto.regions[j];
-                let whole = match &region.kind {
-                    RegionKind::Chunk { .. } => {
-                        region.range.start >= r.start && region.range.end <= r.end
+                let fetch = match &region.kind {
+                    RegionKind::Chunk { units, .. } => {
+                        let sub = region.range.start.max(r.start)..region.range.end.min(r.end);
+                        if sub == region.range {
+                            Some(region.range.clone())
+                        } else {
+                            // A page range: the encrypted pages behind it.
+                            units
+                                .get()
+                                .and_then(|u| page_span(u, &sub).map(|(a, b)| u_enc(u, a, b)))
+                        }
                     }
-                    RegionKind::Synthetic(_) | RegionKind::Refused(_) => false,
-                    _ => !self.small.contains_key(&j),
+                    RegionKind::Synthetic(_) | RegionKind::Refused(_) => None,
+                    _ => (!self.small.contains_key(&j)).then(|| region.range.clone()),
                 };
-                if whole && !wanted.contains(&region.range) {
-                    wanted.push(region.range.clone());
+                if let Some(f) = fetch
+                    && !wanted.contains(&f)
+                {
+                    wanted.push(f);
                 }
             }
         }
@@ -1219,31 +1229,27 @@ impl DecryptingReader {
             self.small_region(crypto, *oi).await?;
         }
         // A page range (page index reads): decrypt only those pages.
-        if !whole && let Some(units) = units.get() {
-            let first = units.iter().position(|u| u.plain.end > sub.start);
-            let last = units.iter().rposition(|u| u.plain.start < sub.end);
-            if let (Some(first), Some(last)) = (first, last)
-                && first <= last
-                && sub.end <= units[last].plain.end
-            {
-                let (a, b) = (&units[first], &units[last]);
-                self.counters.page_ranges.add(1);
-                let enc = self.fetch(a.enc.start..b.enc.end).await?;
-                let plain = self
-                    .decrypt_pages(crypto, region, key, &enc, a.dict, a.ordinal)
-                    .await?;
-                let from = (sub.start - a.plain.start) as usize;
-                let to = (sub.end - a.plain.start) as usize;
-                if to > plain.len() {
-                    return Err(self
-                        .malformed(format!(
-                            "column '{}' (row group {}): pages do not match the offset index",
-                            region.column, region.row_group
-                        ))
-                        .into());
-                }
-                return Ok(Bytes::from(plain).slice(from..to));
+        if !whole
+            && let Some(units) = units.get()
+            && let Some((first, last)) = page_span(units, &sub)
+        {
+            let a = &units[first];
+            self.counters.page_ranges.add(1);
+            let enc = self.fetch(u_enc(units, first, last)).await?;
+            let plain = self
+                .decrypt_pages(crypto, region, key, &enc, a.dict, a.ordinal)
+                .await?;
+            let from = (sub.start - a.plain.start) as usize;
+            let to = (sub.end - a.plain.start) as usize;
+            if to > plain.len() {
+                return Err(self
+                    .malformed(format!(
+                        "column '{}' (row group {}): pages do not match the offset index",
+                        region.column, region.row_group
+                    ))
+                    .into());
             }
+            return Ok(Bytes::from(plain).slice(from..to));
         }
         self.counters.chunks.add(1);
         let enc = self.fetch(region.range.clone()).await?;
@@ -1379,6 +1385,19 @@ impl DecryptingReader {
         }
         Ok(())
     }
+}
+
+/// The pages (first and last index) whose plaintext covers `sub`, when `sub` ends within
+/// them (not in the chunk's trailing padding).
+fn page_span(units: &[Unit], sub: &Range<u64>) -> Option<(usize, usize)> {
+    let first = units.iter().position(|u| u.plain.end > sub.start)?;
+    let last = units.iter().rposition(|u| u.plain.start < sub.end)?;
+    (first <= last && sub.end <= units[last].plain.end).then_some((first, last))
+}
+
+/// The encrypted bytes of pages `first..=last`.
+fn u_enc(units: &[Unit], first: usize, last: usize) -> Range<u64> {
+    units[first].enc.start..units[last].enc.end
 }
 
 /// Indexes of the regions overlapping `range`.
