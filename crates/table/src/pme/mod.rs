@@ -305,8 +305,14 @@ impl DecryptingReader {
     }
 
     async fn fetch(&mut self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
-        if let Some(b) = self.prefetched.remove(&range) {
-            return Ok(b);
+        // Fetched for the current request (kept until it is served).
+        if let Some((r, b)) = self
+            .prefetched
+            .iter()
+            .find(|(r, _)| r.start <= range.start && range.end <= r.end)
+        {
+            let at = (range.start - r.start) as usize;
+            return Ok(b.slice(at..at + (range.end - range.start) as usize));
         }
         self.inner().get_bytes(range).await
     }
@@ -937,8 +943,27 @@ impl DecryptingReader {
             if out[i].is_some() {
                 continue;
             }
-            for j in overlapping(&crypto.regions, r) {
+            let hits = overlapping(&crypto.regions, r);
+            let covered: u64 = hits
+                .iter()
+                .map(|j| {
+                    let g = &crypto.regions[*j].range;
+                    g.end.min(r.end) - g.start.max(r.start)
+                })
+                .sum();
+            if covered < r.end - r.start {
+                // Plaintext bytes around encrypted regions (page indexes of several columns):
+                // one read of the request serves them all.
+                wanted.push(r.clone());
+            }
+            for j in hits {
                 let region = &crypto.regions[j];
+                if covered < r.end - r.start
+                    && region.range.start >= r.start
+                    && region.range.end <= r.end
+                {
+                    continue;
+                }
                 let fetch = match &region.kind {
                     RegionKind::Chunk { units, .. } => {
                         let sub = region.range.start.max(r.start)..region.range.end.min(r.end);
@@ -961,7 +986,7 @@ impl DecryptingReader {
                 }
             }
         }
-        if wanted.len() > 1 {
+        if !wanted.is_empty() {
             let fetched = self.inner().get_byte_ranges(wanted.clone()).await?;
             self.prefetched.extend(wanted.into_iter().zip(fetched));
         }
