@@ -279,6 +279,60 @@ impl ModuleCipher {
         Ok(())
     }
 
+    /// Decrypts the module body at `buf[body]` (`nonce || ciphertext [|| tag]`) into
+    /// `buf[dst..]`, `dst <= body.start`, without another buffer; returns the plaintext
+    /// length. Bytes between the plaintext's end and `body.end` are left unspecified.
+    pub fn decrypt_within(
+        &self,
+        algorithm: Algorithm,
+        kind: ModuleType,
+        aad: &[u8],
+        buf: &mut [u8],
+        body: std::ops::Range<usize>,
+        dst: usize,
+    ) -> Result<usize, ModuleError> {
+        let ctr = algorithm.is_ctr(kind);
+        let min = if ctr { NONCE_LEN } else { NONCE_LEN + TAG_LEN };
+        if body.len() < min || dst > body.start || body.end > buf.len() {
+            return Err(ModuleError::Truncated);
+        }
+        let nonce: [u8; NONCE_LEN] = buf[body.start..body.start + NONCE_LEN]
+            .try_into()
+            .expect("12 bytes");
+        let ct = body.start + NONCE_LEN..body.end;
+        if ctr {
+            let n = ct.len();
+            buf.copy_within(ct, dst);
+            self.ctr(&nonce, &mut buf[dst..dst + n]);
+            return Ok(n);
+        }
+        match &self.gcm {
+            Gcm::Ring(k) => k
+                .open_within(
+                    ring::aead::Nonce::assume_unique_for_key(nonce),
+                    Aad::from(aad),
+                    &mut buf[dst..body.end],
+                    ct.start - dst..,
+                )
+                .map(|p| p.len())
+                .map_err(|_| ModuleError::Authentication),
+            Gcm::A192(c) => {
+                let n = ct.len() - TAG_LEN;
+                let tag: [u8; TAG_LEN] =
+                    buf[ct.end - TAG_LEN..ct.end].try_into().expect("16 bytes");
+                buf.copy_within(ct.start..ct.start + n, dst);
+                c.decrypt_in_place_detached(
+                    Nonce::from_slice(&nonce),
+                    aad,
+                    &mut buf[dst..dst + n],
+                    Tag::from_slice(&tag),
+                )
+                .map(|()| n)
+                .map_err(|_| ModuleError::Authentication)
+            }
+        }
+    }
+
     /// Decrypts one module body into a new buffer.
     pub fn decrypt(
         &self,
@@ -396,6 +450,43 @@ mod tests {
             }
         }
         assert!(ModuleCipher::new(&[0; 15]).is_err());
+    }
+
+    #[test]
+    fn decrypt_within_compacts_modules_in_place() {
+        for len in [16, 24, 32] {
+            let c = ModuleCipher::new(&vec![5u8; len]).unwrap();
+            for alg in [Algorithm::AesGcmV1, Algorithm::AesGcmCtrV1] {
+                let a = c
+                    .encrypt(alg, ModuleType::DataPage, b"a", &[1; 12], b"first")
+                    .unwrap();
+                let b = c
+                    .encrypt(alg, ModuleType::DataPage, b"b", &[2; 12], b"second!")
+                    .unwrap();
+                let mut buf = [a.clone(), b.clone()].concat();
+                let n = c
+                    .decrypt_within(alg, ModuleType::DataPage, b"a", &mut buf, 0..a.len(), 0)
+                    .unwrap();
+                let m = c
+                    .decrypt_within(
+                        alg,
+                        ModuleType::DataPage,
+                        b"b",
+                        &mut buf,
+                        a.len()..a.len() + b.len(),
+                        n,
+                    )
+                    .unwrap();
+                assert_eq!(&buf[..n + m], b"firstsecond!");
+                if alg == Algorithm::AesGcmV1 {
+                    let mut bad = b.clone();
+                    assert_eq!(
+                        c.decrypt_within(alg, ModuleType::DataPage, b"x", &mut bad, 0..b.len(), 0),
+                        Err(ModuleError::Authentication)
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
-use clearice_crypto::modules::{GCM_OVERHEAD, NONCE_LEN, TAG_LEN, split_module};
+use clearice_crypto::modules::{GCM_OVERHEAD, LENGTH_LEN, NONCE_LEN, TAG_LEN, split_module};
 use clearice_crypto::{
     Algorithm, CallContext, KeyRef, KeyScope, Module, ModuleBatch, ModuleCipher, ModuleError,
     ModulePosition, ModuleType, ProviderError, ProviderRef,
@@ -296,6 +296,15 @@ impl DecryptingReader {
         let mut c = self.keys.context.clone();
         c.file = self.file.clone();
         c
+    }
+
+    /// [`Self::fetch`], taking a prefetched buffer of exactly this range (so that it can be
+    /// decrypted in place).
+    async fn fetch_owned(&mut self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        if let Some(b) = self.prefetched.remove(&range) {
+            return Ok(b);
+        }
+        self.fetch(range).await
     }
 
     fn inner(&mut self) -> &mut Box<dyn AsyncFileReader + Send> {
@@ -1003,9 +1012,10 @@ impl DecryptingReader {
     async fn serve(&mut self, view: &View, range: Range<u64>) -> parquet::errors::Result<Bytes> {
         let crypto = view.crypto.as_ref().expect("encrypted file");
         let hits = overlapping(&crypto.regions, &range);
-        // One region, exactly: its plaintext is the answer (no copy).
+        // Inside one region: its plaintext is the answer (no copy).
         if let [i] = hits[..]
-            && crypto.regions[i].range == range
+            && crypto.regions[i].range.start <= range.start
+            && range.end <= crypto.regions[i].range.end
         {
             return self.image(crypto, i, range).await;
         }
@@ -1260,9 +1270,9 @@ impl DecryptingReader {
         {
             let a = &units[first];
             self.counters.page_ranges.add(1);
-            let enc = self.fetch(u_enc(units, first, last)).await?;
+            let enc = self.fetch_owned(u_enc(units, first, last)).await?;
             let plain = self
-                .decrypt_pages(crypto, region, key, &enc, a.dict, a.ordinal)
+                .decrypt_pages(crypto, region, key, enc, a.dict, a.ordinal)
                 .await?;
             let from = (sub.start - a.plain.start) as usize;
             let to = (sub.end - a.plain.start) as usize;
@@ -1274,14 +1284,15 @@ impl DecryptingReader {
                     ))
                     .into());
             }
-            return Ok(Bytes::from(plain).slice(from..to));
+            return Ok(plain.freeze().slice(from..to));
         }
         self.counters.chunks.add(1);
-        let enc = self.fetch(region.range.clone()).await?;
+        let enc = self.fetch_owned(region.range.clone()).await?;
+        let enc_len = enc.len();
         let mut plain = self
-            .decrypt_pages(crypto, region, key, &enc, *has_dict, 0)
+            .decrypt_pages(crypto, region, key, enc, *has_dict, 0)
             .await?;
-        let slack = enc.len() - plain.len();
+        let slack = enc_len - plain.len();
         if slack > 0 {
             let pad = compact::index_page(slack).ok_or_else(|| {
                 self.malformed(format!(
@@ -1291,7 +1302,7 @@ impl DecryptingReader {
             })?;
             plain.extend_from_slice(&pad);
         }
-        let plain = Bytes::from(plain);
+        let plain = plain.freeze();
         let rel =
             (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
         Ok(plain.slice(rel))
@@ -1304,10 +1315,10 @@ impl DecryptingReader {
         crypto: &FileCrypto,
         region: &Region,
         key: &ColumnKey,
-        enc: &Bytes,
+        enc: Bytes,
         first_is_dict: bool,
         ordinal: usize,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<BytesMut> {
         let (rg, col, column) = (region.row_group, region.ordinal, region.column.as_str());
         let truncated = |kind, page| DecryptError::Tampered {
             file: self.file.clone(),
@@ -1315,87 +1326,107 @@ impl DecryptingReader {
             position: ModulePosition::new(kind, rg, col, page),
             error: ModuleError::Truncated,
         };
-        let mut modules = Vec::new();
-        let (mut rest, mut dict, mut page) = (&enc[..], first_is_dict, ordinal);
-        while !rest.is_empty() {
+        // Module bodies (positions in `enc`), header and page alternating.
+        let mut bodies: Vec<(ModulePosition, Range<usize>)> = Vec::new();
+        let (mut at, mut dict, mut page) = (0usize, first_is_dict, ordinal);
+        while at < enc.len() {
             let (hk, pk) = if dict {
                 (ModuleType::DictionaryPageHeader, ModuleType::DictionaryPage)
             } else {
                 (ModuleType::DataPageHeader, ModuleType::DataPage)
             };
-            let (header, after) = split_module(rest).ok_or_else(|| truncated(hk, page))?;
-            let (body, after) = split_module(after).ok_or_else(|| truncated(pk, page))?;
-            modules.push(self.module(
-                &crypto.file_aad,
-                ModulePosition::new(hk, rg, col, page),
-                enc.slice_ref(header),
-            )?);
-            modules.push(self.module(
-                &crypto.file_aad,
-                ModulePosition::new(pk, rg, col, page),
-                enc.slice_ref(body),
-            )?);
-            rest = after;
+            let (header, after) = split_module(&enc[at..]).ok_or_else(|| truncated(hk, page))?;
+            let h = at + LENGTH_LEN..at + LENGTH_LEN + header.len();
+            let (body, _) = split_module(after).ok_or_else(|| truncated(pk, page))?;
+            let p = h.end + LENGTH_LEN..h.end + LENGTH_LEN + body.len();
+            at = p.end;
+            bodies.push((ModulePosition::new(hk, rg, col, page), h));
+            bodies.push((ModulePosition::new(pk, rg, col, page), p));
             if !dict {
                 page += 1;
             }
             dict = false;
         }
-        let mut out = Vec::with_capacity(enc.len());
+        let aad = |p: &ModulePosition| {
+            p.aad(&crypto.file_aad)
+                .ok_or_else(|| self.malformed("more than 32767 row groups, columns or pages"))
+        };
         match &key.cipher {
             Some(cipher) => {
-                self.counters.modules.add(modules.len());
-                for pair in modules.chunks(2) {
-                    let at = out.len();
-                    self.decrypt_into(cipher, crypto.algorithm, column, &pair[0], &mut out)?;
-                    let header_end = out.len();
-                    self.decrypt_into(cipher, crypto.algorithm, column, &pair[1], &mut out)?;
-                    let body_len = out.len() - header_end;
-                    self.fix_header(&mut out[at..header_end], &pair[0], body_len, column)?;
+                // In place: each module decrypts into the buffer it was read into, packed
+                // from the start (no copy when the fetched buffer is not shared).
+                self.counters.modules.add(bodies.len());
+                let mut buf = enc
+                    .try_into_mut()
+                    .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+                let mut w = 0;
+                for pair in bodies.chunks(2) {
+                    let mut plain = [0usize; 2];
+                    let header_at = w;
+                    for (i, (position, range)) in pair.iter().enumerate() {
+                        plain[i] = cipher
+                            .decrypt_within(
+                                crypto.algorithm,
+                                position.kind,
+                                &aad(position)?,
+                                &mut buf,
+                                range.clone(),
+                                w,
+                            )
+                            .map_err(|error| DecryptError::Tampered {
+                                file: self.file.clone(),
+                                column: Some(column.into()),
+                                position: *position,
+                                error,
+                            })?;
+                        w += plain[i];
+                    }
+                    self.fix_header(
+                        &mut buf[header_at..header_at + plain[0]],
+                        &pair[0].0,
+                        plain[1],
+                        column,
+                    )?;
                 }
+                buf.truncate(w);
+                Ok(buf)
             }
             None => {
+                let modules = bodies
+                    .iter()
+                    .map(|(position, range)| {
+                        Ok(Module {
+                            position: *position,
+                            aad: aad(position)?,
+                            data: enc.slice(range.clone()),
+                            nonce: None,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
                 let plains = self
-                    .decrypt(key, crypto.algorithm, Some(column), modules.clone())
+                    .decrypt(key, crypto.algorithm, Some(column), modules)
                     .await?;
-                for (pair, plain) in modules.chunks(2).zip(plains.chunks(2)) {
+                let mut out = BytesMut::with_capacity(enc.len());
+                for (pair, plain) in bodies.chunks(2).zip(plains.chunks(2)) {
                     let mut header = plain[0].clone();
-                    self.fix_header(&mut header, &pair[0], plain[1].len(), column)?;
+                    self.fix_header(&mut header, &pair[0].0, plain[1].len(), column)?;
                     out.extend_from_slice(&header);
                     out.extend_from_slice(&plain[1]);
                 }
+                Ok(out)
             }
         }
-        Ok(out)
-    }
-
-    fn decrypt_into(
-        &self,
-        cipher: &ModuleCipher,
-        algorithm: Algorithm,
-        column: &str,
-        m: &Module,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        cipher
-            .decrypt_into(algorithm, m.position.kind, &m.aad, &m.data, out)
-            .map_err(|error| DecryptError::Tampered {
-                file: self.file.clone(),
-                column: Some(column.into()),
-                position: m.position,
-                error,
-            })
     }
 
     /// Gives a decrypted page header its plaintext body size (same header length).
     fn fix_header(
         &self,
         header: &mut [u8],
-        m: &Module,
+        p: &ModulePosition,
         body_len: usize,
         column: &str,
     ) -> Result<()> {
-        let p = m.position;
+        let p = *p;
         let bad = |reason: String| {
             self.malformed(format!(
                 "column '{column}': {}: {reason}",
