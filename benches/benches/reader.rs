@@ -148,6 +148,7 @@ async fn read(
                 scope: KeyScope::All,
                 context: CallContext::default(),
                 aad_prefix: None,
+                given: None,
             };
             DecryptingReaderFactory::new(store, keys)
                 .create_reader(

@@ -200,6 +200,7 @@ impl Engine {
                 ..Default::default()
             },
             aad_prefix: None,
+            given: None,
         };
         let store = Arc::new(object_store::local::LocalFileSystem::new());
         DecryptingReaderFactory::new(store, keys)
@@ -311,6 +312,7 @@ impl Engine {
                 ..Default::default()
             },
             aad_prefix: None,
+            given: None,
         };
         let guard = confined.then(|| {
             let front_name = match front {

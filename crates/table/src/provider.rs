@@ -283,6 +283,7 @@ impl IcebergTableProvider {
                 application: [("table".to_owned(), self.name.clone())].into(),
             },
             aad_prefix: None,
+            given: None,
         };
         // The decrypting reader decrypts only the page index of columns this scan may
         // read (others get a stand-in), so the page index is on, as for plaintext files.

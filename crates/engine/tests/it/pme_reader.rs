@@ -97,6 +97,7 @@ impl Keys {
                 ..Default::default()
             },
             aad_prefix: self.aad_prefix.clone(),
+            given: None,
         }
     }
 }

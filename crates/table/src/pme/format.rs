@@ -29,7 +29,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use object_store::{ObjectMeta, ObjectStore};
 
-use super::{DecryptingReaderFactory, ScanKeys};
+use clearice_crypto::SecretKey;
+
+use super::{DecryptingReaderFactory, GivenKeys, ScanKeys};
 
 /// Files whose metadata is primed and inferred together (bounded so that the session's
 /// metadata cache keeps them between priming and inference).
@@ -97,18 +99,45 @@ pub struct DecryptingParquetFormat {
 }
 
 impl DecryptingParquetFormat {
-    /// Wraps `inner`; its `crypto.file_decryption.aad_prefix_as_hex` becomes the
-    /// supplied AAD prefix. DataFusion's own decryption options are not used.
+    /// Wraps `inner`. Its `crypto.file_decryption` options are DataFusion's: the AAD
+    /// prefix becomes the supplied prefix, and keys given there (footer key, column keys
+    /// by name) decrypt as given; other keys come from the session's provider.
     pub fn new(inner: ParquetFormat, mut keys: ScanKeys) -> Result<Self> {
         let mut options = inner.options().clone();
-        if let Some(d) = options.crypto.file_decryption.take()
-            && !d.aad_prefix_as_hex.is_empty()
-        {
-            keys.aad_prefix = Some(hex::decode(&d.aad_prefix_as_hex).map_err(|e| {
-                datafusion::error::DataFusionError::Configuration(format!(
-                    "format.crypto.file_decryption.aad_prefix_as_hex: not hex: {e}"
-                ))
-            })?);
+        if let Some(d) = options.crypto.file_decryption.take() {
+            let hex = |name: &str, v: &str| {
+                hex::decode(v).map_err(|_| {
+                    // Never the value: it may be a key.
+                    datafusion::error::DataFusionError::Configuration(format!(
+                        "format.crypto.file_decryption.{name}: not a hex string"
+                    ))
+                })
+            };
+            if !d.aad_prefix_as_hex.is_empty() {
+                keys.aad_prefix = Some(hex("aad_prefix_as_hex", &d.aad_prefix_as_hex)?);
+            }
+            let mut given = GivenKeys {
+                verify_signature: d.footer_signature_verification,
+                ..Default::default()
+            };
+            if !d.footer_key_as_hex.is_empty() {
+                given.footer = Some(SecretKey::from_bytes(hex(
+                    "footer_key_as_hex",
+                    &d.footer_key_as_hex,
+                )?));
+            }
+            for (column, p) in &d.column_decryption_properties {
+                if !p.column_key_as_hex.is_empty() {
+                    let name = format!("column_decryption_properties.{column}.column_key_as_hex");
+                    given.columns.insert(
+                        column.clone(),
+                        SecretKey::from_bytes(hex(&name, &p.column_key_as_hex)?),
+                    );
+                }
+            }
+            if given.footer.is_some() || !given.columns.is_empty() {
+                keys.given = Some(Arc::new(given));
+            }
         }
         options.crypto.factory_id = None;
         options.crypto.factory_options = Default::default();

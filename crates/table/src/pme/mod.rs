@@ -39,7 +39,7 @@ use bytes::{Bytes, BytesMut};
 use clearice_crypto::modules::{GCM_OVERHEAD, LENGTH_LEN, NONCE_LEN, TAG_LEN, split_module};
 use clearice_crypto::{
     Algorithm, CallContext, KeyRef, KeyScope, Module, ModuleBatch, ModuleCipher, ModuleError,
-    ModulePosition, ModuleType, ProviderError, ProviderRef,
+    ModulePosition, ModuleType, ProviderError, ProviderRef, SecretKey,
 };
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::{
@@ -76,6 +76,40 @@ pub struct ScanKeys {
     pub context: CallContext,
     /// AAD prefix to use for files that do not store theirs (or to check against).
     pub aad_prefix: Option<Vec<u8>>,
+    /// Keys given with the table (DataFusion's `format.crypto.file_decryption.*`
+    /// options): used as given, before the provider.
+    pub given: Option<Arc<GivenKeys>>,
+}
+
+/// Keys a user gave for a table, as DataFusion's options name them: the footer key and
+/// column keys by column path (the files' key metadata is not consulted).
+#[derive(Debug, Default)]
+pub struct GivenKeys {
+    /// `footer_key_as_hex`.
+    pub footer: Option<SecretKey>,
+    /// `column_decryption_properties.COLUMN.column_key_as_hex`.
+    pub columns: HashMap<String, SecretKey>,
+    /// `footer_signature_verification`.
+    pub verify_signature: bool,
+}
+
+impl GivenKeys {
+    fn cipher(&self, key: &SecretKey, metadata: &[u8]) -> Result<Arc<ColumnKey>, ProviderError> {
+        let cipher = ModuleCipher::new(key.expose()).map_err(|error| ProviderError::Invalid {
+            index: 0,
+            position: ModulePosition::footer(),
+            error,
+        })?;
+        Ok(Arc::new(ColumnKey {
+            key: KeyRef {
+                key_metadata: Bytes::copy_from_slice(metadata),
+                key_id: "<key given in the table options>".into(),
+                is_footer_key: false,
+                master_key: false,
+            },
+            cipher: Some(cipher),
+        }))
+    }
 }
 
 /// Creates [`DecryptingReader`]s for a scan.
@@ -483,11 +517,18 @@ impl DecryptingReader {
         let signature = &footer[signed.len()..];
         // The footer key signs the footer; without it (not granted to this scan) the
         // plaintext columns stay readable, unverified, as in every PME reader.
-        let footer_key = match &meta.footer_signing_key_metadata {
-            Some(m) => self.key(m, true).await.ok(),
-            None => None,
+        let given = self
+            .keys
+            .given
+            .as_ref()
+            .and_then(|g| g.footer.as_ref().map(|k| (g, k)));
+        let footer_key = match (given, &meta.footer_signing_key_metadata) {
+            (Some((g, k)), m) => g.cipher(k, m.as_deref().unwrap_or_default()).ok(),
+            (None, Some(m)) => self.key(m, true).await.ok(),
+            (None, None) => None,
         };
-        if let Some(key) = &footer_key {
+        let verify = self.keys.given.as_ref().is_none_or(|g| g.verify_signature);
+        if let Some(key) = footer_key.as_ref().filter(|_| verify) {
             self.verify_signature(key, algorithm, &file_aad, signed, signature)
                 .await?;
         }
@@ -568,14 +609,21 @@ impl DecryptingReader {
             .map_err(|e| self.malformed(format!("FileCryptoMetaData does not parse: {e}")))?;
         let consumed = footer.len() - rest.len();
         let (algorithm, file_aad) = self.algorithm(&crypto.encryption_algorithm)?;
-        let metadata = crypto
-            .key_metadata
-            .as_deref()
-            .ok_or_else(|| self.malformed("encrypted footer without footer key metadata"))?;
-        let key = self
-            .key(metadata, true)
-            .await
-            .map_err(|e| DecryptError::from_provider(&self.file, None, e))?;
+        let given = self
+            .keys
+            .given
+            .as_ref()
+            .and_then(|g| g.footer.as_ref().map(|k| (g, k)));
+        let key = match given {
+            Some((g, k)) => g.cipher(k, crypto.key_metadata.as_deref().unwrap_or_default()),
+            None => {
+                let metadata = crypto.key_metadata.as_deref().ok_or_else(|| {
+                    self.malformed("encrypted footer without footer key metadata (no key given)")
+                })?;
+                self.key(metadata, true).await
+            }
+        }
+        .map_err(|e| DecryptError::from_provider(&self.file, None, e))?;
         let (body, _) = split_module(&footer[consumed..]).ok_or(DecryptError::Tampered {
             file: self.file.clone(),
             column: None,
@@ -639,7 +687,8 @@ impl DecryptingReader {
             HashMap::new();
         let mut key_ids: HashMap<Vec<u8>, String> = HashMap::new();
         // Column metadata modules to decrypt, per key.
-        let mut pending: BTreeMap<Vec<u8>, Vec<(usize, usize, Bytes)>> = BTreeMap::new();
+        // (one call per key: grouped by the granted key's identity)
+        let mut pending: BTreeMap<usize, Vec<(usize, usize, Bytes)>> = BTreeMap::new();
         let mut refused: HashMap<(usize, usize), String> = HashMap::new();
         let mut key_of: HashMap<(usize, usize), Arc<ColumnKey>> = HashMap::new();
         for (rg, group) in meta.row_groups.iter().enumerate() {
@@ -651,11 +700,22 @@ impl DecryptingReader {
                         Some(k.key_metadata.clone().unwrap_or_default())
                     }
                 };
-                let key = match metadata {
-                    None => footer_key
+                let given = self.keys.given.as_ref().and_then(|g| {
+                    let path = column_path(chunk);
+                    let top = path.split('.').next().unwrap_or_default().to_owned();
+                    g.columns
+                        .get(&path)
+                        .or_else(|| g.columns.get(&top))
+                        .map(|k| (g, k))
+                });
+                let key = match (given, metadata) {
+                    (Some((g, k)), m) => g
+                        .cipher(k, m.as_deref().unwrap_or_default())
+                        .map_err(|e| e.to_string()),
+                    (None, None) => footer_key
                         .clone()
                         .ok_or_else(|| "the footer key was not granted to this scan".to_owned()),
-                    Some(m) => match keys.get(&m) {
+                    (None, Some(m)) => match keys.get(&m) {
                         Some(k) => k.clone(),
                         None => {
                             let k = match self.describe(&m).await {
@@ -679,10 +739,11 @@ impl DecryptingReader {
                 match key {
                     Ok(k) => {
                         if let Some(enc) = &chunk.encrypted_column_metadata {
-                            pending
-                                .entry(k.key.key_metadata.to_vec())
-                                .or_default()
-                                .push((rg, col, Bytes::copy_from_slice(enc)));
+                            pending.entry(Arc::as_ptr(&k) as usize).or_default().push((
+                                rg,
+                                col,
+                                Bytes::copy_from_slice(enc),
+                            ));
                         }
                         key_of.insert((rg, col), k);
                     }
