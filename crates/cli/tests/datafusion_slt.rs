@@ -15,10 +15,10 @@ use std::process::Command;
 
 /// The recorded figure: 5737 of 5741 records (111 files). The four records that differ
 /// are ClearIce behaviour, not formatting: a file encrypted with keys ClearIce cannot
-/// find gets ClearIce's error naming the file and key (`encrypted_parquet.slt`), and
-/// ClearIce's decryption hook makes the Parquet reader read a few hundred more footer
-/// bytes of plaintext files than DataFusion's `EXPLAIN ANALYZE` expects
-/// (`limit_pruning.slt`, `dynamic_filter_pushdown_config.slt`).
+/// find gets ClearIce's error naming the file (`encrypted_parquet.slt`), and ClearIce's
+/// decrypting reader reads a file's last 64 KiB at open, more bytes than DataFusion's
+/// `EXPLAIN ANALYZE` expects for tiny files (`limit_pruning.slt`,
+/// `dynamic_filter_pushdown_config.slt`).
 const MIN_PASS_RATE: f64 = 99.9;
 
 /// Files DataFusion's runner sets up with Rust fixtures (UDFs, tables, catalogs) or
