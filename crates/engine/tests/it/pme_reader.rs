@@ -85,6 +85,14 @@ impl Keys {
         self
     }
 
+    /// Like [`Self::scan`], through a provider that keeps its keys: every module goes
+    /// through `decrypt`/`encrypt` batches, as with a remote protection service.
+    pub fn scan_keeping_keys(&self, scope: KeyScope) -> ScanKeys {
+        let mut keys = self.scan(scope);
+        keys.provider = Arc::new(KeepsKeys(keys.provider));
+        keys
+    }
+
     pub fn scan(&self, scope: KeyScope) -> ScanKeys {
         ScanKeys {
             provider: Arc::new(LocalProvider::new(
@@ -99,6 +107,41 @@ impl Keys {
             aad_prefix: self.aad_prefix.clone(),
             given: None,
         }
+    }
+}
+
+/// The local provider without `release_key`: the reader must batch modules to it.
+#[derive(Debug)]
+struct KeepsKeys(clearice_crypto::ProviderRef);
+
+#[async_trait::async_trait]
+impl clearice_crypto::CryptoProvider for KeepsKeys {
+    fn name(&self) -> &str {
+        "keeps-keys"
+    }
+
+    async fn describe_key(
+        &self,
+        ctx: &CallContext,
+        key_metadata: Bytes,
+    ) -> Result<clearice_crypto::KeyRef, clearice_crypto::ProviderError> {
+        self.0.describe_key(ctx, key_metadata).await
+    }
+
+    async fn decrypt(
+        &self,
+        ctx: &CallContext,
+        batch: clearice_crypto::ModuleBatch,
+    ) -> Result<Vec<Vec<u8>>, clearice_crypto::ProviderError> {
+        self.0.decrypt(ctx, batch).await
+    }
+
+    async fn encrypt(
+        &self,
+        ctx: &CallContext,
+        batch: clearice_crypto::ModuleBatch,
+    ) -> Result<Vec<Vec<u8>>, clearice_crypto::ProviderError> {
+        self.0.encrypt(ctx, batch).await
     }
 }
 
@@ -593,5 +636,87 @@ async fn bloom_filters_of_encrypted_columns_hold_every_value_and_detect_tamperin
             e.contains(module) && e.contains("double_field") && e.contains("authentication failed"),
             "{e}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_provider_that_keeps_its_keys_gets_batches_and_reads_the_same() {
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
+    let Some(root) = pyarrow_fixtures() else {
+        return;
+    };
+    let pme = root.join("pme");
+    let keyring = Keys::keyring(&pme.join("keyring.json"));
+    let explicit = Keys::explicit(KEYS_128);
+    let cases: Vec<(PathBuf, PathBuf, &Keys)> = vec![
+        (
+            testing(&dir, "encrypt_columns_plaintext_footer.parquet.encrypted"),
+            testing(&dir, "encrypt_columns_plaintext_footer.parquet.encrypted"),
+            &explicit,
+        ),
+        (
+            testing(
+                &dir,
+                "encrypt_columns_and_footer_bloom_filter.parquet.encrypted",
+            ),
+            testing(
+                &dir,
+                "encrypt_columns_and_footer_bloom_filter.parquet.encrypted",
+            ),
+            &explicit,
+        ),
+        (
+            pme.join("ctr_columns.parquet"),
+            pme.join("flat_plain.parquet"),
+            &keyring,
+        ),
+        (
+            pme.join("gcm_256_v2.parquet"),
+            pme.join("flat_plain_v2.parquet"),
+            &keyring,
+        ),
+        (
+            pme.join("ctr_plaintext_footer.parquet"),
+            pme.join("flat_plain.parquet"),
+            &keyring,
+        ),
+    ];
+    for (file, twin, keys) in cases {
+        for how in [
+            Read::default(),
+            Read {
+                page_index: true,
+                selection: Some(vec![
+                    RowSelector::skip(20),
+                    RowSelector::select(15),
+                    RowSelector::skip(15),
+                ]),
+                ..Default::default()
+            },
+        ] {
+            let want = read_native(&twin, keys, &how);
+            let metrics = ExecutionPlanMetricsSet::new();
+            let got =
+                read_new_counted(&file, keys.scan_keeping_keys(KeyScope::All), &how, &metrics)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            assert_eq!(got, want, "{}", file.display());
+            // Batches: far fewer provider calls than modules.
+            let (calls, modules) = (
+                counter(&metrics, "crypto_provider_calls"),
+                counter(&metrics, "crypto_modules_decrypted"),
+            );
+            // (files of many pages per chunk: parquet-testing's have one)
+            assert!(calls > 0, "{}", file.display());
+            if modules > 100 {
+                assert!(
+                    calls * 4 <= modules,
+                    "{}: {calls} calls, {modules} modules",
+                    file.display()
+                );
+            }
+        }
     }
 }

@@ -442,12 +442,22 @@ impl DecryptingReader {
             column: column.map(Into::into),
             modules,
         };
+        let expected = batch.modules.len();
         self.counters.provider_calls.add(1);
-        self.keys
+        let plains = self
+            .keys
             .provider
             .decrypt(&self.ctx(), batch)
             .await
-            .map_err(|e| DecryptError::from_provider(&self.file, column, e))
+            .map_err(|e| DecryptError::from_provider(&self.file, column, e))?;
+        if plains.len() != expected {
+            return Err(self.malformed(format!(
+                "crypto provider '{}' returned {} plaintexts for {expected} modules",
+                self.keys.provider.name(),
+                plains.len()
+            )));
+        }
+        Ok(plains)
     }
 
     fn module(&self, file_aad: &[u8], position: ModulePosition, data: Bytes) -> Result<Module> {
@@ -470,6 +480,11 @@ impl DecryptingReader {
         let prefetch = TAIL_PREFETCH.max(self.hint.unwrap_or(0) as u64).min(size);
         let tail = self.fetch(size - prefetch..size).await?;
         let n = tail.len();
+        if n < 12 {
+            return Err(self
+                .malformed("file is shorter than its listed size")
+                .into());
+        }
         let footer_len = u64::from(u32::from_le_bytes(
             tail[n - 8..n - 4].try_into().expect("4 bytes"),
         ));
@@ -1353,7 +1368,12 @@ impl DecryptingReader {
         let mut plain = self
             .decrypt_pages(crypto, region, key, enc, *has_dict, 0)
             .await?;
-        let slack = enc_len - plain.len();
+        let slack = enc_len.checked_sub(plain.len()).ok_or_else(|| {
+            self.malformed(format!(
+                "column '{}' (row group {}): plaintext longer than its encrypted chunk",
+                region.column, region.row_group
+            ))
+        })?;
         if slack > 0 {
             let pad = compact::index_page(slack).ok_or_else(|| {
                 self.malformed(format!(
@@ -1468,6 +1488,19 @@ impl DecryptingReader {
                     .decrypt(key, crypto.algorithm, Some(column), modules)
                     .await?;
                 let mut out = BytesMut::with_capacity(enc.len());
+                // The view's layout follows from module lengths: a plaintext of another
+                // length is an error, never a shifted page.
+                for ((position, range), plain) in bodies.iter().zip(&plains) {
+                    let overhead = crypto.algorithm.overhead(position.kind) - LENGTH_LEN;
+                    if plain.len() + overhead != range.len() {
+                        return Err(self.malformed(format!(
+                            "column '{column}': {}: the crypto provider returned {} bytes for a {}-byte module",
+                            error::module_desc(position),
+                            plain.len(),
+                            range.len()
+                        )));
+                    }
+                }
                 for (pair, plain) in bodies.chunks(2).zip(plains.chunks(2)) {
                     let mut header = plain[0].clone();
                     self.fix_header(&mut header, &pair[0].0, plain[1].len(), column)?;
