@@ -190,7 +190,7 @@ pub enum ModuleError {
 /// ring does not offer. ring does not zeroize its key schedule on drop; the key bytes
 /// held here are.
 enum Gcm {
-    Ring(LessSafeKey),
+    Ring(Box<LessSafeKey>),
     A192(Box<Aes192Gcm>),
 }
 
@@ -211,7 +211,7 @@ impl ModuleCipher {
     pub fn new(key: &[u8]) -> Result<Self, ModuleError> {
         let ring_key = |alg| {
             UnboundKey::new(alg, key)
-                .map(|k| Gcm::Ring(LessSafeKey::new(k)))
+                .map(|k| Gcm::Ring(Box::new(LessSafeKey::new(k))))
                 .map_err(|_| ModuleError::KeyLength)
         };
         let gcm = match key.len() {

@@ -148,12 +148,11 @@ impl KeyResolver {
             &m.wrapped_dek
         };
         let cache_key = (m.master_key_id.clone(), wrapped.to_owned());
-        !self
-            .keks
+        self.keks
             .lock()
             .expect("kek cache")
             .get(&cache_key)
-            .is_some_and(|(_, at)| at.elapsed() < self.ttl)
+            .is_none_or(|(_, at)| at.elapsed() >= self.ttl)
     }
 
     /// Resolves one key material record to its data key.
