@@ -65,6 +65,8 @@ struct RawTable {
     #[serde(default)]
     plaintext_footer: bool,
     #[serde(default)]
+    aad_prefix: Option<String>,
+    #[serde(default)]
     access: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     columns: BTreeMap<Spanned<String>, RawColumn>,
@@ -111,6 +113,9 @@ pub struct TablePolicy {
     pub footer_key: Option<String>,
     /// Write the footer in plaintext (signed).
     pub plaintext_footer: bool,
+    /// AAD prefix of the table's files (UTF-8), for files that do not store it; when set,
+    /// it is also checked against a stored one.
+    pub aad_prefix: Option<String>,
     /// Table-level access rules (no matching rule: allowed).
     pub access: Vec<(Subject, TableDecision)>,
     /// Columns by name.
@@ -361,6 +366,7 @@ impl Policy {
                 TablePolicy {
                     footer_key: t.footer_key.clone(),
                     plaintext_footer: t.plaintext_footer,
+                    aad_prefix: t.aad_prefix.clone(),
                     access,
                     columns,
                 },

@@ -311,6 +311,12 @@ impl TableProvider for PolicyTableProvider {
                 crate::provider::ScanAs {
                     scope,
                     principal: self.access.principal(),
+                    aad_prefix: self
+                        .access
+                        .policy()
+                        .table(self.inner.name())
+                        .and_then(|t| t.aad_prefix.as_ref())
+                        .map(|p| p.as_bytes().to_vec()),
                 },
                 !all_plaintext,
             )

@@ -45,6 +45,8 @@ pub struct ScanAs<'a> {
     pub scope: KeyScope,
     /// The principal (sent to the crypto provider).
     pub principal: &'a str,
+    /// AAD prefix for files that do not store theirs (policy `aad_prefix`).
+    pub aad_prefix: Option<Vec<u8>>,
 }
 
 /// A table of an Iceberg catalog, at its current snapshot.
@@ -218,6 +220,7 @@ impl TableProvider for IcebergTableProvider {
         let keys = ScanAs {
             scope: KeyScope::All,
             principal: "",
+            aad_prefix: None,
         };
         self.scan_with(state, projection, filters, limit, keys, false)
             .await
@@ -282,7 +285,7 @@ impl IcebergTableProvider {
                 file: String::new(),
                 application: [("table".to_owned(), self.name.clone())].into(),
             },
-            aad_prefix: None,
+            aad_prefix: keys.aad_prefix,
             given: None,
         };
         // The decrypting reader decrypts only the page index of columns this scan may

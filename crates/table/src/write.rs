@@ -41,6 +41,9 @@ pub struct EncryptionSpec {
     pub column_keys: BTreeMap<String, String>,
     /// Write the footer in plaintext (signed with the footer key).
     pub plaintext_footer: bool,
+    /// AAD prefix bound into every module and not stored in the files (readers supply
+    /// it: the table's policy `aad_prefix`), so a file moved to another table fails.
+    pub aad_prefix: Option<Vec<u8>>,
 }
 
 impl From<&clearice_policy::TablePolicy> for EncryptionSpec {
@@ -54,6 +57,7 @@ impl From<&clearice_policy::TablePolicy> for EncryptionSpec {
                 .filter_map(|(c, p)| Some((c.clone(), p.master_key.clone()?)))
                 .collect(),
             plaintext_footer: t.plaintext_footer,
+            aad_prefix: t.aad_prefix.as_ref().map(|p| p.as_bytes().to_vec()),
         }
     }
 }
@@ -189,6 +193,11 @@ fn write_file(
         let mut b = FileEncryptionProperties::builder(footer.expose().to_vec())
             .with_footer_key_metadata(footer_md)
             .with_plaintext_footer(spec.plaintext_footer);
+        if let Some(prefix) = &spec.aad_prefix {
+            b = b
+                .with_aad_prefix(prefix.clone())
+                .with_aad_prefix_storage(false);
+        }
         for (column, master) in &spec.column_keys {
             let (k, md) = keys.data_key(master, false).map_err(|e| e.to_string())?;
             b = b.with_column_key_and_metadata(column, k.expose().to_vec(), md);
@@ -447,6 +456,7 @@ mod tests {
             footer_key_id: "f".into(),
             column_keys: [("ssn".to_string(), "k".to_string())].into(),
             plaintext_footer: false,
+            aad_prefix: None,
         };
         let m = plaintext_metrics(&schema, &batch, &spec).unwrap();
         assert_eq!(

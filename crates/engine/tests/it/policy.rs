@@ -410,6 +410,87 @@ async fn selective_queries_prune_pages_of_encrypted_files_without_other_keys() {
     assert_eq!(r.kms_unwrap_count_for("pii_key"), 0);
 }
 
+const BOUND: &str = r#"
+[roles]
+admin = {}
+[users]
+root = { roles = ["admin"] }
+[tables."lake.sales.bound"]
+footer_key = "footer_key"
+aad_prefix = "lake.sales.bound"
+[tables."lake.sales.bound".columns.k]
+master_key = "pii_key"
+access = { admin = "plaintext" }
+"#;
+
+#[tokio::test]
+async fn a_table_policy_aad_prefix_binds_files_to_their_table() {
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+    let lake = demo_lake().await;
+    let engine = open_with_policy(&lake, BOUND, "bound").await;
+    // ClearIce writes the table under the policy: the prefix is in every AAD, not stored.
+    let catalog = engine.iceberg_catalog("lake").unwrap();
+    let schema = iceberg::spec::Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "k", Type::Primitive(PrimitiveType::Long)).into(),
+        ])
+        .build()
+        .unwrap();
+    let table = catalog
+        .create_table(
+            &iceberg::NamespaceIdent::new("sales".into()),
+            iceberg::TableCreation::builder()
+                .name("bound".into())
+                .schema(schema)
+                .build(),
+        )
+        .await
+        .unwrap();
+    let batch = RecordBatch::try_new(
+        Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
+        ),
+        vec![Arc::new(datafusion::arrow::array::Int64Array::from(vec![
+            7, 8, 9,
+        ]))],
+    )
+    .unwrap();
+    let policy = clearice_policy::Policy::parse(BOUND, "bound").unwrap();
+    let spec =
+        clearice_table::write::EncryptionSpec::from(policy.table("lake.sales.bound").unwrap());
+    assert!(spec.aad_prefix.is_some());
+    clearice_table::write::append_encrypted(
+        catalog.as_ref(),
+        &table,
+        &[batch],
+        &spec,
+        engine.key_resolver().kms().unwrap().as_ref(),
+    )
+    .await
+    .unwrap();
+    // (table listings refresh when older than a second)
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let sum = "SELECT sum(k) FROM lake.sales.bound";
+    let rows = json_rows(&query(&engine.session("root"), sum).await.unwrap());
+    assert_eq!(rows, vec![vec![Value::from(24)]]);
+    // Without the prefix in the policy: one line naming the file and what to supply.
+    let without = BOUND.replace("aad_prefix = \"lake.sales.bound\"\n", "");
+    let engine2 = open_with_policy(&lake, &without, "unbound").await;
+    let e = query_err(&engine2.session("root"), sum).await;
+    assert!(e.contains("AAD prefix") && e.contains(".parquet"), "{e}");
+    // Another table's prefix (the file moved between tables): authentication fails.
+    let other = BOUND.replace(
+        "aad_prefix = \"lake.sales.bound\"",
+        "aad_prefix = \"lake.sales.other\"",
+    );
+    let engine3 = open_with_policy(&lake, &other, "other").await;
+    let e = query_err(&engine3.session("root"), sum).await;
+    assert!(
+        e.contains("footer") && e.contains("authentication failed"),
+        "{e}"
+    );
+}
+
 async fn missing_key_engine(lake: &Lake, on_missing: &str, name: &str) -> Arc<Engine> {
     let dir = lake.dir.join(name);
     std::fs::create_dir_all(&dir).unwrap();

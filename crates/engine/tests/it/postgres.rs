@@ -63,6 +63,7 @@ async fn write_table(catalog: &dyn Catalog, ns: &NamespaceIdent, name: &str, kms
         footer_key_id: "footer_key".into(),
         column_keys: [("ssn".to_string(), "pii_key".to_string())].into(),
         plaintext_footer: false,
+        aad_prefix: None,
     };
     append_encrypted(catalog, &table, &[batch], &spec, kms)
         .await
