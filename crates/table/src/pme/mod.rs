@@ -1012,11 +1012,20 @@ impl DecryptingReader {
                 plain_idx.push(i);
             }
         }
-        // Plaintext ranges and the encrypted bytes the other requests need, fetched in one
-        // call (concurrent on object stores) before decrypting.
+        if !plain_idx.is_empty() {
+            let fetched = self
+                .inner()
+                .get_byte_ranges(plain_idx.iter().map(|i| ranges[*i].clone()).collect())
+                .await?;
+            for (i, b) in plain_idx.into_iter().zip(fetched) {
+                out[i] = Some(b);
+            }
+        }
+        // Whole regions the requests need, fetched in one call (concurrent on object
+        // stores) before decrypting.
         let mut wanted: Vec<Range<u64>> = Vec::new();
         for (i, r) in ranges.iter().enumerate() {
-            if plain_idx.contains(&i) {
+            if out[i].is_some() {
                 continue;
             }
             let hits = overlapping(&crypto.regions, r);
@@ -1062,13 +1071,8 @@ impl DecryptingReader {
                 }
             }
         }
-        let plain_ranges: Vec<Range<u64>> = plain_idx.iter().map(|i| ranges[*i].clone()).collect();
-        if !wanted.is_empty() || !plain_ranges.is_empty() {
-            let all: Vec<Range<u64>> = plain_ranges.iter().chain(&wanted).cloned().collect();
-            let mut fetched = self.inner().get_byte_ranges(all).await?.into_iter();
-            for i in &plain_idx {
-                out[*i] = fetched.next();
-            }
+        if !wanted.is_empty() {
+            let fetched = self.inner().get_byte_ranges(wanted.clone()).await?;
             self.prefetched.extend(wanted.into_iter().zip(fetched));
         }
         for (i, r) in ranges.iter().enumerate() {
