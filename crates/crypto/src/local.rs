@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use crate::aes::random_nonce;
-use crate::modules::ModuleCipher;
-use crate::provider::{CallContext, CryptoProvider, KeyRef, ModuleBatch, ProviderError};
+use crate::modules::{ModuleCipher, ModuleError, ModulePosition};
+use crate::provider::{CallContext, CryptoProvider, KeyRef, Module, ModuleBatch, ProviderError};
 use crate::resolver::{FileKeyRetriever, KeyResolver, KeyScope, SideFileReader};
 use crate::secret::SecretKey;
 
@@ -115,22 +115,10 @@ impl CryptoProvider for LocalProvider {
         ctx: &CallContext,
         batch: ModuleBatch,
     ) -> Result<Vec<Vec<u8>>, ProviderError> {
-        let key = self.key(ctx, &batch.key).await?;
-        let cipher = cipher(&key, &batch, 0)?;
-        batch
-            .modules
-            .iter()
-            .enumerate()
-            .map(|(index, m)| {
-                cipher
-                    .decrypt(batch.algorithm, m.position.kind, &m.aad, &m.data)
-                    .map_err(|error| ProviderError::Invalid {
-                        index,
-                        position: m.position,
-                        error,
-                    })
-            })
-            .collect()
+        self.each_module(ctx, &batch, |c, m| {
+            c.decrypt(batch.algorithm, m.position.kind, &m.aad, &m.data)
+        })
+        .await
     }
 
     async fn encrypt(
@@ -138,23 +126,11 @@ impl CryptoProvider for LocalProvider {
         ctx: &CallContext,
         batch: ModuleBatch,
     ) -> Result<Vec<Vec<u8>>, ProviderError> {
-        let key = self.key(ctx, &batch.key).await?;
-        let cipher = cipher(&key, &batch, 0)?;
-        batch
-            .modules
-            .iter()
-            .enumerate()
-            .map(|(index, m)| {
-                let nonce = m.nonce.unwrap_or_else(random_nonce);
-                cipher
-                    .encrypt(batch.algorithm, m.position.kind, &m.aad, &nonce, &m.data)
-                    .map_err(|error| ProviderError::Invalid {
-                        index,
-                        position: m.position,
-                        error,
-                    })
-            })
-            .collect()
+        self.each_module(ctx, &batch, |c, m| {
+            let nonce = m.nonce.unwrap_or_else(random_nonce);
+            c.encrypt(batch.algorithm, m.position.kind, &m.aad, &nonce, &m.data)
+        })
+        .await
     }
 
     async fn release_key(
@@ -166,18 +142,31 @@ impl CryptoProvider for LocalProvider {
     }
 }
 
-fn cipher(
-    key: &SecretKey,
-    batch: &ModuleBatch,
-    index: usize,
-) -> Result<ModuleCipher, ProviderError> {
-    ModuleCipher::new(key.expose()).map_err(|error| ProviderError::Invalid {
-        index,
-        position: batch
+impl LocalProvider {
+    /// Runs `f` on every module of the batch with the batch key's cipher; a failure is
+    /// `Invalid`, with the module's index and position.
+    async fn each_module(
+        &self,
+        ctx: &CallContext,
+        batch: &ModuleBatch,
+        f: impl Fn(&ModuleCipher, &Module) -> Result<Vec<u8>, ModuleError>,
+    ) -> Result<Vec<Vec<u8>>, ProviderError> {
+        let key = self.key(ctx, &batch.key).await?;
+        let invalid = |index: usize, position, error| ProviderError::Invalid {
+            index,
+            position,
+            error,
+        };
+        let first = batch
             .modules
             .first()
-            .map(|m| m.position)
-            .unwrap_or_else(crate::modules::ModulePosition::footer),
-        error,
-    })
+            .map_or_else(ModulePosition::footer, |m| m.position);
+        let cipher = ModuleCipher::new(key.expose()).map_err(|e| invalid(0, first, e))?;
+        batch
+            .modules
+            .iter()
+            .enumerate()
+            .map(|(index, m)| f(&cipher, m).map_err(|e| invalid(index, m.position, e)))
+            .collect()
+    }
 }

@@ -111,6 +111,11 @@ impl Engine {
             &url::Url::parse(CATALOG_STORE_URL).expect("static URL"),
             Arc::new(object_store::local::LocalFileSystem::new()),
         );
+        // One provider for every scan of every session (catalog tables and files).
+        let crypto: ProviderRef = Arc::new(LocalProvider::new(
+            Arc::clone(&resolver),
+            Some(clearice_table::local_side_file_reader()),
+        ));
         let mut catalogs = Vec::new();
         let mut iceberg = HashMap::new();
         for (name, cat) in &config.catalogs {
@@ -119,15 +124,11 @@ impl Engine {
                 open_sql_catalog(name, &resolve_sqlite_uri(&config, &cat.uri), &cat.warehouse)
                     .await?;
             let provider =
-                IcebergCatalogProvider::try_new(name, Arc::clone(&ice), Arc::clone(&resolver))
+                IcebergCatalogProvider::try_new(name, Arc::clone(&ice), Arc::clone(&crypto))
                     .await?;
             catalogs.push((name.clone(), Arc::new(provider)));
             iceberg.insert(name.clone(), ice);
         }
-        let crypto: ProviderRef = Arc::new(LocalProvider::new(
-            Arc::clone(&resolver),
-            Some(clearice_table::local_side_file_reader()),
-        ));
         Ok(Self {
             config,
             catalogs,

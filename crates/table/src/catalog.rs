@@ -4,7 +4,7 @@ use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use clearice_crypto::KeyResolver;
+use clearice_crypto::ProviderRef;
 use clearice_policy::TableDecision;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
@@ -55,7 +55,7 @@ type Schemas = BTreeMap<String, Arc<IcebergSchemaProvider>>;
 pub struct IcebergCatalogProvider {
     name: String,
     catalog: Arc<dyn Catalog>,
-    resolver: Arc<KeyResolver>,
+    crypto: ProviderRef,
     schemas: std::sync::RwLock<Arc<Schemas>>,
     /// When the listing was last refreshed (held while refreshing: one refresh at a time;
     /// others do not wait for it).
@@ -76,13 +76,13 @@ impl IcebergCatalogProvider {
     pub async fn try_new(
         name: &str,
         catalog: Arc<dyn Catalog>,
-        resolver: Arc<KeyResolver>,
+        crypto: ProviderRef,
     ) -> Result<Self> {
-        let schemas = list(name, &catalog, &resolver).await?;
+        let schemas = list(name, &catalog, &crypto).await?;
         Ok(Self {
             name: name.to_owned(),
             catalog,
-            resolver,
+            crypto,
             schemas: std::sync::RwLock::new(Arc::new(schemas)),
             listed_at: tokio::sync::Mutex::new(std::time::Instant::now()),
         })
@@ -103,7 +103,7 @@ impl IcebergCatalogProvider {
         if listed_at.elapsed() < max_age {
             return;
         }
-        match list(&self.name, &self.catalog, &self.resolver).await {
+        match list(&self.name, &self.catalog, &self.crypto).await {
             Ok(schemas) => *self.schemas.write().expect("schemas") = Arc::new(schemas),
             Err(e) => {
                 tracing::warn!(catalog = %self.name, error = %e, "catalog listing not refreshed")
@@ -114,11 +114,7 @@ impl IcebergCatalogProvider {
 }
 
 /// Lists namespaces (nested ones joined with `.`) and their tables.
-async fn list(
-    name: &str,
-    catalog: &Arc<dyn Catalog>,
-    resolver: &Arc<KeyResolver>,
-) -> Result<Schemas> {
+async fn list(name: &str, catalog: &Arc<dyn Catalog>, crypto: &ProviderRef) -> Result<Schemas> {
     let err = |source: iceberg::Error| Error::Iceberg {
         table: name.to_owned(),
         source: Box::new(source),
@@ -137,7 +133,7 @@ async fn list(
                 namespace: ns,
                 tables: tables.into_iter().map(|t| t.name).collect(),
                 catalog: Arc::clone(catalog),
-                resolver: Arc::clone(resolver),
+                crypto: Arc::clone(crypto),
             }),
         );
     }
@@ -165,7 +161,7 @@ pub struct IcebergSchemaProvider {
     namespace: NamespaceIdent,
     tables: Vec<String>,
     catalog: Arc<dyn Catalog>,
-    resolver: Arc<KeyResolver>,
+    crypto: ProviderRef,
 }
 
 impl std::fmt::Debug for IcebergSchemaProvider {
@@ -221,7 +217,7 @@ impl IcebergSchemaProvider {
         Ok(Some(IcebergTableProvider::try_new(
             full,
             table,
-            Arc::clone(&self.resolver),
+            Arc::clone(&self.crypto),
         )?))
     }
 }

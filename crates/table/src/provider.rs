@@ -25,7 +25,7 @@ use futures::TryStreamExt;
 use iceberg::scan::FileScanTask;
 use iceberg::table::Table;
 
-use clearice_crypto::{CallContext, KeyResolver, KeyScope, LocalProvider, ProviderRef};
+use clearice_crypto::{CallContext, KeyScope, ProviderRef};
 
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
@@ -55,7 +55,6 @@ pub struct IcebergTableProvider {
     name: String,
     table: Table,
     schema: SchemaRef,
-    resolver: Arc<KeyResolver>,
     crypto: ProviderRef,
 }
 
@@ -68,18 +67,13 @@ impl std::fmt::Debug for IcebergTableProvider {
 }
 
 impl IcebergTableProvider {
-    /// Wraps a loaded table.
-    pub fn try_new(name: String, table: Table, resolver: Arc<KeyResolver>) -> Result<Self> {
+    /// Wraps a loaded table whose files `crypto` decrypts.
+    pub fn try_new(name: String, table: Table, crypto: ProviderRef) -> Result<Self> {
         let schema = arrow_schema(&name, table.metadata().current_schema())?;
-        let crypto: ProviderRef = Arc::new(LocalProvider::new(
-            Arc::clone(&resolver),
-            Some(crate::encryption::local_side_file_reader()),
-        ));
         Ok(Self {
             name,
             table,
             schema,
-            resolver,
             crypto,
         })
     }
@@ -92,11 +86,6 @@ impl IcebergTableProvider {
     /// The Iceberg table.
     pub fn table(&self) -> &Table {
         &self.table
-    }
-
-    /// Key resolution of this table's files.
-    pub fn resolver(&self) -> &Arc<KeyResolver> {
-        &self.resolver
     }
 
     /// Local paths of the current snapshot's data files.

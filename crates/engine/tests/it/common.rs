@@ -23,6 +23,26 @@ pub fn parquet_testing_dir() -> Option<PathBuf> {
     fixture("CLEARICE_PARQUET_TESTING_DIR", Some(default))
 }
 
+/// parquet-testing's explicit keys (KEYS.md): 128-bit files.
+pub const KEYS_128: &[(&str, &str)] = &[
+    ("kf", "0123456789012345"),
+    ("kc1", "1234567890123450"),
+    ("kc2", "1234567890123451"),
+];
+
+/// parquet-testing's explicit keys: `aes256/` files.
+pub const KEYS_256: &[(&str, &str)] = &[
+    ("kf", "01234567890123456789012345678901"),
+    ("kc1", "12345678901234567890123456789012"),
+    ("kc2", "12345678901234567890123456789013"),
+    ("kc3", "12345678901234567890123456789014"),
+    ("kc4", "12345678901234567890123456789015"),
+    ("kc5", "12345678901234567890123456789016"),
+    ("kc6", "12345678901234567890123456789017"),
+    ("kc7", "12345678901234567890123456789018"),
+    ("kc8", "12345678901234567890123456789019"),
+];
+
 fn fixture(var: &str, default: Option<PathBuf>) -> Option<PathBuf> {
     let p = std::env::var_os(var)
         .map(PathBuf::from)

@@ -19,7 +19,8 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::ParquetFileReaderFactory;
 use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
 use datafusion::parquet::arrow::arrow_reader::{
-    ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+    ArrowReaderBuilder, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
 };
 use datafusion::parquet::arrow::async_reader::AsyncFileReader;
 use datafusion::parquet::encryption::decrypt::FileDecryptionProperties;
@@ -30,24 +31,6 @@ use futures::future::BoxFuture;
 use object_store::local::LocalFileSystem;
 
 use crate::common::*;
-
-pub const KEYS_128: &[(&str, &str)] = &[
-    ("kf", "0123456789012345"),
-    ("kc1", "1234567890123450"),
-    ("kc2", "1234567890123451"),
-];
-
-pub const KEYS_256: &[(&str, &str)] = &[
-    ("kf", "01234567890123456789012345678901"),
-    ("kc1", "12345678901234567890123456789012"),
-    ("kc2", "12345678901234567890123456789013"),
-    ("kc3", "12345678901234567890123456789014"),
-    ("kc4", "12345678901234567890123456789015"),
-    ("kc5", "12345678901234567890123456789016"),
-    ("kc6", "12345678901234567890123456789017"),
-    ("kc7", "12345678901234567890123456789018"),
-    ("kc8", "12345678901234567890123456789019"),
-];
 
 /// Keys of one fixture set: explicit keys and/or a KMS.
 pub struct Keys {
@@ -154,6 +137,22 @@ pub struct Read {
 }
 
 impl Read {
+    /// Batch size, row selection and projection, for either reader.
+    fn shape<T>(&self, mut b: ArrowReaderBuilder<T>) -> ArrowReaderBuilder<T> {
+        b = b.with_batch_size(1000);
+        if let Some(s) = &self.selection {
+            b = b.with_row_selection(RowSelection::from(s.clone()));
+        }
+        if let Some(c) = &self.columns {
+            let mask = datafusion::parquet::arrow::ProjectionMask::roots(
+                b.metadata().file_metadata().schema_descr(),
+                c.iter().copied(),
+            );
+            b = b.with_projection(mask);
+        }
+        b
+    }
+
     fn policy(&self) -> PageIndexPolicy {
         if self.page_index {
             PageIndexPolicy::Optional
@@ -165,7 +164,7 @@ impl Read {
 
 /// A boxed reader as a reader (parquet-rs implements the trait for `Box<dyn ..>` without
 /// `Send` only).
-struct Boxed(Box<dyn AsyncFileReader + Send>);
+pub struct Boxed(Box<dyn AsyncFileReader + Send>);
 
 impl AsyncFileReader for Boxed {
     fn get_bytes(
@@ -190,6 +189,16 @@ impl AsyncFileReader for Boxed {
     }
 }
 
+/// ClearIce's decrypting reader over a local file, as a scan creates it.
+pub fn open_reader(path: &Path, keys: ScanKeys, metrics: &ExecutionPlanMetricsSet) -> Boxed {
+    let store = Arc::new(LocalFileSystem::new());
+    let size = std::fs::metadata(path).unwrap().len();
+    let location = object_store::path::Path::from_filesystem_path(path).unwrap();
+    let file = PartitionedFile::new(location.to_string(), size);
+    let factory = DecryptingReaderFactory::new(store, keys);
+    Boxed(factory.create_reader(0, file, None, metrics).unwrap())
+}
+
 /// Reads with ClearIce's decrypting reader.
 pub async fn read_new(
     path: &Path,
@@ -206,27 +215,10 @@ pub async fn read_new_counted(
     how: &Read,
     metrics: &ExecutionPlanMetricsSet,
 ) -> datafusion::parquet::errors::Result<RecordBatch> {
-    let store = Arc::new(LocalFileSystem::new());
-    let size = std::fs::metadata(path).unwrap().len();
-    let location = object_store::path::Path::from_filesystem_path(path).unwrap();
-    let file = PartitionedFile::new(location.to_string(), size);
-    let factory = DecryptingReaderFactory::new(store, keys);
-    let reader = factory.create_reader(0, file, None, metrics).unwrap();
+    let reader = open_reader(path, keys, metrics);
     let options = ArrowReaderOptions::new().with_page_index_policy(how.policy());
-    let mut b = ParquetRecordBatchStreamBuilder::new_with_options(Boxed(reader), options)
-        .await?
-        .with_batch_size(1000);
-    if let Some(s) = &how.selection {
-        b = b.with_row_selection(RowSelection::from(s.clone()));
-    }
-    if let Some(c) = &how.columns {
-        let mask = datafusion::parquet::arrow::ProjectionMask::roots(
-            b.metadata().file_metadata().schema_descr(),
-            c.iter().copied(),
-        );
-        b = b.with_projection(mask);
-    }
-    let batches: Vec<RecordBatch> = b.build()?.try_collect().await?;
+    let b = ParquetRecordBatchStreamBuilder::new_with_options(reader, options).await?;
+    let batches: Vec<RecordBatch> = how.shape(b).build()?.try_collect().await?;
     Ok(concat(batches))
 }
 
@@ -248,20 +240,9 @@ pub fn read_native(path: &Path, keys: &Keys, how: &Read) -> RecordBatch {
         .with_page_index_policy(how.policy())
         .with_file_decryption_properties(props.build().unwrap());
     let file = std::fs::File::open(path).unwrap();
-    let mut b = ParquetRecordBatchReaderBuilder::try_new_with_options(file, options)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .with_batch_size(1000);
-    if let Some(s) = &how.selection {
-        b = b.with_row_selection(RowSelection::from(s.clone()));
-    }
-    if let Some(c) = &how.columns {
-        let mask = datafusion::parquet::arrow::ProjectionMask::roots(
-            b.metadata().file_metadata().schema_descr(),
-            c.iter().copied(),
-        );
-        b = b.with_projection(mask);
-    }
-    let batches: Vec<RecordBatch> = b.build().unwrap().map(|b| b.unwrap()).collect();
+    let b = ParquetRecordBatchReaderBuilder::try_new_with_options(file, options)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let batches: Vec<RecordBatch> = how.shape(b).build().unwrap().map(|b| b.unwrap()).collect();
     concat(batches)
 }
 
@@ -455,8 +436,15 @@ async fn plaintext_footer_columns_read_without_keys_and_encrypted_ones_are_refus
     );
 }
 
-/// PyArrow-written fixtures (`scripts/pme_fixtures.py`), generated once per test run.
-pub fn pyarrow_fixtures() -> Option<&'static Path> {
+/// PyArrow-written fixtures (`scripts/pme_fixtures.py`, generated once per test run):
+/// their directory and their keyring's keys.
+pub fn pme_fixtures() -> Option<(PathBuf, Keys)> {
+    let dir = pyarrow_fixtures()?.join("pme");
+    let keys = Keys::keyring(&dir.join("keyring.json"));
+    Some((dir, keys))
+}
+
+fn pyarrow_fixtures() -> Option<&'static Path> {
     static DIR: std::sync::OnceLock<Option<tempfile::TempDir>> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let python = crate::pyarrow::python()?;
@@ -484,11 +472,9 @@ fn counter(metrics: &ExecutionPlanMetricsSet, name: &str) -> usize {
 
 #[tokio::test]
 async fn pyarrow_files_read_like_their_plaintext_twins() {
-    let Some(root) = pyarrow_fixtures() else {
+    let Some((dir, keys)) = pme_fixtures() else {
         return;
     };
-    let dir = root.join("pme");
-    let keys = Keys::keyring(&dir.join("keyring.json"));
     let list: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(dir.join("fixtures.json")).unwrap()).unwrap();
     assert!(list.len() >= 7);
@@ -558,19 +544,12 @@ async fn bloom_of(
     path: &Path,
     keys: &Keys,
 ) -> datafusion::parquet::errors::Result<datafusion::parquet::bloom_filter::Sbbf> {
-    let store = Arc::new(LocalFileSystem::new());
-    let size = std::fs::metadata(path).unwrap().len();
-    let location = object_store::path::Path::from_filesystem_path(path).unwrap();
-    let factory = DecryptingReaderFactory::new(store, keys.scan(KeyScope::All));
-    let reader = factory
-        .create_reader(
-            0,
-            PartitionedFile::new(location.to_string(), size),
-            None,
-            &ExecutionPlanMetricsSet::new(),
-        )
-        .unwrap();
-    let mut b = ParquetRecordBatchStreamBuilder::new(Boxed(reader)).await?;
+    let reader = open_reader(
+        path,
+        keys.scan(KeyScope::All),
+        &ExecutionPlanMetricsSet::new(),
+    );
+    let mut b = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let col = b
         .metadata()
         .row_group(0)
@@ -644,11 +623,9 @@ async fn a_provider_that_keeps_its_keys_gets_batches_and_reads_the_same() {
     let Some(dir) = parquet_testing_dir() else {
         return;
     };
-    let Some(root) = pyarrow_fixtures() else {
+    let Some((pme, keyring)) = pme_fixtures() else {
         return;
     };
-    let pme = root.join("pme");
-    let keyring = Keys::keyring(&pme.join("keyring.json"));
     let explicit = Keys::explicit(KEYS_128);
     let cases: Vec<(PathBuf, PathBuf, &Keys)> = vec![
         (

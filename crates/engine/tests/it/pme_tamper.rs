@@ -11,11 +11,10 @@ use std::sync::Arc;
 
 use clearice_crypto::modules::GCM_OVERHEAD;
 use clearice_crypto::{KeyScope, ModuleType};
-use clearice_table::pme::DecryptingReaderFactory;
 use datafusion::parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 
-use crate::pme_reader::{Keys, Read, pyarrow_fixtures, read_new};
+use crate::pme_reader::{Keys, Read, open_reader, pme_fixtures, read_new};
 
 /// A module of a file: its type, column and bytes (length prefix included).
 #[derive(Debug, Clone)]
@@ -29,21 +28,13 @@ struct At {
 /// The file's metadata as ClearIce's reader presents it (chunk offsets are the file's;
 /// index lengths are plaintext lengths). parquet-rs cannot read CTR files to tell.
 async fn metadata(path: &Path, keys: &Keys) -> Arc<ParquetMetaData> {
-    use datafusion::datasource::listing::PartitionedFile;
-    use datafusion::datasource::physical_plan::parquet::ParquetFileReaderFactory;
     use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
-    let store = Arc::new(object_store::local::LocalFileSystem::new());
-    let size = std::fs::metadata(path).unwrap().len();
-    let location = object_store::path::Path::from_filesystem_path(path).unwrap();
-    let factory = DecryptingReaderFactory::new(store, keys.scan(KeyScope::All));
-    let mut reader = factory
-        .create_reader(
-            0,
-            PartitionedFile::new(location.to_string(), size),
-            None,
-            &ExecutionPlanMetricsSet::new(),
-        )
-        .unwrap();
+    use datafusion::parquet::arrow::async_reader::AsyncFileReader;
+    let mut reader = open_reader(
+        path,
+        keys.scan(KeyScope::All),
+        &ExecutionPlanMetricsSet::new(),
+    );
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Required);
     reader.get_metadata(Some(&options)).await.unwrap()
 }
@@ -163,11 +154,9 @@ fn assert_names(e: &str, path: &Path, at: &At) {
 
 #[tokio::test]
 async fn every_module_type_flipped_is_detected_and_named() {
-    let Some(root) = pyarrow_fixtures() else {
+    let Some((dir, keys)) = pme_fixtures() else {
         return;
     };
-    let dir = root.join("pme");
-    let keys = Keys::keyring(&dir.join("keyring.json"));
     let tmp = tempfile::tempdir().unwrap();
     const PII: &[&str] = &["ssn", "email", "balance"];
     for (name, encrypted) in [
@@ -245,11 +234,9 @@ fn swap(path: &Path, a: &Range<u64>, other: &[u8], b: &Range<u64>) {
 
 #[tokio::test]
 async fn modules_moved_between_row_groups_columns_and_files_are_detected() {
-    let Some(root) = pyarrow_fixtures() else {
+    let Some((dir, keys)) = pme_fixtures() else {
         return;
     };
-    let dir = root.join("pme");
-    let keys = Keys::keyring(&dir.join("keyring.json"));
     let tmp = tempfile::tempdir().unwrap();
     let a_file = dir.join("swap_a.parquet");
     let b_file = dir.join("swap_b.parquet");
@@ -292,11 +279,9 @@ async fn modules_moved_between_row_groups_columns_and_files_are_detected() {
 
 #[tokio::test]
 async fn truncated_files_and_wrong_keys_fail_with_the_file_named() {
-    let Some(root) = pyarrow_fixtures() else {
+    let Some((dir, keys)) = pme_fixtures() else {
         return;
     };
-    let dir = root.join("pme");
-    let keys = Keys::keyring(&dir.join("keyring.json"));
     let tmp = tempfile::tempdir().unwrap();
     let original = dir.join("swap_a.parquet");
     let full = std::fs::read(&original).unwrap();
@@ -342,11 +327,9 @@ async fn truncated_files_and_wrong_keys_fail_with_the_file_named() {
 
 #[tokio::test]
 async fn a_modified_plaintext_footer_fails_its_signature() {
-    let Some(root) = pyarrow_fixtures() else {
+    let Some((dir, keys)) = pme_fixtures() else {
         return;
     };
-    let dir = root.join("pme");
-    let keys = Keys::keyring(&dir.join("keyring.json"));
     let tmp = tempfile::tempdir().unwrap();
     let f = copy(
         &dir.join("ctr_plaintext_footer.parquet"),

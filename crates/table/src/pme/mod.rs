@@ -1029,13 +1029,7 @@ impl DecryptingReader {
                 continue;
             }
             let hits = overlapping(&crypto.regions, r);
-            let covered: u64 = hits
-                .iter()
-                .map(|j| {
-                    let g = &crypto.regions[*j].range;
-                    g.end.min(r.end) - g.start.max(r.start)
-                })
-                .sum();
+            let covered = covered(&crypto.regions, &hits, r);
             if covered < r.end - r.start {
                 // Plaintext bytes around encrypted regions (page indexes of several columns):
                 // one read of the request serves them all.
@@ -1095,13 +1089,7 @@ impl DecryptingReader {
         {
             return self.image(crypto, i, range).await;
         }
-        let covered: u64 = hits
-            .iter()
-            .map(|i| {
-                let r = &crypto.regions[*i].range;
-                r.end.min(range.end) - r.start.max(range.start)
-            })
-            .sum();
+        let covered = covered(&crypto.regions, &hits, &range);
         let mut out = if covered < range.end - range.start {
             BytesMut::from(&self.fetch(range.clone()).await?[..])
         } else {
@@ -1548,6 +1536,16 @@ fn page_span(units: &[Unit], sub: &Range<u64>) -> Option<(usize, usize)> {
 /// The encrypted bytes of pages `first..=last`.
 fn u_enc(units: &[Unit], first: usize, last: usize) -> Range<u64> {
     units[first].enc.start..units[last].enc.end
+}
+
+/// Bytes of `range` inside the regions `hits` (which overlap it).
+fn covered(regions: &[Region], hits: &[usize], range: &Range<u64>) -> u64 {
+    hits.iter()
+        .map(|i| {
+            let g = &regions[*i].range;
+            g.end.min(range.end) - g.start.max(range.start)
+        })
+        .sum()
 }
 
 /// Indexes of the regions overlapping `range`.
