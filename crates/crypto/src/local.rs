@@ -98,7 +98,10 @@ impl CryptoProvider for LocalProvider {
         key_metadata: Bytes,
     ) -> Result<KeyRef, ProviderError> {
         let retriever = self.retriever(&ctx.file);
-        self.blocking(move || {
+        // Internal key material and explicit keys are described in place; a side file to
+        // read goes to the blocking pool.
+        let in_place = !retriever.may_block(&key_metadata, false);
+        let describe = move || {
             let info = retriever.describe(&key_metadata)?;
             Ok(KeyRef {
                 key_metadata,
@@ -106,8 +109,11 @@ impl CryptoProvider for LocalProvider {
                 key_id: info.key_id,
                 is_footer_key: info.is_footer_key,
             })
-        })
-        .await
+        };
+        if in_place {
+            return describe();
+        }
+        self.blocking(describe).await
     }
 
     async fn decrypt(
