@@ -73,6 +73,24 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A KMS call failed (unreachable, refused, throttled).
+    #[error("KMS '{kms}' call{} failed: {reason}", if key_id.is_empty() { String::new() } else { format!(" for master key '{key_id}'") })]
+    KmsCall {
+        /// KMS name.
+        kms: String,
+        /// Master key id (empty when not about one key).
+        key_id: String,
+        /// What failed (never key bytes or credentials).
+        reason: String,
+    },
+    /// A crypto provider is misconfigured.
+    #[error("crypto provider '{provider}': {reason}")]
+    Provider {
+        /// Provider name.
+        provider: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// External key material (a side file) could not be read.
     #[error("external key material '{path}': {reason}")]
     ExternalKeyMaterial {

@@ -1,12 +1,12 @@
 //! PME key material ("PKMT1") as PyArrow and parquet-java write it.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
 /// One key material record. Internal material sits in the file's key metadata;
 /// external material is a reference (`keyReference`) into a side file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyMaterial {
     /// Always `PKMT1`.
@@ -15,7 +15,7 @@ pub struct KeyMaterial {
     #[serde(default = "default_true")]
     pub internal_storage: bool,
     /// Reference into the side file, for external material.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_reference: Option<String>,
     /// Whether this is the footer key.
     #[serde(default)]
@@ -30,10 +30,14 @@ pub struct KeyMaterial {
     #[serde(default)]
     pub double_wrapping: bool,
     /// base64 KEK id, the AAD of the DEK encryption.
-    #[serde(rename = "keyEncryptionKeyID", default)]
+    #[serde(
+        rename = "keyEncryptionKeyID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub kek_id: Option<String>,
     /// The KEK wrapped by the KMS.
-    #[serde(rename = "wrappedKEK", default)]
+    #[serde(rename = "wrappedKEK", default, skip_serializing_if = "Option::is_none")]
     pub wrapped_kek: Option<String>,
 }
 

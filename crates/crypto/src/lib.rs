@@ -24,26 +24,33 @@
 #![deny(missing_docs)]
 
 pub mod aes;
+mod aws;
 mod error;
 mod key_material;
 mod kms;
 mod local;
 pub mod modules;
+pub mod protocol;
 mod provider;
+mod remote;
 mod resolver;
 mod secret;
 mod writer;
 
+pub use aws::{AwsKms, AwsKmsConfig};
 pub use error::{BoxError, Error, Result};
 pub use key_material::{KeyMaterial, side_file_name};
 pub use kms::{KeyringKms, Kms};
 pub use local::LocalProvider;
 pub use modules::{Algorithm, ModuleCipher, ModuleError, ModulePosition, ModuleType};
 pub use provider::{
-    CallContext, CryptoProvider, KeyRef, Module, ModuleBatch, ProviderError, ProviderRef,
+    AccessToken, CallContext, CryptoProvider, KeyAccess, KeyRef, Module, ModuleBatch,
+    ProviderError, ProviderRef,
 };
+pub use remote::{RemoteConfig, RemoteCredential, RemoteProvider, mint_hs256};
 pub use resolver::{
-    DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyInfo, KeyResolver, KeyScope, SideFileReader,
+    DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyInfo, KeyResolver, KeyScope, RetrieverCache,
+    SideFileReader,
 };
 pub use secret::SecretKey;
 pub use writer::KeyMaterialWriter;

@@ -1,31 +1,28 @@
 //! The `local` crypto provider: AES-GCM and AES-CTR in process, keys from the configured
 //! KMS (key-tools material, external side files, explicit keys) through [`KeyResolver`].
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::aes::random_nonce;
 use crate::modules::{ModuleCipher, ModuleError, ModulePosition};
-use crate::provider::{CallContext, CryptoProvider, KeyRef, Module, ModuleBatch, ProviderError};
-use crate::resolver::{FileKeyRetriever, KeyResolver, KeyScope, SideFileReader};
+use crate::provider::{
+    CallContext, CryptoProvider, KeyAccess, KeyRef, Module, ModuleBatch, ProviderError,
+};
+use crate::resolver::{FileKeyRetriever, KeyResolver, RetrieverCache, SideFileReader};
 use crate::secret::SecretKey;
-
-/// Retrievers kept per file (each caches its side file and data keys).
-const RETRIEVER_CACHE: usize = 1024;
 
 /// In-process provider. KMS calls and side-file reads run on tokio's blocking pool.
 pub struct LocalProvider {
-    resolver: Arc<KeyResolver>,
-    side_files: Option<SideFileReader>,
-    retrievers: Mutex<HashMap<String, Arc<FileKeyRetriever>>>,
+    retrievers: RetrieverCache,
 }
 
 impl std::fmt::Debug for LocalProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalProvider")
-            .field("resolver", &self.resolver)
+            .field("resolver", self.retrievers.resolver())
             .finish_non_exhaustive()
     }
 }
@@ -35,30 +32,17 @@ impl LocalProvider {
     /// `side_files`.
     pub fn new(resolver: Arc<KeyResolver>, side_files: Option<SideFileReader>) -> Self {
         Self {
-            resolver,
-            side_files,
-            retrievers: Mutex::default(),
+            retrievers: RetrieverCache::new(resolver, side_files),
         }
     }
 
     /// The key resolver (for KMS request accounting).
     pub fn resolver(&self) -> &Arc<KeyResolver> {
-        &self.resolver
+        self.retrievers.resolver()
     }
 
     fn retriever(&self, file: &str) -> Arc<FileKeyRetriever> {
-        let mut map = self.retrievers.lock().expect("retrievers");
-        if let Some(r) = map.get(file) {
-            return Arc::clone(r);
-        }
-        if map.len() >= RETRIEVER_CACHE {
-            map.clear();
-        }
-        let r = self
-            .resolver
-            .scoped_retriever(file, self.side_files.clone(), KeyScope::All);
-        map.insert(file.to_owned(), Arc::clone(&r));
-        r
+        self.retrievers.get(file)
     }
 
     async fn blocking<T: Send + 'static>(
@@ -137,6 +121,25 @@ impl CryptoProvider for LocalProvider {
             c.encrypt(batch.algorithm, m.position.kind, &m.aad, &nonce, &m.data)
         })
         .await
+    }
+
+    async fn check_access(
+        &self,
+        _ctx: &CallContext,
+        key_ids: &[String],
+    ) -> Result<BTreeMap<String, KeyAccess>, ProviderError> {
+        // The local KMS decides nothing per principal (the policy does): a key is usable
+        // when the KMS holds it, or may (a remote KMS answers only when asked).
+        Ok(key_ids
+            .iter()
+            .map(|k| {
+                let access = match self.resolver().has_master_key(k) {
+                    Some(false) => KeyAccess::Unknown,
+                    _ => KeyAccess::Granted,
+                };
+                (k.clone(), access)
+            })
+            .collect())
     }
 
     async fn release_key(

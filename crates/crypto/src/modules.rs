@@ -56,6 +56,23 @@ pub enum ModuleType {
 }
 
 impl ModuleType {
+    /// The type of a PME module type code (0 footer .. 9 bloom filter bitset).
+    pub fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => Self::Footer,
+            1 => Self::ColumnMetaData,
+            2 => Self::DataPage,
+            3 => Self::DictionaryPage,
+            4 => Self::DataPageHeader,
+            5 => Self::DictionaryPageHeader,
+            6 => Self::ColumnIndex,
+            7 => Self::OffsetIndex,
+            8 => Self::BloomFilterHeader,
+            9 => Self::BloomFilterBitset,
+            _ => return None,
+        })
+    }
+
     /// Name used in errors and the audit log.
     pub fn name(self) -> &'static str {
         match self {
@@ -183,6 +200,26 @@ pub enum ModuleError {
     /// The tag does not verify: wrong key, wrong AAD, or tampered bytes.
     #[error("authentication failed (wrong key, wrong AAD prefix, or tampered/moved module)")]
     Authentication,
+}
+
+impl ModuleError {
+    /// Code on the wire (remote protocol).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::KeyLength => "key_length",
+            Self::Truncated => "truncated",
+            Self::Authentication => "authentication",
+        }
+    }
+
+    /// From a wire code; unknown codes read as authentication failures.
+    pub fn from_code(code: &str) -> Self {
+        match code {
+            "key_length" => Self::KeyLength,
+            "truncated" => Self::Truncated,
+            _ => Self::Authentication,
+        }
+    }
 }
 
 /// AES-GCM: `ring` for 128 and 256-bit keys (about 6x the throughput of the `aes-gcm`

@@ -30,6 +30,42 @@ pub struct CallContext {
     pub file: String,
     /// Application context: `table`, `namespace`, `schema_id`... as known.
     pub application: BTreeMap<String, String>,
+    /// The principal's own token for the provider (a Flight client's `key_access_token`),
+    /// used instead of the provider's configured credentials.
+    pub credential: Option<AccessToken>,
+}
+
+/// A bearer token: redacted in `Debug`, zeroed when dropped, no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AccessToken(zeroize::Zeroizing<String>);
+
+impl AccessToken {
+    /// Wraps a token.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(zeroize::Zeroizing::new(token.into()))
+    }
+
+    /// The token text. Callers must not log or format it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for AccessToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AccessToken(<redacted>)")
+    }
+}
+
+/// A provider's answer on whether a principal may use a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyAccess {
+    /// The principal may use the key.
+    Granted,
+    /// The provider refuses the principal this key.
+    Denied,
+    /// The provider does not know the key.
+    Unknown,
 }
 
 /// A file's key, as named by its key metadata.
@@ -98,6 +134,14 @@ pub enum ProviderError {
         /// The provider's reason.
         reason: String,
     },
+    /// The provider refused the credentials (wrong, expired or missing token).
+    #[error("crypto provider '{provider}' rejected the credentials: {reason}")]
+    Unauthenticated {
+        /// Provider name.
+        provider: String,
+        /// The provider's reason.
+        reason: String,
+    },
     /// The provider cannot be reached or timed out.
     #[error("crypto provider '{provider}' unavailable: {reason}")]
     Unavailable {
@@ -159,6 +203,20 @@ pub trait CryptoProvider: Send + Sync + std::fmt::Debug {
         ctx: &CallContext,
         batch: ModuleBatch,
     ) -> Result<Vec<Vec<u8>>, ProviderError>;
+
+    /// Whether `ctx`'s principal may use each master key id, asked before a scan so a
+    /// denied column gets its `on_missing_key` outcome instead of failing mid-stream.
+    /// The default grants every key (the provider decides nothing per principal).
+    async fn check_access(
+        &self,
+        _ctx: &CallContext,
+        key_ids: &[String],
+    ) -> Result<BTreeMap<String, KeyAccess>, ProviderError> {
+        Ok(key_ids
+            .iter()
+            .map(|k| (k.clone(), KeyAccess::Granted))
+            .collect())
+    }
 
     /// The data key itself, for providers that may hand it out (the reader then decrypts
     /// pages in process). `Ok(None)`: the provider keeps its keys; use [`Self::decrypt`].

@@ -209,6 +209,56 @@ impl KeyResolver {
     }
 }
 
+/// Retrievers kept per file (each caches its side file and data keys).
+const RETRIEVER_CACHE: usize = 1024;
+
+/// A bounded cache of per-file retrievers (providers keep one per file they read).
+pub struct RetrieverCache {
+    resolver: Arc<KeyResolver>,
+    side_files: Option<SideFileReader>,
+    retrievers: Mutex<HashMap<String, Arc<FileKeyRetriever>>>,
+}
+
+impl std::fmt::Debug for RetrieverCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetrieverCache")
+            .field("resolver", &self.resolver)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RetrieverCache {
+    /// A cache resolving through `resolver`, reading side files with `side_files`.
+    pub fn new(resolver: Arc<KeyResolver>, side_files: Option<SideFileReader>) -> Self {
+        Self {
+            resolver,
+            side_files,
+            retrievers: Mutex::default(),
+        }
+    }
+
+    /// The resolver.
+    pub fn resolver(&self) -> &Arc<KeyResolver> {
+        &self.resolver
+    }
+
+    /// The retriever of `file` (all keys in scope: providers check scope themselves).
+    pub fn get(&self, file: &str) -> Arc<FileKeyRetriever> {
+        let mut map = self.retrievers.lock().expect("retrievers");
+        if let Some(r) = map.get(file) {
+            return Arc::clone(r);
+        }
+        if map.len() >= RETRIEVER_CACHE {
+            map.clear();
+        }
+        let r = self
+            .resolver
+            .scoped_retriever(file, self.side_files.clone(), KeyScope::All);
+        map.insert(file.to_owned(), Arc::clone(&r));
+        r
+    }
+}
+
 /// Key retriever for one file (parquet-rs calls it per column per row group: keys are
 /// cached here so the KMS and AES work happen once per distinct key metadata).
 pub struct FileKeyRetriever {

@@ -1,0 +1,255 @@
+//! The remote crypto protocol: JSON over HTTP, modelled on the Data Batch Protection
+//! Service (DBPS) REST API, carrying PME modules instead of single values.
+//!
+//! ```text
+//! POST /decrypt   POST /encrypt          (Authorization: Bearer <JWT>)
+//! {
+//!   "column_reference": {"name": "ssn"},               // absent name: the footer
+//!   "encryption": {"key_id": "pii_key", "key_metadata": "<base64 PKMT1 material or key id>"},
+//!   "access": {"user_id": "alice"},
+//!   "application_context": "{\"table\":\"lake.sales.customers\",\"file\":\"...\"}",
+//!   "data_batch_encrypted" | "data_batch": {
+//!       "value_format": {"format": "PARQUET_PME_MODULES", "algorithm": "AES_GCM_V1"},
+//!       "value": "<base64 of modules, each u32 LE length || bytes>"},
+//!   "modules": [{"type": 2, "row_group": 0, "column": 3, "page": 1, "aad": "<base64>",
+//!                "nonce": "<base64, encrypt only, optional>"}],
+//!   "debug": {"reference_id": "..."}
+//! }
+//! 200 {"access": {"user_id", "roles", "access_control": "granted"},
+//!      "data_batch" (decrypt) | "data_batch_encrypted" (encrypt): {"value_format", "value"}}
+//! 401 / 403 / 404 / 413 / 422 / 400: {"access"?: {...,"access_control": "denied"},
+//!      "error": {"code": "unauthenticated" | "denied" | "unknown_key" | "too_large" |
+//!                        "invalid_module" | "bad_request", "message": "...", "index"?: n}}
+//!
+//! POST /access  {"access": {"user_id"}, "key_ids": ["pii_key", ...]}
+//! 200 {"access": {...}, "keys": {"pii_key": "granted" | "denied" | "unknown"}}
+//! GET /healthz  200 "ok"
+//! ```
+//! Decryption values are module bodies (`nonce || ciphertext [|| tag]`); encryption
+//! values are plaintexts, and the answer holds bodies. Key bytes never cross the wire.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
+use serde::{Deserialize, Serialize};
+
+/// `value_format.format` of a batch of PME modules.
+pub const MODULES_FORMAT: &str = "PARQUET_PME_MODULES";
+
+/// Request body of `/decrypt` and `/encrypt`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct BatchRequest {
+    /// The column (path) the modules belong to; `name: None` for the footer.
+    pub column_reference: ColumnReference,
+    /// Key naming.
+    pub encryption: EncryptionRef,
+    /// Who asks.
+    pub access: Access,
+    /// JSON object text: table, namespace, file, schema id...
+    #[serde(default)]
+    pub application_context: String,
+    /// Plaintexts (encrypt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_batch: Option<DataBatch>,
+    /// Module bodies (decrypt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_batch_encrypted: Option<DataBatch>,
+    /// One entry per module of the value, in order.
+    pub modules: Vec<ModuleInfo>,
+    /// Correlation.
+    #[serde(default)]
+    pub debug: Debug,
+}
+
+/// `column_reference`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ColumnReference {
+    /// Column path; absent for the footer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `encryption`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct EncryptionRef {
+    /// Master key id (as the client read it; the service decides on the material's own).
+    pub key_id: String,
+    /// base64 key metadata: PKMT1 key material (external material already resolved) or
+    /// an explicit key id.
+    pub key_metadata: String,
+}
+
+/// `access`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Access {
+    /// The user the data is read for.
+    #[serde(default)]
+    pub user_id: String,
+    /// Roles the service granted under (answers only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// `granted` or `denied` (answers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_control: Option<String>,
+}
+
+/// A data batch: format and base64 payload.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct DataBatch {
+    /// Format.
+    pub value_format: ValueFormat,
+    /// base64 of the framed modules.
+    pub value: String,
+}
+
+/// `value_format`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ValueFormat {
+    /// Always [`MODULES_FORMAT`].
+    pub format: String,
+    /// `AES_GCM_V1` or `AES_GCM_CTR_V1`.
+    #[serde(default)]
+    pub algorithm: String,
+}
+
+/// One module's context.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ModuleInfo {
+    /// PME module type code (0 footer .. 9 bloom filter bitset).
+    #[serde(rename = "type")]
+    pub kind: u8,
+    /// Row group ordinal.
+    #[serde(default)]
+    pub row_group: usize,
+    /// Column ordinal.
+    #[serde(default)]
+    pub column: usize,
+    /// Page ordinal.
+    #[serde(default)]
+    pub page: usize,
+    /// base64 AAD.
+    pub aad: String,
+    /// base64 nonce to encrypt with (footer signatures); absent: a fresh one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+}
+
+/// `debug`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Debug {
+    /// Correlates client and service logs.
+    #[serde(default)]
+    pub reference_id: String,
+}
+
+/// Answer of `/decrypt` and `/encrypt` (200).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct BatchResponse {
+    /// Who the service decided for.
+    pub access: Access,
+    /// Plaintexts (decrypt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_batch: Option<DataBatch>,
+    /// Bodies (encrypt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_batch_encrypted: Option<DataBatch>,
+    /// Correlation.
+    #[serde(default)]
+    pub debug: Debug,
+}
+
+/// Error answer (any non-200).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ErrorResponse {
+    /// Present on denials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<Access>,
+    /// What failed.
+    pub error: ErrorBody,
+}
+
+/// `error`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ErrorBody {
+    /// Machine-readable code.
+    pub code: String,
+    /// One line for people (never key bytes).
+    pub message: String,
+    /// The failing module's index (`invalid_module`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+}
+
+/// `POST /access` request.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct AccessRequest {
+    /// Who asks.
+    pub access: Access,
+    /// Master key ids to check.
+    pub key_ids: Vec<String>,
+}
+
+/// `POST /access` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct AccessResponse {
+    /// Who the service decided for.
+    pub access: Access,
+    /// `granted`, `denied` or `unknown` per key id.
+    pub keys: BTreeMap<String, String>,
+}
+
+/// Frames modules as one payload: each `u32 LE length || bytes` (PME's own framing).
+pub fn frame<'a>(modules: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut out = Vec::new();
+    for m in modules {
+        out.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        out.extend_from_slice(m);
+    }
+    BASE64_STANDARD.encode(out)
+}
+
+/// Splits a framed payload into its modules; `expected` of them, else an error line.
+pub fn unframe(value: &str, expected: usize) -> Result<Vec<Vec<u8>>, String> {
+    let bytes = BASE64_STANDARD
+        .decode(value)
+        .map_err(|_| "value is not base64".to_owned())?;
+    let mut out = Vec::with_capacity(expected);
+    let mut rest = bytes.as_slice();
+    while !rest.is_empty() {
+        if rest.len() < 4 {
+            return Err("truncated module length".into());
+        }
+        let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+        rest = &rest[4..];
+        if rest.len() < len {
+            return Err(format!("module {} is truncated", out.len()));
+        }
+        out.push(rest[..len].to_vec());
+        rest = &rest[len..];
+    }
+    if out.len() != expected {
+        return Err(format!(
+            "value holds {} modules, {expected} described",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn framing_round_trips_and_counts() {
+        let v = frame([b"abc".as_slice(), b"".as_slice(), b"xyz0".as_slice()]);
+        assert_eq!(
+            unframe(&v, 3).unwrap(),
+            vec![b"abc".to_vec(), vec![], b"xyz0".to_vec()]
+        );
+        assert!(unframe(&v, 2).unwrap_err().contains("3 modules"));
+        let cut = BASE64_STANDARD.encode([5u8, 0, 0, 0, 1]);
+        assert!(unframe(&cut, 1).unwrap_err().contains("truncated"));
+    }
+}
