@@ -100,6 +100,16 @@ pub enum Command {
         #[arg(long)]
         addr_file: Option<PathBuf>,
     },
+    /// Run the reference crypto service of the `remote` provider (keys stay in it).
+    CryptoServer {
+        /// Listen address; port 0 picks a free port. Default: the file's `listen`, else
+        /// 127.0.0.1:8443.
+        #[arg(long)]
+        addr: Option<String>,
+        /// Write the bound address (host:port) to this file once listening.
+        #[arg(long)]
+        addr_file: Option<PathBuf>,
+    },
     /// Column policy commands.
     Policy {
         /// What to do.
@@ -237,6 +247,13 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             // execution on the CPU runtime.
             let cpu = clearice_engine::CpuExecutor::new(cpu);
             return serve::run(engine, addr.clone(), addr_file.clone(), cpu).await;
+        }
+        Some(Command::CryptoServer { addr, addr_file }) => {
+            let path = cli
+                .config
+                .as_deref()
+                .context("crypto-server needs --config FILE (the service's own config)")?;
+            return serve::crypto_server(path, addr.clone(), addr_file.clone()).await;
         }
         Some(Command::Policy {
             action: PolicyAction::Check,

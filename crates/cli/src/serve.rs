@@ -96,6 +96,54 @@ pub async fn run(
     Ok(0)
 }
 
+/// `clearice crypto-server --config FILE`: runs the reference crypto service until
+/// SIGINT or SIGTERM; returns the exit code.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the address file, once at startup before serving"
+)]
+pub async fn crypto_server(
+    path: &std::path::Path,
+    addr: Option<String>,
+    addr_file: Option<PathBuf>,
+) -> Result<i32> {
+    use clearice_crypto_server::{Config, Service, tls_acceptor};
+    let owned = path.to_owned();
+    let (service, tls, config) = tokio::task::spawn_blocking(move || {
+        let config = Config::load(&owned)?;
+        let tls = tls_acceptor(&config)?;
+        let service = Service::new(config.clone())?;
+        Ok::<_, clearice_crypto_server::Error>((service, tls, config))
+    })
+    .await??;
+    let addr = addr
+        .or(config.listen.clone())
+        .unwrap_or_else(|| "127.0.0.1:8443".into());
+    let sock: SocketAddr = tokio::net::lookup_host(&addr)
+        .await
+        .with_context(|| format!("cannot resolve listen address '{addr}'"))?
+        .next()
+        .with_context(|| format!("no address for '{addr}'"))?;
+    if tls.is_none() && !sock.ip().is_loopback() && !config.insecure {
+        bail!(
+            "refusing to listen on {sock} without TLS: set [tls] cert and key, or insecure = true to accept plaintext"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(sock)
+        .await
+        .with_context(|| format!("cannot listen on {sock}"))?;
+    let bound = listener.local_addr()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("ClearIce crypto-server listening on {scheme}://{bound}");
+    if let Some(f) = addr_file {
+        std::fs::write(&f, bound.to_string())
+            .with_context(|| format!("cannot write '{}'", f.display()))?;
+    }
+    clearice_crypto_server::serve(Arc::new(service), listener, tls, shutdown_signal()).await?;
+    println!("ClearIce crypto-server stopped");
+    Ok(0)
+}
+
 async fn shutdown_signal() {
     #[cfg(unix)]
     {

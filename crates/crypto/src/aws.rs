@@ -102,7 +102,9 @@ impl AwsKms {
             key_id: String::new(),
             reason,
         };
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
         let profile = env("AWS_PROFILE")
             .or_else(|| config.profile.clone())
             .unwrap_or_else(|| "default".into());
@@ -150,8 +152,10 @@ impl AwsKms {
             .or_else(|| env("AWS_DEFAULT_REGION"))
             .or_else(|| profile_section(&config_file, &config_section).remove("region"))
             .ok_or_else(|| {
-                err("no AWS region: set `region` in [kms], AWS_REGION, or the profile's region"
-                    .into())
+                err(
+                    "no AWS region: set `region` in [kms], AWS_REGION, or the profile's region"
+                        .into(),
+                )
             })?;
         let endpoint = config
             .endpoint
@@ -221,7 +225,12 @@ impl AwsKms {
 
     /// One KMS API call (on a thread of its own: the [`Kms`] trait is synchronous and
     /// may be called from anywhere, also inside a runtime).
-    fn call(&self, target: &str, key_id: &str, body: serde_json::Value) -> Result<serde_json::Value> {
+    fn call(
+        &self,
+        target: &str,
+        key_id: &str,
+        body: serde_json::Value,
+    ) -> Result<serde_json::Value> {
         let err = |reason: String| Error::KmsCall {
             kms: "aws".into(),
             key_id: key_id.into(),

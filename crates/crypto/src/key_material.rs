@@ -37,7 +37,11 @@ pub struct KeyMaterial {
     )]
     pub kek_id: Option<String>,
     /// The KEK wrapped by the KMS.
-    #[serde(rename = "wrappedKEK", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "wrappedKEK",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub wrapped_kek: Option<String>,
 }
 

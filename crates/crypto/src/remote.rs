@@ -232,7 +232,11 @@ impl RemoteProvider {
             .await
             .map_err(|_| self.unavailable("provider closed"))?;
         let url = format!("{}{path}", self.base);
-        let attempts = if idempotent { self.config.retries + 1 } else { 1 };
+        let attempts = if idempotent {
+            self.config.retries + 1
+        } else {
+            1
+        };
         let mut last = String::new();
         for attempt in 0..attempts {
             if attempt > 0 {
@@ -268,19 +272,15 @@ impl RemoteProvider {
                     self.unavailable(format!("{url}: answer is not the protocol's JSON: {e}"))
                 });
             }
-            let err: ErrorResponse = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-                ErrorResponse {
+            let err: ErrorResponse =
+                serde_json::from_slice(&bytes).unwrap_or_else(|_| ErrorResponse {
                     access: None,
                     error: protocol::ErrorBody {
                         code: String::new(),
-                        message: String::from_utf8_lossy(&bytes)
-                            .chars()
-                            .take(200)
-                            .collect(),
+                        message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
                         index: None,
                     },
-                }
-            });
+                });
             let message = err.error.message.clone();
             match (status.as_u16(), err.error.code.as_str()) {
                 (401, _) => {

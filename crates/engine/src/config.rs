@@ -33,6 +33,9 @@ pub struct Config {
     /// The KMS that unwraps PME key material.
     #[serde(default)]
     pub kms: Option<KmsConfig>,
+    /// Crypto providers besides `local`, by name (the policy's `provider = "NAME"`).
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
     /// Explicit keys for files whose key metadata is a bare key id.
     #[serde(default)]
     pub explicit_keys: Option<ExplicitKeysConfig>,
@@ -81,7 +84,7 @@ pub enum CatalogKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KmsConfig {
-    /// KMS kind; `keyring` (master keys in a local JSON file).
+    /// KMS kind; `keyring` (master keys in a local JSON file) or `aws` (AWS KMS).
     #[serde(rename = "type")]
     pub kind: KmsKind,
     /// Keyring file (for `keyring`).
@@ -89,6 +92,16 @@ pub struct KmsConfig {
     /// Lifetime of unwrapped keys in the cache, seconds; default 600.
     #[serde(default)]
     pub key_cache_ttl_s: Option<u64>,
+    /// AWS region (`aws`; default from AWS_REGION or the profile).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// AWS KMS endpoint URL (`aws`; default from AWS_ENDPOINT_URL_KMS / AWS_ENDPOINT_URL,
+    /// else the region's).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// AWS shared-files profile (`aws`; default AWS_PROFILE, else `default`).
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 /// KMS kinds.
@@ -97,6 +110,54 @@ pub struct KmsConfig {
 pub enum KmsKind {
     /// Master keys in a local JSON file (embedded default).
     Keyring,
+    /// AWS KMS (or an AWS-compatible KMS endpoint).
+    Aws,
+}
+
+/// `[providers.NAME]`: a crypto provider (keys stay in a protection service).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Provider kind; `remote` (the DBPS-style HTTP protocol of `clearice crypto-server`).
+    #[serde(rename = "type")]
+    pub kind: ProviderKind,
+    /// Base URL, e.g. `https://crypto.example.com:8443`.
+    pub url: String,
+    /// PEM CA bundle of a service with a private CA (then only it is trusted).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// File holding a bearer token to send (when the caller brings none).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// File holding an HS256 secret: short-lived JWTs are minted per call instead.
+    #[serde(default)]
+    pub hs256_secret_file: Option<PathBuf>,
+    /// `sub` of minted tokens; default `clearice`.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// `aud` of minted tokens; default `clearice-crypto`.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// Longest one request may take, seconds; default 10.
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+    /// Requests in flight at once; default 16.
+    #[serde(default)]
+    pub max_concurrent: Option<usize>,
+    /// Retries of idempotent requests after transient failures; default 2.
+    #[serde(default)]
+    pub retries: Option<u32>,
+    /// Largest module payload per request, MiB; default 8.
+    #[serde(default)]
+    pub max_request_mb: Option<usize>,
+}
+
+/// Provider kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// HTTP/JSON protection service.
+    Remote,
 }
 
 /// `[policy]`.
@@ -280,6 +341,15 @@ impl Config {
                 key: "kms.path".into(),
                 reason: "a keyring KMS needs `path` (the keyring JSON file)".into(),
             });
+        }
+        for name in c.providers.keys() {
+            if name == "local" {
+                return Err(Error::ConfigValue {
+                    path: source.into(),
+                    key: "providers.local".into(),
+                    reason: "'local' is the built-in provider's name".into(),
+                });
+            }
         }
         for (name, cat) in &c.catalogs {
             let (uri, warehouse) = (&cat.uri, &cat.warehouse);

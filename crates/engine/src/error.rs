@@ -110,7 +110,6 @@ pub enum ErrorClass {
 pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
     use crate::confine::Refusal;
     use crate::limits::LimitExceeded;
-    use clearice_crypto::ProviderError;
     use clearice_table::Error as TableError;
     use clearice_table::pme::DecryptError;
     use datafusion::error::DataFusionError;
@@ -128,6 +127,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             | TableError::TableDenied { .. }
             | TableError::ColumnDenied { .. } => ErrorClass::Denied,
             TableError::CatalogOpen { .. } | TableError::Iceberg { .. } => ErrorClass::Unavailable,
+            TableError::Provider { source, .. } => provider_class(source),
             TableError::DeletesNotSupported { .. } => ErrorClass::Unsupported,
             TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {
                 ErrorClass::DataUnusable
@@ -146,15 +146,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
         return match d {
             DecryptError::Tampered { .. } | DecryptError::Signature { .. } => ErrorClass::Tampered,
             DecryptError::Refused { .. } => ErrorClass::Denied,
-            DecryptError::Provider { source, .. } => match source.as_ref() {
-                ProviderError::Denied { .. }
-                | ProviderError::Key(clearice_crypto::Error::NotRequested { .. }) => {
-                    ErrorClass::Denied
-                }
-                ProviderError::Unavailable { .. } => ErrorClass::Unavailable,
-                ProviderError::Invalid { .. } => ErrorClass::Tampered,
-                ProviderError::Key(_) => ErrorClass::DataUnusable,
-            },
+            DecryptError::Provider { source, .. } => provider_class(source),
             _ => ErrorClass::DataUnusable,
         };
     }
@@ -182,6 +174,21 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
         | DataFusionError::Shared(_)
         | DataFusionError::Ffi(_) => ErrorClass::Internal,
         DataFusionError::Collection(errs) => errs.first().map_or(ErrorClass::Internal, classify),
+    }
+}
+
+/// The class of a crypto provider's failure.
+fn provider_class(e: &clearice_crypto::ProviderError) -> ErrorClass {
+    use clearice_crypto::{Error as KeyError, ProviderError};
+    match e {
+        ProviderError::Denied { .. }
+        | ProviderError::Unauthenticated { .. }
+        | ProviderError::Key(KeyError::NotRequested { .. }) => ErrorClass::Denied,
+        ProviderError::Unavailable { .. } | ProviderError::Key(KeyError::KmsCall { .. }) => {
+            ErrorClass::Unavailable
+        }
+        ProviderError::Invalid { .. } => ErrorClass::Tampered,
+        ProviderError::Key(_) => ErrorClass::DataUnusable,
     }
 }
 

@@ -32,7 +32,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
-use clearice_crypto::{CallContext, KeyScope, LocalProvider, ProviderRef};
+use clearice_crypto::{
+    CallContext, KeyScope, LocalProvider, ProviderRef, Providers, RemoteConfig, RemoteCredential,
+    RemoteProvider,
+};
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, SecretKey};
 use clearice_policy::Policy;
 use clearice_table::pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
@@ -47,10 +50,12 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use audit::{AuditError, AuditLog};
+pub use clearice_crypto::AccessToken;
 pub use clearice_table::Error as TableError;
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
-    LimitsConfig, PolicyConfig, ServerConfig, ServerUser, ShellConfig,
+    LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
+    ShellConfig,
 };
 pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
 pub use error::{Error, ErrorClass, Result, cause_of, classify, message_of};
@@ -67,6 +72,8 @@ pub struct Engine {
     resolver: Arc<KeyResolver>,
     /// Does the module cryptography of every scan (`local`: keys from the KMS).
     crypto: ProviderRef,
+    /// `local` and the configured providers (tables route keys to them by policy).
+    providers: Arc<Providers>,
     policy: Arc<Policy>,
     audit: Option<Arc<AuditLog>>,
     runtime: Arc<RuntimeEnv>,
@@ -96,6 +103,7 @@ impl Engine {
         let cfg = config.clone();
         let LocalParts {
             resolver,
+            remote,
             policy,
             audit,
             area_roots,
@@ -116,6 +124,12 @@ impl Engine {
             Arc::clone(&resolver),
             Some(clearice_table::local_side_file_reader()),
         ));
+        let mut named = Vec::new();
+        for (name, r) in remote {
+            let p = RemoteProvider::new(r, Some(clearice_table::local_side_file_reader()))?;
+            named.push((name, Arc::new(p) as ProviderRef));
+        }
+        let providers = Arc::new(Providers::new(Arc::clone(&crypto), named));
         let mut catalogs = Vec::new();
         let mut iceberg = HashMap::new();
         for (name, cat) in &config.catalogs {
@@ -135,6 +149,7 @@ impl Engine {
             iceberg,
             resolver,
             crypto,
+            providers,
             audit,
             runtime,
             area_roots,
@@ -245,7 +260,7 @@ impl Engine {
     /// `repl`, `cli`, `slt`, or a network address). The principal is fixed for the
     /// session's life: no SQL statement can change it.
     pub fn session_for(&self, principal: &str, client: &str) -> Session {
-        self.build_session(principal, client, Front::Local, None)
+        self.build_session(principal, client, Front::Local, None, None)
     }
 
     /// A local session (as [`Engine::session_for`]) that starts with `config` instead of
@@ -257,14 +272,31 @@ impl Engine {
         client: &str,
         config: SessionConfig,
     ) -> Session {
-        self.build_session(principal, client, Front::Local, Some(config))
+        self.build_session(principal, client, Front::Local, Some(config), None)
     }
 
     /// A session for a network principal (Flight SQL): confined to catalog tables and the
     /// policy's file areas, `SET` limited to [`SETTABLE_OPTIONS`], no DDL or DML, and
     /// `[server.limits]` applied.
     pub fn network_session(&self, principal: &str, client: &str) -> Session {
-        self.build_session(principal, client, Front::Network, None)
+        self.build_session(principal, client, Front::Network, None, None)
+    }
+
+    /// A network session (as [`Engine::network_session`]) whose crypto provider calls
+    /// carry the client's own token (`key_access_token`) instead of the provider's
+    /// configured credentials.
+    pub fn network_session_with_token(
+        &self,
+        principal: &str,
+        client: &str,
+        credential: Option<AccessToken>,
+    ) -> Session {
+        self.build_session(principal, client, Front::Network, None, credential)
+    }
+
+    /// Whether any configured crypto provider takes per-user tokens (remote providers).
+    pub fn takes_provider_tokens(&self) -> bool {
+        !self.config.providers.is_empty()
     }
 
     fn build_session(
@@ -273,6 +305,7 @@ impl Engine {
         client: &str,
         front: Front,
         stock: Option<SessionConfig>,
+        credential: Option<AccessToken>,
     ) -> Session {
         let confined = front == Front::Network || self.config.shell.confine;
         let limits = self
@@ -310,6 +343,7 @@ impl Engine {
             scope: files_scope,
             context: CallContext {
                 principal: principal.to_owned(),
+                credential: credential.clone(),
                 ..Default::default()
             },
             aad_prefix: None,
@@ -387,11 +421,15 @@ impl Engine {
             ));
         }
         let ctx = SessionContext::new_with_state(state);
-        let access = Arc::new(SessionAccess::new(
-            principal,
-            Arc::clone(&self.policy),
-            Arc::clone(&self.resolver),
-        ));
+        let access = Arc::new(
+            SessionAccess::new(
+                principal,
+                Arc::clone(&self.policy),
+                Arc::clone(&self.resolver),
+                Arc::clone(&self.providers),
+            )
+            .with_credential(credential.clone()),
+        );
         for (name, provider) in &self.catalogs {
             let catalog = SessionCatalogProvider::new(Arc::clone(provider), Arc::clone(&access));
             ctx.register_catalog(name, Arc::new(catalog));
@@ -465,6 +503,7 @@ fn resolve_sqlite_uri(config: &Config, uri: &str) -> String {
 /// What [`Engine::open`] reads from local files: blocking, so it runs on a blocking thread.
 struct LocalParts {
     resolver: Arc<KeyResolver>,
+    remote: Vec<(String, RemoteConfig)>,
     policy: Policy,
     audit: Option<Arc<AuditLog>>,
     area_roots: Vec<(
@@ -482,16 +521,29 @@ impl LocalParts {
     fn load(config: &Config) -> Result<Self> {
         let (kms, ttl): (Option<Arc<dyn Kms>>, Duration) = match &config.kms {
             Some(k) => {
-                let KmsKind::Keyring = k.kind;
-                let path = k.path.as_ref().expect("validated at load");
                 let ttl = k.key_cache_ttl_s.map(Duration::from_secs);
-                (
-                    Some(Arc::new(KeyringKms::from_file(&config.resolve(path))?)),
-                    ttl.unwrap_or(DEFAULT_KEY_CACHE_TTL),
-                )
+                let kms: Arc<dyn Kms> = match k.kind {
+                    KmsKind::Keyring => {
+                        let path = k.path.as_ref().expect("validated at load");
+                        Arc::new(KeyringKms::from_file(&config.resolve(path))?)
+                    }
+                    KmsKind::Aws => Arc::new(clearice_crypto::AwsKms::new(
+                        &clearice_crypto::AwsKmsConfig {
+                            region: k.region.clone(),
+                            endpoint: k.endpoint.clone(),
+                            profile: k.profile.clone(),
+                            timeout: None,
+                        },
+                    )?),
+                };
+                (Some(kms), ttl.unwrap_or(DEFAULT_KEY_CACHE_TTL))
             }
             None => (None, DEFAULT_KEY_CACHE_TTL),
         };
+        let mut remote = Vec::new();
+        for (name, p) in &config.providers {
+            remote.push((name.clone(), remote_config(config, name, p)?));
+        }
         let explicit = match &config.explicit_keys {
             Some(e) => load_explicit_keys(config, &config.resolve(&e.path))?,
             None => HashMap::new(),
@@ -516,13 +568,90 @@ impl LocalParts {
             None => None,
         };
         let area_roots = Confinement::resolve_roots(&policy, &policy_dir);
+        // Every provider the policy names must be configured.
+        for (tname, t) in policy.tables() {
+            let named = t.provider.iter().map(|p| (p, String::new())).chain(
+                t.columns
+                    .iter()
+                    .filter_map(|(c, cp)| cp.provider.as_ref().map(|p| (p, format!(".{c}")))),
+            );
+            for (p, column) in named {
+                if p != clearice_crypto::LOCAL && !config.providers.contains_key(p) {
+                    return Err(Error::ConfigValue {
+                        path: policy.source().to_owned(),
+                        key: format!("tables.\"{tname}\"{column}.provider"),
+                        reason: format!(
+                            "provider '{p}' is not configured (add [providers.{p}] to {})",
+                            config.source
+                        ),
+                    });
+                }
+            }
+        }
         Ok(Self {
             resolver,
             policy,
             audit,
             area_roots,
+            remote,
         })
     }
+}
+
+/// A `[providers.NAME]` section as the remote provider's settings (reads its files:
+/// blocking).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "startup file reads; called by LocalParts::load on a blocking thread"
+)]
+fn remote_config(config: &Config, name: &str, p: &ProviderConfig) -> Result<RemoteConfig> {
+    let read = |key: &str, path: &std::path::Path| {
+        let path = config.resolve(path);
+        std::fs::read(&path).map_err(|e| Error::ConfigValue {
+            path: config.source.clone(),
+            key: format!("providers.{name}.{key}"),
+            reason: format!("'{}': {e}", path.display()),
+        })
+    };
+    let mut r = RemoteConfig::new(name, p.url.clone());
+    if let Some(ca) = &p.ca_file {
+        r.ca_pem = Some(read("ca_file", ca)?);
+    }
+    r.credential = match (&p.token_file, &p.hs256_secret_file) {
+        (Some(_), Some(_)) => {
+            return Err(Error::ConfigValue {
+                path: config.source.clone(),
+                key: format!("providers.{name}"),
+                reason: "set token_file or hs256_secret_file, not both".into(),
+            });
+        }
+        (Some(t), None) => {
+            let text = String::from_utf8(read("token_file", t)?).unwrap_or_default();
+            RemoteCredential::Bearer(AccessToken::new(text.trim()))
+        }
+        (None, Some(s)) => RemoteCredential::Hs256 {
+            secret: SecretKey::from_bytes(read("hs256_secret_file", s)?.trim_ascii().to_vec()),
+            subject: p.subject.clone().unwrap_or_else(|| "clearice".into()),
+            audience: p
+                .audience
+                .clone()
+                .unwrap_or_else(|| "clearice-crypto".into()),
+        },
+        (None, None) => RemoteCredential::None,
+    };
+    if let Some(t) = p.timeout_s.filter(|t| *t > 0.0) {
+        r.timeout = Duration::from_secs_f64(t);
+    }
+    if let Some(n) = p.max_concurrent {
+        r.max_concurrent = n.max(1);
+    }
+    if let Some(n) = p.retries {
+        r.retries = n;
+    }
+    if let Some(mb) = p.max_request_mb {
+        r.max_request_bytes = mb.max(1) << 20;
+    }
+    Ok(r)
 }
 
 #[expect(

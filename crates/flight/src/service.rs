@@ -68,7 +68,7 @@ impl std::fmt::Debug for ClearIceFlightSql {
     }
 }
 
-/// Headers a client may use to pass a per-user KMS token (not supported yet).
+/// Headers a client may use to pass its own token for the crypto providers.
 const KMS_TOKEN_HEADERS: [&str; 2] = ["key_access_token", "kms_token"];
 
 /// The bearer token of a call, if it carries one.
@@ -157,21 +157,38 @@ impl ClearIceFlightSql {
             Ok(u) => u,
             Err(e) => return Err(self.auth_refused(&e, &client).await),
         };
-        // A per-user KMS token (PyArrow's key_access_token; a JDBC URL parameter arrives as
-        // a header) would be silently ignored by the keyring KMS: refuse it instead.
+        // A per-user token for the crypto providers (PyArrow's key_access_token; a JDBC
+        // URL parameter arrives as a header): remote providers send it instead of their
+        // own credentials, so the service decides for the token's holder. Without a
+        // provider that takes tokens it would be silently ignored: refuse it instead.
+        let mut credential = None;
         if let Some(name) = KMS_TOKEN_HEADERS
             .iter()
             .find(|h| request.metadata().contains_key(**h))
         {
-            return Err(Status::invalid_argument(format!(
-                "'{name}' was sent, but per-user KMS tokens are not supported yet: the configured KMS ({}) does not take tokens",
-                self.engine
-                    .key_resolver()
-                    .kms()
-                    .map_or("none", |k| k.name())
-            )));
+            if !self.engine.takes_provider_tokens() {
+                return Err(Status::invalid_argument(format!(
+                    "'{name}' was sent, but no configured crypto provider takes per-user tokens (the KMS is {}; add a remote provider)",
+                    self.engine
+                        .key_resolver()
+                        .kms()
+                        .map_or("none", |k| k.name())
+                )));
+            }
+            let token = request
+                .metadata()
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| {
+                    Status::invalid_argument(format!("'{name}' is empty or not ASCII"))
+                })?;
+            credential = Some(clearice_engine::AccessToken::new(token));
         }
-        let session = self.engine.network_session(&user, &client);
+        let session = self
+            .engine
+            .network_session_with_token(&user, &client, credential);
         if let Some(token) = bearer(request) {
             let options = self.sessions.get(token);
             if options != SessionOptions::default()

@@ -204,6 +204,14 @@ pub enum RuleSource {
     MissingKey(String),
     /// The principal is not in the policy.
     UnknownPrincipal,
+    /// The crypto provider refused the principal the column's key (`on_missing_key`
+    /// applied).
+    ProviderDenied {
+        /// Provider name.
+        provider: String,
+        /// Master key id.
+        key: String,
+    },
 }
 
 impl fmt::Display for RuleSource {
@@ -216,6 +224,9 @@ impl fmt::Display for RuleSource {
             RuleSource::DefaultUnprotected => f.write_str("default (unprotected column)"),
             RuleSource::MissingKey(k) => write!(f, "on_missing_key (key '{k}' unavailable)"),
             RuleSource::UnknownPrincipal => f.write_str("unknown principal"),
+            RuleSource::ProviderDenied { provider, key } => {
+                write!(f, "denied by crypto provider '{provider}' (key '{key}')")
+            }
         }
     }
 }

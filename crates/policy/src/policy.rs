@@ -67,6 +67,8 @@ struct RawTable {
     #[serde(default)]
     aad_prefix: Option<String>,
     #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
     access: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     columns: BTreeMap<Spanned<String>, RawColumn>,
@@ -77,6 +79,8 @@ struct RawTable {
 struct RawColumn {
     #[serde(default)]
     master_key: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
     #[serde(default)]
     on_missing_key: Option<Spanned<String>>,
     #[serde(default)]
@@ -100,6 +104,9 @@ pub struct ColumnPolicy {
     /// Master key id the column is encrypted under (protection for writes; also tells
     /// the reader which key a rule needs).
     pub master_key: Option<String>,
+    /// Crypto provider protecting the column (`local` or a `[providers.NAME]`); default:
+    /// the table's.
+    pub provider: Option<String>,
     /// Override of the policy-wide `on_missing_key`.
     pub on_missing_key: Option<MissingKey>,
     /// Access rules.
@@ -116,6 +123,9 @@ pub struct TablePolicy {
     /// AAD prefix of the table's files (UTF-8), for files that do not store it; when set,
     /// it is also checked against a stored one.
     pub aad_prefix: Option<String>,
+    /// Crypto provider of the table's keys (`local` or a `[providers.NAME]`); default
+    /// `local`.
+    pub provider: Option<String>,
     /// Table-level access rules (no matching rule: allowed).
     pub access: Vec<(Subject, TableDecision)>,
     /// Columns by name.
@@ -356,6 +366,7 @@ impl Policy {
                     cname.get_ref().clone(),
                     ColumnPolicy {
                         master_key: c.master_key.clone(),
+                        provider: c.provider.clone(),
                         on_missing_key,
                         rules,
                     },
@@ -367,6 +378,7 @@ impl Policy {
                     footer_key: t.footer_key.clone(),
                     plaintext_footer: t.plaintext_footer,
                     aad_prefix: t.aad_prefix.clone(),
+                    provider: t.provider.clone(),
                     access,
                     columns,
                 },

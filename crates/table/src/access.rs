@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use clearice_crypto::KeyResolver;
+use clearice_crypto::{AccessToken, KeyResolver, Providers};
 use clearice_policy::{AuditColumn, Policy};
 
 /// One table as accessed by the current query.
@@ -77,6 +77,8 @@ pub struct SessionAccess {
     principal: String,
     policy: Arc<Policy>,
     resolver: Arc<KeyResolver>,
+    providers: Arc<Providers>,
+    credential: Option<AccessToken>,
     /// Records made outside any [`QueryAccess::scope`].
     unscoped: QueryAccess,
 }
@@ -87,13 +89,33 @@ impl SessionAccess {
         principal: impl Into<String>,
         policy: Arc<Policy>,
         resolver: Arc<KeyResolver>,
+        providers: Arc<Providers>,
     ) -> Self {
         Self {
             principal: principal.into(),
             policy,
             resolver,
+            providers,
+            credential: None,
             unscoped: QueryAccess::default(),
         }
+    }
+
+    /// With the principal's own token for crypto providers (a Flight client's
+    /// `key_access_token`).
+    pub fn with_credential(mut self, credential: Option<AccessToken>) -> Self {
+        self.credential = credential;
+        self
+    }
+
+    /// The crypto providers.
+    pub fn providers(&self) -> &Arc<Providers> {
+        &self.providers
+    }
+
+    /// The principal's own provider token, if the client passed one.
+    pub fn credential(&self) -> Option<&AccessToken> {
+        self.credential.as_ref()
     }
 
     /// The principal.

@@ -300,10 +300,9 @@ impl SchemaProvider for SessionSchemaProvider {
         let Some(t) = self.inner.load(name).await? else {
             return Ok(None);
         };
-        Ok(Some(Arc::new(PolicyTableProvider::try_new(
-            t,
-            Arc::clone(&self.access),
-        )?)))
+        Ok(Some(Arc::new(
+            PolicyTableProvider::try_new(t, Arc::clone(&self.access)).await?,
+        )))
     }
 
     fn table_exist(&self, name: &str) -> bool {

@@ -42,6 +42,16 @@ pub enum Error {
         /// The deciding rule.
         rule: String,
     },
+    /// A crypto provider could not decide on the table's keys (unreachable, credentials
+    /// rejected).
+    #[error("table '{table}': {source}")]
+    Provider {
+        /// Table.
+        table: String,
+        /// Cause.
+        #[source]
+        source: Box<clearice_crypto::ProviderError>,
+    },
     /// The catalog could not be opened.
     #[error("catalog '{catalog}' ({uri}) cannot be opened: {source}")]
     CatalogOpen {

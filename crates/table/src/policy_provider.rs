@@ -14,11 +14,11 @@
 //! constant masks read nothing.
 
 use std::any::Any;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use clearice_crypto::KeyScope;
+use clearice_crypto::{CallContext, KeyAccess, KeyScope};
 use clearice_policy::{
     AuditColumn, ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision,
 };
@@ -62,6 +62,8 @@ pub struct PolicyTableProvider {
     protected_keys: Vec<Option<String>>,
     /// Why the whole table is denied to this principal, if it is (`Error::TableDenied`).
     denied: Option<Error>,
+    /// The table's crypto provider (routing each key to the policy's provider).
+    crypto: clearice_crypto::ProviderRef,
 }
 
 /// Column kind of an Arrow type, for policy checks.
@@ -80,8 +82,10 @@ pub fn column_kind(dt: &DataType) -> ColumnKind {
 }
 
 impl PolicyTableProvider {
-    /// Decides every column for the session's principal.
-    pub fn try_new(inner: IcebergTableProvider, access: Arc<SessionAccess>) -> Result<Self> {
+    /// Decides every column for the session's principal. Keys of columns the principal
+    /// may read are checked with their crypto provider first: a key the provider refuses
+    /// (or the KMS lacks) gets the column's `on_missing_key` outcome.
+    pub async fn try_new(inner: IcebergTableProvider, access: Arc<SessionAccess>) -> Result<Self> {
         let policy = Arc::clone(access.policy());
         let table = inner.name().to_owned();
         let principal = access.principal().to_owned();
@@ -102,29 +106,81 @@ impl PolicyTableProvider {
         }
         let tpol = policy.table(&table);
         let inner_schema = inner.schema();
+        // Which provider protects which key: the column's, else the table's, else local.
+        let table_provider = tpol
+            .and_then(|t| t.provider.clone())
+            .unwrap_or_else(|| clearice_crypto::LOCAL.to_owned());
+        let routes: BTreeMap<String, String> = tpol
+            .into_iter()
+            .flat_map(|t| t.columns.values())
+            .filter_map(|c| {
+                let k = c.master_key.clone()?;
+                Some((
+                    k,
+                    c.provider.clone().unwrap_or_else(|| table_provider.clone()),
+                ))
+            })
+            .collect();
+        let crypto = access.providers().routed(&table_provider, &routes);
+        let context = CallContext {
+            principal: principal.clone(),
+            file: String::new(),
+            application: inner.application_context(),
+            credential: access.credential().cloned(),
+        };
+        let decided: Vec<Resolved> = inner_schema
+            .fields()
+            .iter()
+            .map(|f| policy.decide(&principal, &table, f.name()))
+            .collect();
+        let wanted: Vec<String> = inner_schema
+            .fields()
+            .iter()
+            .zip(&decided)
+            .filter(|(_, r)| r.decision.needs_value())
+            .filter_map(|(f, _)| tpol?.columns.get(f.name())?.master_key.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let key_access =
+            crypto
+                .check_access(&context, &wanted)
+                .await
+                .map_err(|e| Error::Provider {
+                    table: table.clone(),
+                    source: Box::new(e),
+                })?;
         let mut columns = Vec::new();
         let mut protected_keys = Vec::new();
-        for (i, f) in inner_schema.fields().iter().enumerate() {
+        for ((i, f), mut resolved) in inner_schema.fields().iter().enumerate().zip(decided) {
             let cpol = tpol.and_then(|t| t.columns.get(f.name()));
             let master_key = cpol.and_then(|c| c.master_key.clone());
             protected_keys.push(master_key.clone());
-            let mut resolved = policy.decide(&principal, &table, f.name());
-            // on_missing_key: the KMS lacks the key a value-reading rule needs.
+            // on_missing_key: the KMS lacks the key a value-reading rule needs, or the
+            // key's provider refuses it to this principal.
             if resolved.decision.needs_value()
                 && let Some(k) = &master_key
-                && access.resolver().has_master_key(k) == Some(false)
+                && let Some(answer) = key_access.get(k)
+                && *answer != KeyAccess::Granted
             {
+                let rule = match answer {
+                    KeyAccess::Denied => RuleSource::ProviderDenied {
+                        provider: routes.get(k).unwrap_or(&table_provider).clone(),
+                        key: k.clone(),
+                    },
+                    _ => RuleSource::MissingKey(k.clone()),
+                };
                 let fallback = match policy.on_missing_key(&table, f.name()) {
+                    // A missing key fails when read (the KMS names it); a refusal is a
+                    // denial of the column.
+                    MissingKey::Error if *answer == KeyAccess::Denied => Some(Decision::Deny),
                     MissingKey::Error => None,
                     MissingKey::Null => Some(Decision::Mask(Mask::Null)),
                     MissingKey::Fixed => Some(Decision::Mask(Mask::Fixed(None))),
                     MissingKey::Hide => Some(Decision::Hide),
                 };
                 if let Some(d) = fallback {
-                    resolved = Resolved {
-                        decision: d,
-                        rule: RuleSource::MissingKey(k.clone()),
-                    };
+                    resolved = Resolved { decision: d, rule };
                 }
             }
             let field = match &resolved.decision {
@@ -163,6 +219,7 @@ impl PolicyTableProvider {
             columns,
             protected_keys,
             denied,
+            crypto,
         })
     }
 
@@ -317,6 +374,8 @@ impl TableProvider for PolicyTableProvider {
                         .table(self.inner.name())
                         .and_then(|t| t.aad_prefix.as_ref())
                         .map(|p| p.as_bytes().to_vec()),
+                    provider: Some(Arc::clone(&self.crypto)),
+                    credential: self.access.credential().cloned(),
                 },
                 !all_plaintext,
             )

@@ -47,6 +47,10 @@ pub struct ScanAs<'a> {
     pub principal: &'a str,
     /// AAD prefix for files that do not store theirs (policy `aad_prefix`).
     pub aad_prefix: Option<Vec<u8>>,
+    /// The provider of this table's keys (policy `provider`); `None`: the catalog's.
+    pub provider: Option<ProviderRef>,
+    /// The principal's own provider token.
+    pub credential: Option<clearice_crypto::AccessToken>,
 }
 
 /// A table of an Iceberg catalog, at its current snapshot.
@@ -81,6 +85,24 @@ impl IcebergTableProvider {
     /// `catalog.namespace.table`.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Application context sent to crypto providers: table, namespace, schema id and
+    /// snapshot id.
+    pub fn application_context(&self) -> std::collections::BTreeMap<String, String> {
+        let m = self.table.metadata();
+        let mut app = std::collections::BTreeMap::from([
+            ("table".to_owned(), self.name.clone()),
+            (
+                "namespace".to_owned(),
+                self.table.identifier().namespace().to_url_string(),
+            ),
+            ("schema_id".to_owned(), m.current_schema_id().to_string()),
+        ]);
+        if let Some(s) = m.current_snapshot() {
+            app.insert("snapshot_id".into(), s.snapshot_id().to_string());
+        }
+        app
     }
 
     /// The Iceberg table.
@@ -210,6 +232,8 @@ impl TableProvider for IcebergTableProvider {
             scope: KeyScope::All,
             principal: "",
             aad_prefix: None,
+            provider: None,
+            credential: None,
         };
         self.scan_with(state, projection, filters, limit, keys, false)
             .await
@@ -267,12 +291,13 @@ impl IcebergTableProvider {
             .runtime_env()
             .object_store(store_url.as_ref().expect("non-empty"))?;
         let keys = ScanKeys {
-            provider: Arc::clone(&self.crypto),
+            provider: keys.provider.unwrap_or_else(|| Arc::clone(&self.crypto)),
             scope: keys.scope,
             context: CallContext {
                 principal: keys.principal.to_owned(),
                 file: String::new(),
-                application: [("table".to_owned(), self.name.clone())].into(),
+                application: self.application_context(),
+                credential: keys.credential,
             },
             aad_prefix: keys.aad_prefix,
             given: None,

@@ -1,0 +1,534 @@
+//! The HTTP service: routes, per-request decisions, audit, TLS and graceful shutdown.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
+use bytes::Bytes;
+use clearice_crypto::protocol::{
+    self, Access, AccessRequest, AccessResponse, BatchRequest, BatchResponse, DataBatch, ErrorBody,
+    ErrorResponse, ValueFormat,
+};
+use clearice_crypto::{
+    Algorithm, AwsKms, AwsKmsConfig, CallContext, CryptoProvider, KeyResolver, KeyringKms, Kms,
+    LocalProvider, Module, ModuleBatch, ModulePosition, ModuleType, ProviderError,
+};
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+use crate::Error;
+use crate::auth::{Caller, Verifier, allowed};
+use crate::config::Config;
+
+/// The service's state.
+pub struct Service {
+    config: Config,
+    verifier: Verifier,
+    provider: LocalProvider,
+    audit: Option<tokio::sync::Mutex<tokio::fs::File>>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("verifier", &self.verifier)
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// Builds the service: KMS, verifier, audit file (blocking: startup).
+    #[expect(clippy::disallowed_methods, reason = "startup, before serving")]
+    pub fn new(config: Config) -> Result<Self, Error> {
+        let kms: Arc<dyn Kms> = match config.kms.kind.as_str() {
+            "keyring" => {
+                let path = config.kms.path.as_ref().ok_or_else(|| Error::Config {
+                    path: "kms.path".into(),
+                    reason: "a keyring KMS needs `path`".into(),
+                })?;
+                Arc::new(KeyringKms::from_file(&config.resolve(path))?)
+            }
+            "aws" => Arc::new(AwsKms::new(&AwsKmsConfig {
+                region: config.kms.region.clone(),
+                endpoint: config.kms.endpoint.clone(),
+                profile: config.kms.profile.clone(),
+                timeout: None,
+            })?),
+            other => {
+                return Err(Error::Config {
+                    path: "kms.type".into(),
+                    reason: format!("'{other}' is not keyring or aws"),
+                });
+            }
+        };
+        let ttl = config
+            .kms
+            .key_cache_ttl_s
+            .map_or(clearice_crypto::DEFAULT_KEY_CACHE_TTL, Duration::from_secs);
+        let resolver = Arc::new(KeyResolver::new(Some(kms), Default::default(), ttl));
+        let audit = match &config.audit {
+            Some(p) => {
+                let p = config.resolve(p);
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&p)
+                    .map_err(|e| Error::Config {
+                        path: p.display().to_string(),
+                        reason: e.to_string(),
+                    })?;
+                Some(tokio::sync::Mutex::new(tokio::fs::File::from_std(f)))
+            }
+            None => None,
+        };
+        Ok(Self {
+            verifier: Verifier::new(&config)?,
+            provider: LocalProvider::new(resolver, None),
+            config,
+            audit,
+        })
+    }
+
+    /// The routes.
+    pub fn router(self: Arc<Self>) -> Router {
+        let limit = self.config.max_request_mb.unwrap_or(64) << 20;
+        Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/access", post(access))
+            .route("/decrypt", post(decrypt))
+            .route("/encrypt", post(encrypt))
+            .layer(DefaultBodyLimit::max(limit))
+            .with_state(self)
+    }
+
+    async fn audit(&self, record: AuditRecord<'_>) {
+        let Some(file) = &self.audit else { return };
+        let mut line = serde_json::to_vec(&record).expect("audit record serializes");
+        line.push(b'\n');
+        let mut f = file.lock().await;
+        if let Err(e) = f.write_all(&line).await {
+            tracing::error!("crypto-server audit write failed: {e}");
+        }
+        let _ = f.flush().await;
+    }
+}
+
+/// One audit line: who, which key, which column, what was decided (never key bytes).
+#[derive(Serialize)]
+struct AuditRecord<'a> {
+    time: String,
+    operation: &'a str,
+    user: &'a str,
+    subject: &'a str,
+    roles: Vec<&'a str>,
+    key_id: &'a str,
+    column: Option<&'a str>,
+    table: Option<String>,
+    file: Option<String>,
+    granted: bool,
+    modules: usize,
+    reference_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    error_with(status, code, message, None, None)
+}
+
+fn error_with(
+    status: StatusCode,
+    code: &str,
+    message: impl Into<String>,
+    access: Option<Access>,
+    index: Option<usize>,
+) -> Response {
+    let body = ErrorResponse {
+        access,
+        error: ErrorBody {
+            code: code.into(),
+            message: message.into(),
+            index,
+        },
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("not the protocol's JSON: {e}"),
+        )
+    })
+}
+
+fn authenticate(
+    service: &Service,
+    headers: &HeaderMap,
+    named_user: &str,
+) -> Result<Caller, Response> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    service
+        .verifier
+        .verify(header, named_user, &service.config)
+        .map_err(|m| error(StatusCode::UNAUTHORIZED, "unauthenticated", m))
+}
+
+async fn access(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: AccessRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let caller = match authenticate(&service, &headers, &req.access.user_id) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let mut keys = BTreeMap::new();
+    for k in &req.key_ids {
+        let known = service.provider.resolver().has_master_key(k) != Some(false);
+        let answer = if !known {
+            "unknown"
+        } else if allowed(&service.config, &caller, k) {
+            "granted"
+        } else {
+            "denied"
+        };
+        keys.insert(k.clone(), answer.to_owned());
+    }
+    axum::Json(AccessResponse {
+        access: Access {
+            user_id: caller.user.clone(),
+            roles: caller.roles.iter().cloned().collect(),
+            access_control: None,
+        },
+        keys,
+    })
+    .into_response()
+}
+
+async fn decrypt(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {
+    batch(&service, &headers, &body, false).await
+}
+
+async fn encrypt(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {
+    batch(&service, &headers, &body, true).await
+}
+
+async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bool) -> Response {
+    let operation = if encrypt { "encrypt" } else { "decrypt" };
+    let req: BatchRequest = match parse(body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let caller = match authenticate(service, headers, &req.access.user_id) {
+        Ok(c) => c,
+        Err(e) => {
+            service
+                .audit(AuditRecord {
+                    time: now(),
+                    operation,
+                    user: &req.access.user_id,
+                    subject: "",
+                    roles: vec![],
+                    key_id: &req.encryption.key_id,
+                    column: req.column_reference.name.as_deref(),
+                    table: None,
+                    file: None,
+                    granted: false,
+                    modules: req.modules.len(),
+                    reference_id: &req.debug.reference_id,
+                    error: Some("unauthenticated".into()),
+                })
+                .await;
+            return e;
+        }
+    };
+    let app: BTreeMap<String, String> =
+        serde_json::from_str(&req.application_context).unwrap_or_default();
+    let ctx = CallContext {
+        principal: caller.user.clone(),
+        file: app.get("file").cloned().unwrap_or_default(),
+        application: app.clone(),
+        credential: None,
+    };
+    // The key is the one the material names, not the one the caller claims.
+    let metadata = match BASE64_STANDARD.decode(&req.encryption.key_metadata) {
+        Ok(m) => Bytes::from(m),
+        Err(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "encryption.key_metadata is not base64",
+            );
+        }
+    };
+    let key = match service.provider.describe_key(&ctx, metadata).await {
+        Ok(k) => k,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_key_material", e.to_string()),
+    };
+    let granted = allowed(&service.config, &caller, &key.key_id);
+    let key_id = key.key_id.clone();
+    let record = |error: Option<String>, granted: bool| AuditRecord {
+        time: now(),
+        operation,
+        user: &caller.user,
+        subject: &caller.subject,
+        roles: caller.roles.iter().map(String::as_str).collect(),
+        key_id: &key_id,
+        column: req.column_reference.name.as_deref(),
+        table: app.get("table").cloned(),
+        file: app.get("file").cloned(),
+        granted,
+        modules: req.modules.len(),
+        reference_id: &req.debug.reference_id,
+        error,
+    };
+    let access = Access {
+        user_id: caller.user.clone(),
+        roles: caller.roles.iter().cloned().collect(),
+        access_control: Some(if granted { "granted" } else { "denied" }.into()),
+    };
+    if !granted {
+        service.audit(record(None, false)).await;
+        return error_with(
+            StatusCode::FORBIDDEN,
+            "denied",
+            format!("user '{}' may not use key '{key_id}'", caller.user),
+            Some(access),
+            None,
+        );
+    }
+    let result = run(service, &ctx, &req, key, encrypt).await;
+    match result {
+        Ok(value) => {
+            service.audit(record(None, true)).await;
+            let data = DataBatch {
+                value_format: ValueFormat {
+                    format: protocol::MODULES_FORMAT.into(),
+                    algorithm: String::new(),
+                },
+                value,
+            };
+            axum::Json(BatchResponse {
+                access,
+                data_batch: (!encrypt).then(|| data.clone()),
+                data_batch_encrypted: encrypt.then_some(data),
+                debug: req.debug.clone(),
+            })
+            .into_response()
+        }
+        Err(resp) => {
+            service
+                .audit(record(Some(format!("HTTP {}", resp.status())), true))
+                .await;
+            resp
+        }
+    }
+}
+
+async fn run(
+    service: &Service,
+    ctx: &CallContext,
+    req: &BatchRequest,
+    key: clearice_crypto::KeyRef,
+    encrypt: bool,
+) -> Result<String, Response> {
+    let bad = |m: String| error(StatusCode::BAD_REQUEST, "bad_request", m);
+    let data = if encrypt {
+        req.data_batch.as_ref()
+    } else {
+        req.data_batch_encrypted.as_ref()
+    }
+    .ok_or_else(|| bad("no data batch".into()))?;
+    if data.value_format.format != protocol::MODULES_FORMAT {
+        return Err(bad(format!(
+            "value_format.format '{}' is not {}",
+            data.value_format.format,
+            protocol::MODULES_FORMAT
+        )));
+    }
+    let algorithm = match data.value_format.algorithm.as_str() {
+        "AES_GCM_V1" => Algorithm::AesGcmV1,
+        "AES_GCM_CTR_V1" => Algorithm::AesGcmCtrV1,
+        other => return Err(bad(format!("unknown algorithm '{other}'"))),
+    };
+    let bodies = protocol::unframe(&data.value, req.modules.len()).map_err(bad)?;
+    let mut modules = Vec::with_capacity(bodies.len());
+    for (i, (info, body)) in req.modules.iter().zip(bodies).enumerate() {
+        let kind = ModuleType::from_code(info.kind)
+            .ok_or_else(|| bad(format!("module {i}: unknown type {}", info.kind)))?;
+        let aad = BASE64_STANDARD
+            .decode(&info.aad)
+            .map_err(|_| bad(format!("module {i}: aad is not base64")))?;
+        let nonce = match &info.nonce {
+            Some(n) => Some(
+                BASE64_STANDARD
+                    .decode(n)
+                    .ok()
+                    .and_then(|n| <[u8; 12]>::try_from(n).ok())
+                    .ok_or_else(|| bad(format!("module {i}: nonce is not 12 bytes")))?,
+            ),
+            None => None,
+        };
+        modules.push(Module {
+            position: ModulePosition::new(kind, info.row_group, info.column, info.page),
+            aad,
+            data: Bytes::from(body),
+            nonce,
+        });
+    }
+    let batch = ModuleBatch {
+        key,
+        algorithm,
+        column: req.column_reference.name.clone(),
+        modules,
+    };
+    // AES over a whole batch is CPU work: off the async workers.
+    let out = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(async {
+            if encrypt {
+                service.provider.encrypt(ctx, batch).await
+            } else {
+                service.provider.decrypt(ctx, batch).await
+            }
+        })
+    });
+    match out {
+        Ok(parts) => Ok(protocol::frame(parts.iter().map(Vec::as_slice))),
+        Err(ProviderError::Invalid { index, error, .. }) => Err(error_with(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_module",
+            format!("{}: module {index} did not decrypt", error.code()),
+            None,
+            Some(index),
+        )),
+        Err(ProviderError::Key(clearice_crypto::Error::UnknownMasterKey { key_id, .. })) => {
+            Err(error(
+                StatusCode::NOT_FOUND,
+                "unknown_key",
+                format!("no master key '{key_id}'"),
+            ))
+        }
+        Err(ProviderError::Key(clearice_crypto::Error::KmsCall { reason, .. })) => {
+            Err(error(StatusCode::BAD_GATEWAY, "kms_unavailable", reason))
+        }
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "bad_key_material",
+            e.to_string(),
+        )),
+    }
+}
+
+/// Serves `service` on `listener` until `shutdown` resolves, then lets requests in
+/// flight finish (at most 10 s). With `tls`, connections are TLS only.
+pub async fn serve(
+    service: Arc<Service>,
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    let app = service.router();
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let builder = Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _peer): (_, SocketAddr) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => { tracing::warn!("accept failed: {e}"); continue; }
+            },
+            () = &mut shutdown => break,
+        };
+        let svc = TowerToHyperService::new(app.clone());
+        let builder = builder.clone();
+        match &tls {
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                            .await
+                    else {
+                        return;
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                });
+            }
+            None => {
+                let conn = builder
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .into_owned();
+                let fut = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = fut.await;
+                });
+            }
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(Duration::from_secs(10)) => {
+            tracing::warn!("crypto-server: requests still running after 10 s; stopping");
+        }
+    }
+    Ok(())
+}
+
+/// Loads the TLS acceptor of `[tls]` (blocking: startup).
+#[expect(clippy::disallowed_methods, reason = "startup, before serving")]
+pub fn tls_acceptor(config: &Config) -> Result<Option<tokio_rustls::TlsAcceptor>, Error> {
+    let Some(tls) = &config.tls else {
+        return Ok(None);
+    };
+    let read = |p: &std::path::Path| {
+        let p = config.resolve(p);
+        std::fs::read(&p).map_err(|e| Error::Config {
+            path: p.display().to_string(),
+            reason: e.to_string(),
+        })
+    };
+    let bad = |what: &str, reason: String| Error::Config {
+        path: format!("tls.{what}"),
+        reason,
+    };
+    let certs = rustls_pemfile::certs(&mut read(&tls.cert)?.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad("cert", e.to_string()))?;
+    let key = rustls_pemfile::private_key(&mut read(&tls.key)?.as_slice())
+        .map_err(|e| bad("key", e.to_string()))?
+        .ok_or_else(|| bad("key", "no private key in the file".into()))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut server = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("cert", e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| bad("cert", e.to_string()))?;
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(server))))
+}
