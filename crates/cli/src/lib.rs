@@ -133,6 +133,10 @@ pub enum DemoAction {
     Init {
         /// Target directory (absent or empty).
         dir: PathBuf,
+        /// Who protects the PII columns: `local` (keyring in the lake) or `remote` (a
+        /// `clearice crypto-server` holding the PII key, set up in DIR/crypto-server).
+        #[arg(long, default_value = "local", value_parser = ["local", "remote"])]
+        provider: String,
     },
 }
 
@@ -231,8 +235,17 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
         .unwrap_or_default();
     match &cli.command {
         Some(Command::Demo {
-            action: DemoAction::Init { dir },
+            action: DemoAction::Init { dir, provider },
         }) => {
+            if provider == "remote" {
+                let path = clearice_engine::demo::init_remote(dir).await?;
+                println!(
+                    "Demo lake written; its PII key is held by the demo crypto service. Start it with:\n  clearice crypto-server --config {}\nthen query with:\n  clearice --config {}",
+                    dir.join("crypto-server/crypto-server.toml").display(),
+                    path.display()
+                );
+                return Ok(0);
+            }
             let path = clearice_engine::demo::init(dir).await?;
             println!(
                 "Demo lake written. Query it with:\n  clearice --config {}",

@@ -31,15 +31,29 @@ pub const ORDERS: usize = 200_000;
 
 /// Writes a demo lake into `dir` (absent or empty) and returns its config path.
 pub async fn init(dir: &Path) -> Result<PathBuf, Error> {
-    init_with(dir, true).await
+    init_with(dir, true, false).await
 }
 
 /// The same lake with PME off (the plaintext twin, for benchmarks and comparisons).
 pub async fn init_plaintext(dir: &Path) -> Result<PathBuf, Error> {
-    init_with(dir, false).await
+    init_with(dir, false, false).await
 }
 
-async fn init_with(dir: &Path, encrypt: bool) -> Result<PathBuf, Error> {
+/// The demo lake with its PII key held by a protection service: `DIR/crypto-server/`
+/// holds the service's config (`clearice crypto-server --config
+/// DIR/crypto-server/crypto-server.toml`), its keyring with `pii_key` and the JWT secret
+/// both sides share; ClearIce's keyring keeps only the footer and finance keys, and the
+/// policy routes the PII columns to provider `dbps` (`on_missing_key = "null"`: users
+/// the service refuses see NULL). The service lets roles `admin` and `support` use
+/// `pii_key`, and refuses `analyst`.
+pub async fn init_remote(dir: &Path) -> Result<PathBuf, Error> {
+    init_with(dir, true, true).await
+}
+
+/// Where the remote demo's service listens (`crypto-server.toml`, `[providers.dbps]`).
+pub const REMOTE_DEMO_ADDR: &str = "127.0.0.1:8443";
+
+async fn init_with(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf, Error> {
     let fail = |reason: String| Error::DemoInit {
         dir: dir.display().to_string(),
         reason,
@@ -50,7 +64,7 @@ async fn init_with(dir: &Path, encrypt: bool) -> Result<PathBuf, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e.to_string())),
     }
-    write_lake(dir, encrypt)
+    write_lake(dir, encrypt, remote)
         .await
         .map_err(|e| fail(e.to_string()))
 }
@@ -59,7 +73,7 @@ async fn init_with(dir: &Path, encrypt: bool) -> Result<PathBuf, Error> {
     clippy::disallowed_methods,
     reason = "demo init is a one-off setup command that writes a lake before anything is served"
 )]
-async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
+async fn write_lake(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf> {
     // The account that will run the shell becomes an admin, so the first query shows
     // plaintext (the OS account, not only $USER: containers have none).
     let owner = crate::whoami::default_principal().map(|(name, _)| name);
@@ -79,20 +93,37 @@ async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
             SecretKey::from_bytes(rand::random::<[u8; 24]>().to_vec()),
         ),
     ]);
-    write_private(&dir.join("keyring.json"), &keyring.to_json())?;
+    if !remote {
+        write_private(&dir.join("keyring.json"), &keyring.to_json())?;
+    }
     let db = dir.join("catalog.db");
     let warehouse = format!("file://{}", dir.join("warehouse").display());
+    let providers = if remote {
+        format!(
+            "# The PII key stays in the protection service (clearice crypto-server).\n\
+             [providers.dbps]\ntype = \"remote\"\nurl = \"http://{REMOTE_DEMO_ADDR}\"\n\
+             hs256_secret_file = \"crypto-server/jwt.secret\"\nsubject = \"clearice\"\n\n"
+        )
+    } else {
+        String::new()
+    };
     let config = format!(
         "# ClearIce demo lake (written by `clearice demo init`)\n\
          [catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{}\"\nwarehouse = \"{warehouse}\"\n\n\
-         [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\n\
+         [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\n{providers}\
          [policy]\npath = \"policy.toml\"\n\n[audit]\npath = \"audit.jsonl\"\n\n\
          # Flight SQL users (clearice serve). DEMO ONLY: each password equals the user name.\n\
          [server]\naddr = \"127.0.0.1:50051\"\n{}",
         db.display(),
         demo_server_users()?
     );
-    let policy_text = demo_policy(owner.as_deref());
+    let mut policy_text = demo_policy(owner.as_deref());
+    if remote {
+        policy_text = policy_text.replace(
+            "master_key = \"pii_key\"\n",
+            "master_key = \"pii_key\"\nprovider = \"dbps\"\non_missing_key = \"null\"\n",
+        );
+    }
     let policy = Policy::parse(&policy_text, "policy.toml")?;
     std::fs::write(dir.join("policy.toml"), &policy_text)?;
     let spec_for = |table: &str| -> EncryptionSpec {
@@ -147,9 +178,73 @@ async fn write_lake(dir: &Path, encrypt: bool) -> Result<PathBuf> {
     let batch = orders_batch(&mut rng)?;
     append_encrypted(catalog.as_ref(), &orders, &[batch], &spec, &keyring).await?;
 
+    if remote {
+        write_crypto_server(&dir, &keyring, owner.as_deref())?;
+    }
     let config_path = dir.join("clearice.toml");
     std::fs::write(&config_path, config)?;
     Ok(config_path)
+}
+
+/// Moves `pii_key` into `DIR/crypto-server/` with the service's config and JWT secret.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "demo init is a one-off setup command that writes a lake before anything is served"
+)]
+fn write_crypto_server(dir: &Path, keyring: &KeyringKms, owner: Option<&str>) -> Result<()> {
+    let service_dir = dir.join("crypto-server");
+    std::fs::create_dir_all(&service_dir)?;
+    let split = |keep: &dyn Fn(&str) -> bool| -> Result<String> {
+        let all: HashMap<String, String> = serde_json::from_str(&keyring.to_json())?;
+        let kept: std::collections::BTreeMap<_, _> =
+            all.into_iter().filter(|(k, _)| keep(k)).collect();
+        Ok(serde_json::to_string_pretty(&kept)?)
+    };
+    write_private(&dir.join("keyring.json"), &split(&|k| k != "pii_key")?)?;
+    write_private(
+        &service_dir.join("keyring.json"),
+        &split(&|k| k == "pii_key")?,
+    )?;
+    use base64::Engine;
+    let secret = base64::prelude::BASE64_STANDARD.encode(rand::random::<[u8; 32]>());
+    write_private(&service_dir.join("jwt.secret"), &secret)?;
+    let owner = match owner {
+        Some(o) if !["admin", "analyst", "support"].contains(&o) && !o.contains('"') => {
+            format!("\n[users.\"{o}\"]\nroles = [\"admin\"]\n")
+        }
+        _ => String::new(),
+    };
+    let config = format!(
+        r#"# Demo protection service (clearice crypto-server --config crypto-server.toml).
+# It holds pii_key; ClearIce sends it encrypted PII modules and the user they are read
+# for, and it decides per user.
+listen = "{REMOTE_DEMO_ADDR}"
+audit = "audit.jsonl"
+
+[kms]
+type = "keyring"
+path = "keyring.json"
+
+[auth]
+audience = "clearice-crypto"
+hs256_secret_file = "jwt.secret"
+trusted_services = ["clearice"]     # may name the user it reads for
+
+[users.admin]
+roles = ["admin"]
+
+[users.support]
+roles = ["support"]
+
+[users.analyst]
+roles = ["analyst"]
+{owner}
+[keys.pii_key]
+roles = ["admin", "support"]        # analyst is refused by the service
+"#
+    );
+    std::fs::write(service_dir.join("crypto-server.toml"), config)?;
+    Ok(())
 }
 
 #[expect(
