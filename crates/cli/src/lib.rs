@@ -110,6 +110,12 @@ pub enum Command {
         #[arg(long)]
         addr_file: Option<PathBuf>,
     },
+    /// Key management commands.
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        action: KeysAction,
+    },
     /// Column policy commands.
     Policy {
         /// What to do.
@@ -124,6 +130,21 @@ pub enum PolicyAction {
     /// Check the configured policy against the catalogs: tables, columns, mask types,
     /// and the master keys encrypted columns really use.
     Check,
+}
+
+/// `keys` actions.
+#[derive(Debug, Subcommand)]
+pub enum KeysAction {
+    /// Rotate a master key without rewriting data files: a new keyring version (AWS KMS
+    /// versions its keys itself), and every external key material side file under PATHS
+    /// (default: the catalogs' warehouses) re-wrapped under it.
+    Rotate {
+        /// The master key id.
+        #[arg(long)]
+        master_key: String,
+        /// Directories holding data files with external key material.
+        paths: Vec<PathBuf>,
+    },
 }
 
 /// `demo` actions.
@@ -267,6 +288,25 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                 .as_deref()
                 .context("crypto-server needs --config FILE (the service's own config)")?;
             return serve::crypto_server(path, addr.clone(), addr_file.clone()).await;
+        }
+        Some(Command::Keys {
+            action: KeysAction::Rotate { master_key, paths },
+        }) => {
+            let config = config_or_demo(cli.config.as_deref(), true).await?;
+            let (id, paths) = (master_key.clone(), paths.clone());
+            let report = tokio::task::spawn_blocking(move || {
+                clearice_engine::rotate_master_key(&config, &id, &paths)
+            })
+            .await??;
+            match report.keyring_version {
+                Some(v) => println!("master key '{master_key}': keyring version {v} added"),
+                None => println!("master key '{master_key}': versioned by the KMS"),
+            }
+            println!(
+                "re-wrapped {} key(s) in {} side file(s); data files untouched",
+                report.keys, report.side_files
+            );
+            return Ok(0);
         }
         Some(Command::Policy {
             action: PolicyAction::Check,

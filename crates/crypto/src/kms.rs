@@ -33,9 +33,12 @@ pub trait Kms: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Master keys in a JSON object file `{"<id>": "<base64 of 16, 24 or 32 bytes>"}`.
+/// Master keys in a JSON object file `{"<id>": "<base64 of 16, 24 or 32 bytes>"}`. A key
+/// that was rotated (`clearice keys rotate`) holds its versions, oldest first:
+/// `{"<id>": ["<base64 v1>", "<base64 v2>"]}`. Wrapping uses the newest version;
+/// unwrapping tries the newest first, then older ones (AES-GCM tells which one wrapped).
 pub struct KeyringKms {
-    keys: HashMap<String, SecretKey>,
+    keys: HashMap<String, Vec<SecretKey>>,
 }
 
 impl std::fmt::Debug for KeyringKms {
@@ -46,6 +49,13 @@ impl std::fmt::Debug for KeyringKms {
             .field("master_key_ids", &ids)
             .finish()
     }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Versions {
+    One(String),
+    Many(Vec<String>),
 }
 
 impl KeyringKms {
@@ -67,20 +77,31 @@ impl KeyringKms {
 
     /// Parses keyring JSON; the error names the key id, never the key.
     pub fn from_json(text: &str) -> std::result::Result<Self, String> {
-        let map: HashMap<String, String> = serde_json::from_str(text)
-            .map_err(|e| format!("not a JSON object of base64 strings: {e}"))?;
+        let map: HashMap<String, Versions> = serde_json::from_str(text)
+            .map_err(|e| format!("not a JSON object of base64 strings (or arrays of them): {e}"))?;
         let mut keys = HashMap::with_capacity(map.len());
-        for (id, b64) in map {
-            let bytes = BASE64_STANDARD
-                .decode(b64.trim())
-                .map_err(|_| format!("master key '{id}' is not valid base64"))?;
-            if !matches!(bytes.len(), 16 | 24 | 32) {
-                return Err(format!(
-                    "master key '{id}' has {} bytes; expected 16, 24 or 32",
-                    bytes.len()
-                ));
+        for (id, versions) in map {
+            let versions = match versions {
+                Versions::One(v) => vec![v],
+                Versions::Many(v) => v,
+            };
+            if versions.is_empty() {
+                return Err(format!("master key '{id}' has no versions"));
             }
-            keys.insert(id, SecretKey::from_bytes(bytes));
+            let mut out = Vec::with_capacity(versions.len());
+            for b64 in versions {
+                let bytes = BASE64_STANDARD
+                    .decode(b64.trim())
+                    .map_err(|_| format!("master key '{id}' is not valid base64"))?;
+                if !matches!(bytes.len(), 16 | 24 | 32) {
+                    return Err(format!(
+                        "master key '{id}' has {} bytes; expected 16, 24 or 32",
+                        bytes.len()
+                    ));
+                }
+                out.push(SecretKey::from_bytes(bytes));
+            }
+            keys.insert(id, out);
         }
         Ok(Self { keys })
     }
@@ -88,16 +109,27 @@ impl KeyringKms {
     /// Builds a keyring from id/key pairs (tests, demo).
     pub fn from_keys(keys: impl IntoIterator<Item = (String, SecretKey)>) -> Self {
         Self {
-            keys: keys.into_iter().collect(),
+            keys: keys.into_iter().map(|(k, v)| (k, vec![v])).collect(),
         }
     }
 
     /// Serializes the keyring as its JSON file format.
     pub fn to_json(&self) -> String {
-        let map: std::collections::BTreeMap<_, _> = self
+        let map: std::collections::BTreeMap<_, serde_json::Value> = self
             .keys
             .iter()
-            .map(|(k, v)| (k.clone(), BASE64_STANDARD.encode(v.expose())))
+            .map(|(k, v)| {
+                let mut b64: Vec<serde_json::Value> = v
+                    .iter()
+                    .map(|key| BASE64_STANDARD.encode(key.expose()).into())
+                    .collect();
+                let value = if b64.len() == 1 {
+                    b64.remove(0)
+                } else {
+                    serde_json::Value::Array(b64)
+                };
+                (k.clone(), value)
+            })
             .collect();
         serde_json::to_string_pretty(&map).expect("string map serializes")
     }
@@ -107,11 +139,31 @@ impl KeyringKms {
         self.keys.keys().map(String::as_str)
     }
 
-    fn master(&self, id: &str) -> Result<&SecretKey> {
-        self.keys.get(id).ok_or_else(|| Error::UnknownMasterKey {
-            kms: self.name().into(),
-            key_id: id.into(),
-        })
+    /// Adds a new version of master key `id` (same length as the current one): new wraps
+    /// use it, older versions still unwrap. Returns the number of versions.
+    pub fn rotate(&mut self, id: &str) -> Result<usize> {
+        let versions = self
+            .keys
+            .get_mut(id)
+            .ok_or_else(|| Error::UnknownMasterKey {
+                kms: "keyring".into(),
+                key_id: id.into(),
+            })?;
+        let len = versions.last().map_or(32, SecretKey::len);
+        let mut bytes = vec![0u8; len];
+        rand::Rng::fill(&mut rand::rng(), bytes.as_mut_slice());
+        versions.push(SecretKey::from_bytes(bytes));
+        Ok(versions.len())
+    }
+
+    fn versions(&self, id: &str) -> Result<&[SecretKey]> {
+        self.keys
+            .get(id)
+            .map(Vec::as_slice)
+            .ok_or_else(|| Error::UnknownMasterKey {
+                kms: self.name().into(),
+                key_id: id.into(),
+            })
     }
 }
 
@@ -121,7 +173,10 @@ impl Kms for KeyringKms {
     }
 
     fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String> {
-        let master = self.master(master_key_id)?;
+        let master = self
+            .versions(master_key_id)?
+            .last()
+            .expect("versions are never empty");
         let out = aes::encrypt(
             master.expose(),
             &aes::random_nonce(),
@@ -140,15 +195,18 @@ impl Kms for KeyringKms {
     }
 
     fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
-        let master = self.master(master_key_id)?;
+        let versions = self.versions(master_key_id)?;
         let err = || Error::Unwrap {
             kms: self.name().into(),
             key_id: master_key_id.into(),
         };
         let data = BASE64_STANDARD.decode(wrapped.trim()).map_err(|_| err())?;
-        aes::decrypt(master.expose(), &data, master_key_id.as_bytes())
+        versions
+            .iter()
+            .rev()
+            .find_map(|master| aes::decrypt(master.expose(), &data, master_key_id.as_bytes()).ok())
             .map(SecretKey::from_bytes)
-            .map_err(|_| err())
+            .ok_or_else(err)
     }
 }
 
@@ -200,6 +258,24 @@ mod tests {
     fn bad_key_length_is_rejected_without_showing_the_key() {
         let err = KeyringKms::from_json(r#"{"short":"MDEy"}"#).unwrap_err();
         assert!(err.contains("'short'") && !err.contains("MDEy"), "{err}");
+    }
+
+    #[test]
+    fn rotation_wraps_with_the_new_version_and_unwraps_both() {
+        let mut kms = keyring();
+        let old = kms.wrap_key(b"0123456789abcdef", "k16").unwrap();
+        assert_eq!(kms.rotate("k16").unwrap(), 2);
+        let new = kms.wrap_key(b"0123456789abcdef", "k16").unwrap();
+        let reloaded = KeyringKms::from_json(&kms.to_json()).unwrap();
+        for w in [&old, &new] {
+            assert_eq!(
+                reloaded.unwrap_key(w, "k16").unwrap().expose(),
+                b"0123456789abcdef"
+            );
+        }
+        // the new wrap is not under the old version
+        let only_old = keyring();
+        assert!(only_old.unwrap_key(&new, "k16").is_err());
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod protocol;
 mod provider;
 mod remote;
 mod resolver;
+mod rotate;
 mod router;
 mod secret;
 mod writer;
@@ -53,6 +54,7 @@ pub use resolver::{
     DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyInfo, KeyResolver, KeyScope, RetrieverCache,
     SideFileReader,
 };
+pub use rotate::rotate_side_file;
 pub use router::{LOCAL, Providers, RoutedProvider};
 pub use secret::SecretKey;
 pub use writer::KeyMaterialWriter;

@@ -23,6 +23,7 @@ mod error;
 mod executor;
 mod fair;
 mod limits;
+mod rotate;
 mod session;
 pub mod whoami;
 
@@ -61,6 +62,7 @@ pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, ref
 pub use error::{Error, ErrorClass, Result, cause_of, classify, message_of};
 pub use executor::CpuExecutor;
 pub use limits::{LimitExceeded, limit_of};
+pub use rotate::{RotationReport, rotate_master_key};
 pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session, one_line};
 
 /// Process-wide state shared by all sessions: catalogs, keys, runtime.
