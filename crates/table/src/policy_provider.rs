@@ -64,6 +64,39 @@ pub struct PolicyTableProvider {
     denied: Option<Error>,
     /// The table's crypto provider (routing each key to the policy's provider).
     crypto: clearice_crypto::ProviderRef,
+    /// Keys whose provider could not be asked, and why (scans reading them fail).
+    provider_failure: Option<(BTreeSet<String>, clearice_crypto::ProviderError)>,
+}
+
+/// A copy of a provider failure for one more error (the variants a failed access check
+/// returns keep their fields; others keep their message).
+fn copy_failure(e: &clearice_crypto::ProviderError) -> clearice_crypto::ProviderError {
+    use clearice_crypto::ProviderError as P;
+    match e {
+        P::Unauthenticated { provider, reason } => P::Unauthenticated {
+            provider: provider.clone(),
+            reason: reason.clone(),
+        },
+        P::Denied {
+            provider,
+            key_id,
+            principal,
+            reason,
+        } => P::Denied {
+            provider: provider.clone(),
+            key_id: key_id.clone(),
+            principal: principal.clone(),
+            reason: reason.clone(),
+        },
+        P::Unavailable { provider, reason } => P::Unavailable {
+            provider: provider.clone(),
+            reason: reason.clone(),
+        },
+        other => P::Unavailable {
+            provider: "provider".into(),
+            reason: other.to_string(),
+        },
+    }
 }
 
 /// Column kind of an Arrow type, for policy checks.
@@ -142,14 +175,25 @@ impl PolicyTableProvider {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let key_access =
-            crypto
-                .check_access(&context, &wanted)
-                .await
-                .map_err(|e| Error::Provider {
-                    table: table.clone(),
-                    source: Box::new(e),
-                })?;
+        // Ask each provider about its keys; one that cannot answer fails only the scans
+        // that need its keys.
+        let mut by_provider: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for k in &wanted {
+            let p = routes.get(k).unwrap_or(&table_provider);
+            by_provider.entry(p.as_str()).or_default().push(k.clone());
+        }
+        let mut key_access = BTreeMap::new();
+        let mut provider_failure = None;
+        for (name, keys) in by_provider {
+            let provider = access
+                .providers()
+                .get(name)
+                .unwrap_or_else(|| access.providers().local());
+            match provider.check_access(&context, &keys).await {
+                Ok(a) => key_access.extend(a),
+                Err(e) => provider_failure = Some((keys.into_iter().collect::<BTreeSet<_>>(), e)),
+            }
+        }
         let mut columns = Vec::new();
         let mut protected_keys = Vec::new();
         for ((i, f), mut resolved) in inner_schema.fields().iter().enumerate().zip(decided) {
@@ -220,6 +264,7 @@ impl PolicyTableProvider {
             protected_keys,
             denied,
             crypto,
+            provider_failure,
         })
     }
 
@@ -315,6 +360,24 @@ impl TableProvider for PolicyTableProvider {
                 column: c.field.name().clone(),
                 principal: principal.to_string(),
                 rule: c.resolved.rule.to_string(),
+            };
+            self.access.record(TableAccess {
+                table,
+                columns: self.audit_columns(&projected),
+                allowed: false,
+                error: Some(e.to_string()),
+            });
+            return Err(e.into());
+        }
+        if let Some((keys, e)) = &self.provider_failure
+            && projected.iter().any(|c| {
+                c.resolved.decision.needs_value()
+                    && c.master_key.as_ref().is_some_and(|k| keys.contains(k))
+            })
+        {
+            let e = Error::Provider {
+                table: table.clone(),
+                source: Box::new(copy_failure(e)),
             };
             self.access.record(TableAccess {
                 table,

@@ -1,0 +1,79 @@
+"""Identity provider and Flight SQL client for crates/cli/tests/remote.rs.
+
+usage:
+  remote_client.py keygen DIR          -> DIR/idp.key (PKCS#8) and DIR/idp.pub (SPKI), ES256
+  remote_client.py query ADDR KEY AUD  -> one JSON object: what each token saw over ADBC
+
+Users' own tokens are ES256 JWTs signed here with the identity provider's key; the
+crypto-server trusts its public key. The ClearIce user is the same for every token
+(analyst): only the token passed as `key_access_token` differs.
+"""
+import base64
+import json
+import sys
+import time
+from pathlib import Path
+
+import adbc_driver_flightsql.dbapi as flightsql
+import adbc_driver_manager
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def es256(key, claims: dict) -> str:
+    header = b64url(json.dumps({"alg": "ES256", "typ": "JWT"}).encode())
+    payload = b64url(json.dumps(claims).encode())
+    der = key.sign(f"{header}.{payload}".encode(), ec.ECDSA(hashes.SHA256()))
+    r, s = decode_dss_signature(der)
+    return f"{header}.{payload}.{b64url(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
+
+
+def keygen(out: Path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    (out / "idp.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (out / "idp.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def query(addr, token, user="analyst"):
+    kwargs = {"username": user, "password": user}
+    if token is not None:
+        kwargs["adbc.flight.sql.rpc.call_header.key_access_token"] = token
+    try:
+        conn = flightsql.connect(f"grpc://{addr}", db_kwargs=kwargs)
+        cur = conn.cursor()
+        cur.execute("SELECT id, ssn FROM lake.sales.customers WHERE id = 1000001")
+        rows = [list(r) for r in cur.fetchall()]
+        conn.close()
+        return {"rows": rows}
+    except adbc_driver_manager.Error as e:
+        return {"error": str(e)}
+
+
+def main():
+    if sys.argv[1] == "keygen":
+        keygen(Path(sys.argv[2]))
+        return
+    addr, key_file, aud = sys.argv[2], sys.argv[3], sys.argv[4]
+    key = serialization.load_pem_private_key(Path(key_file).read_bytes(), None)
+    now = int(time.time())
+    alice = es256(key, {"sub": "alice", "aud": aud, "exp": now + 600, "roles": ["admin"]})
+    bob = es256(key, {"sub": "bob", "aud": aud, "exp": now + 600})
+    expired = es256(key, {"sub": "alice", "aud": aud, "exp": now - 3600, "roles": ["admin"]})
+    print(json.dumps({
+        "own_credentials": query(addr, None),
+        "admin_own_credentials": query(addr, None, "admin"),
+        "alice": query(addr, alice),
+        "bob": query(addr, bob),
+        "expired": query(addr, expired),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+//! The `remote` crypto provider against the real reference service (`clearice
+//! crypto-server`, a separate process on a loopback port): the demo lake with its PII key
+//! held by the service, read through the shell and over Flight SQL, with the service
+//! deciding per user and per token; its failures (frozen, stopped, wrong credentials)
+//! end in one clear error within the timeout.
+
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Proc {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        // SAFETY: signalling our own child (a frozen one must run to be killed).
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGCONT);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn python() -> Option<String> {
+    let p = std::env::var("CLEARICE_PYTHON").ok();
+    if p.is_none() {
+        assert!(
+            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+            "CLEARICE_PYTHON is not set"
+        );
+        eprintln!("\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh ***\n");
+    }
+    p
+}
+
+fn clearice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_clearice"))
+}
+
+/// Starts `clearice --config CONFIG ARGS --addr 127.0.0.1:0 --addr-file F`.
+fn start(config: &Path, args: &[&str], addr_file: &Path) -> Proc {
+    let _ = std::fs::remove_file(addr_file);
+    let child = clearice()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .args(["--addr", "127.0.0.1:0", "--addr-file"])
+        .arg(addr_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::fs::read_to_string(addr_file)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{args:?} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Proc {
+        child,
+        addr: std::fs::read_to_string(addr_file).unwrap(),
+    }
+}
+
+fn sql(config: &Path, user: &str, sql: &str, log: &str) -> Output {
+    clearice()
+        .arg("--config")
+        .arg(config)
+        .args(["--user", user, "--format", "json", "-q", "-c", sql])
+        .env("CLEARICE_LOG", log)
+        .output()
+        .unwrap()
+}
+
+fn rows(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "query failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn failure(out: &Output) -> (i32, String) {
+    assert!(!out.status.success(), "query succeeded unexpectedly");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Rewrites `[providers.dbps]` of a copy of the lake's config.
+fn config_variant(lake: &Path, name: &str, addr: &str, extra: &str, secret: &str) -> PathBuf {
+    let text = std::fs::read_to_string(lake.join("clearice.toml"))
+        .unwrap()
+        .replace("http://127.0.0.1:8443", &format!("http://{addr}"))
+        .replace("crypto-server/jwt.secret", secret)
+        .replace(
+            "subject = \"clearice\"\n",
+            &format!("subject = \"clearice\"\n{extra}"),
+        );
+    let path = lake.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const ROW: &str = "SELECT id, ssn, email, balance FROM lake.sales.customers WHERE id = 1000001";
+
+#[test]
+fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly() {
+    let Some(python) = python() else { return };
+    let client: PathBuf =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/remote_client.py");
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    let out = clearice()
+        .args(["demo", "init", "--provider", "remote"])
+        .arg(&lake)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let service_dir = lake.join("crypto-server");
+    // ClearIce's own keyring no longer holds the PII key: only the service does.
+    let local_keys: Value =
+        serde_json::from_str(&std::fs::read_to_string(lake.join("keyring.json")).unwrap()).unwrap();
+    assert!(local_keys.get("pii_key").is_none(), "{local_keys}");
+    let pii_key_b64 = serde_json::from_str::<Value>(
+        &std::fs::read_to_string(service_dir.join("keyring.json")).unwrap(),
+    )
+    .unwrap()["pii_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let jwt_secret = std::fs::read_to_string(service_dir.join("jwt.secret")).unwrap();
+
+    // Users' own tokens: ES256 from an identity provider the service trusts.
+    let out = Command::new(&python)
+        .arg(&client)
+        .arg("keygen")
+        .arg(&service_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let service_config = service_dir.join("crypto-server.toml");
+    let text = std::fs::read_to_string(&service_config).unwrap().replace(
+        "hs256_secret_file = \"jwt.secret\"\n",
+        "hs256_secret_file = \"jwt.secret\"\nes256_public_key = \"idp.pub\"\n",
+    );
+    std::fs::write(&service_config, text).unwrap();
+    let service = start(
+        &service_config,
+        &["crypto-server"],
+        &tmp.path().join("service.addr"),
+    );
+    let config = config_variant(
+        &lake,
+        "clearice.toml",
+        &service.addr,
+        "",
+        "crypto-server/jwt.secret",
+    );
+
+    // --- the shell: the service grants admin and support, refuses analyst ------------
+    let admin = rows(&sql(&config, "admin", ROW, "trace"));
+    assert_eq!(admin[0]["ssn"], "609-11-1603", "{admin}");
+    assert_eq!(admin[0]["email"], "josé.garcia1@example.com");
+    let support = rows(&sql(
+        &config,
+        "support",
+        "SELECT email FROM lake.sales.customers WHERE id = 1000001",
+        "warn",
+    ));
+    assert_eq!(support[0]["email"], "josé.garcia1@example.com", "{support}");
+    // analyst's policy says show_last_4 / sha256: the service's refusal wins
+    // (on_missing_key = "null"), and the local finance key still decrypts.
+    let analyst = rows(&sql(&config, "analyst", ROW, "warn"));
+    assert_eq!(analyst[0]["ssn"], Value::Null, "{analyst}");
+    assert_eq!(analyst[0]["email"], Value::Null, "{analyst}");
+    assert_eq!(analyst[0]["balance"], admin[0]["balance"]);
+    // ClearIce's audit says who decided.
+    let audit = std::fs::read_to_string(lake.join("audit.jsonl")).unwrap();
+    assert!(
+        audit.lines().any(|l| {
+            let r: Value = serde_json::from_str(l).unwrap();
+            r["user"] == "analyst"
+                && r["columns"].as_array().unwrap().iter().any(|c| {
+                    c["name"] == "ssn"
+                        && c["rule"]
+                            .as_str()
+                            .unwrap()
+                            .contains("denied by crypto provider 'dbps' (key 'pii_key')")
+                })
+        }),
+        "{audit}"
+    );
+    // The service's own audit: granted calls for admin, no key bytes, no secrets.
+    let service_audit = std::fs::read_to_string(service_dir.join("audit.jsonl")).unwrap();
+    let records: Vec<Value> = service_audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(records.iter().any(|r| r["user"] == "admin"
+        && r["key_id"] == "pii_key"
+        && r["granted"] == true
+        && r["subject"] == "clearice"
+        && r["column"] == "ssn"
+        && r["table"] == "lake.sales.customers"
+        && r["modules"].as_u64().unwrap() > 0));
+    assert!(
+        !records
+            .iter()
+            .any(|r| r["user"] == "analyst" && r["granted"] == true)
+    );
+    for secret in [pii_key_b64.as_str(), jwt_secret.trim()] {
+        assert!(!service_audit.contains(secret));
+        assert!(!audit.contains(secret));
+    }
+    // Trace logs of the shell carry neither the key, the secret nor a bearer token.
+    let traced = sql(&config, "admin", ROW, "trace");
+    let log = String::from_utf8_lossy(&traced.stderr);
+    for secret in [pii_key_b64.as_str(), jwt_secret.trim(), "eyJ"] {
+        assert!(!log.contains(secret), "{secret} in the trace log");
+    }
+    // EXPLAIN names no key material either.
+    let explain = sql(&config, "admin", &format!("EXPLAIN {ROW}"), "warn");
+    let plan = String::from_utf8_lossy(&explain.stdout);
+    assert!(
+        !plan.contains(&pii_key_b64) && !plan.contains("wrappedDEK"),
+        "{plan}"
+    );
+
+    // --- Flight SQL: the principal is the service's user; a client's own token wins ---
+    let flight = start(&config, &["serve"], &tmp.path().join("flight.addr"));
+    let out = Command::new(&python)
+        .arg(&client)
+        .args(["query", &flight.addr])
+        .arg(service_dir.join("idp.key"))
+        .arg("clearice-crypto")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["admin_own_credentials"]["rows"],
+        serde_json::json!([[1000001, "609-11-1603"]]),
+        "{v}"
+    );
+    assert_eq!(
+        v["own_credentials"]["rows"],
+        serde_json::json!([[1000001, null]]),
+        "{v}"
+    );
+    // Same ClearIce user (analyst), different tokens, different answers: alice's token
+    // carries a role the service grants pii_key (ClearIce's policy still masks it).
+    assert_eq!(
+        v["alice"]["rows"],
+        serde_json::json!([[1000001, "XXX-XX-1603"]]),
+        "{v}"
+    );
+    assert_eq!(
+        v["bob"]["rows"],
+        serde_json::json!([[1000001, null]]),
+        "{v}"
+    );
+    let expired = v["expired"]["error"].as_str().unwrap_or_default();
+    assert!(
+        expired.contains("crypto provider 'dbps' rejected the credentials: token expired"),
+        "{v}"
+    );
+    drop(flight);
+    let service_audit = std::fs::read_to_string(service_dir.join("audit.jsonl")).unwrap();
+    assert!(service_audit.lines().any(|l| {
+        let r: Value = serde_json::from_str(l).unwrap();
+        r["user"] == "alice" && r["subject"] == "alice" && r["granted"] == true
+    }));
+
+    // --- wrong credentials: a secret the service does not know ------------------------
+    std::fs::write(lake.join("wrong.secret"), "x".repeat(44)).unwrap();
+    let wrong = config_variant(&lake, "wrong.toml", &service.addr, "", "wrong.secret");
+    let (code, err) = failure(&sql(&wrong, "admin", ROW, "warn"));
+    assert!(
+        err.contains(
+            "crypto provider 'dbps' rejected the credentials: token signature does not verify"
+        ),
+        "{err}"
+    );
+    assert_eq!(code, 4, "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    // --- a frozen service: bounded wait, then one clear error -------------------------
+    let bounded = config_variant(
+        &lake,
+        "bounded.toml",
+        &service.addr,
+        "timeout_s = 1\nretries = 1\n",
+        "crypto-server/jwt.secret",
+    );
+    #[cfg(unix)]
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(service.child.id() as i32, libc::SIGSTOP);
+    }
+    let started = Instant::now();
+    let (code, err) = failure(&sql(&bounded, "admin", ROW, "warn"));
+    let waited = started.elapsed();
+    #[cfg(unix)]
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(service.child.id() as i32, libc::SIGCONT);
+    }
+    assert!(
+        err.contains("crypto provider 'dbps' unavailable")
+            && err.contains("no answer within 1.0 s"),
+        "{err}"
+    );
+    assert_eq!(code, 8, "{err}");
+    assert!(waited < Duration::from_secs(15), "waited {waited:?}");
+
+    // --- a stopped service: no hang, no rows ------------------------------------------
+    drop(service);
+    let started = Instant::now();
+    let (code, err) = failure(&sql(&bounded, "admin", ROW, "warn"));
+    assert!(
+        err.contains("crypto provider 'dbps' unavailable") && err.contains("cannot connect"),
+        "{err}"
+    );
+    assert_eq!(code, 8, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    // Columns the service does not protect still read without it.
+    let out = sql(
+        &bounded,
+        "admin",
+        "SELECT id, balance FROM lake.sales.customers WHERE id = 1000001",
+        "warn",
+    );
+    assert_eq!(rows(&out)[0]["id"], 1000001);
+}
