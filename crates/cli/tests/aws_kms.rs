@@ -1,0 +1,165 @@
+//! AWS KMS as ClearIce's KMS, against an AWS-compatible KMS endpoint on loopback
+//! (`moto_server`, started here and stopped afterwards): PyArrow writes PME files whose
+//! keys AWS KMS wraps; ClearIce reads them, rotates the side file's wrapping through the
+//! KMS, and names the KMS when it is unreachable.
+
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Moto(Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn python() -> Option<String> {
+    let p = std::env::var("CLEARICE_PYTHON").ok();
+    if p.is_none() {
+        assert!(
+            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+            "CLEARICE_PYTHON is not set"
+        );
+        eprintln!("\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh ***\n");
+    }
+    p
+}
+
+const AWS_ENV: [(&str, &str); 4] = [
+    ("AWS_ACCESS_KEY_ID", "testing"),
+    ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ("AWS_REGION", "us-east-1"),
+    ("AWS_DEFAULT_REGION", "us-east-1"),
+];
+
+fn start_moto(python: &str) -> (Moto, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Path::new(python).with_file_name("moto_server");
+    let child = Command::new(&server)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", server.display()));
+    let moto = Moto(child);
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "moto_server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (moto, format!("http://127.0.0.1:{port}"))
+}
+
+fn clearice(config: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .arg("--config")
+        .arg(config)
+        .args(["--user", "tester", "--format", "json", "-q"])
+        .args(args)
+        .envs(AWS_ENV)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn aws_kms_unwraps_pyarrow_keys_rotates_side_files_and_names_itself_when_down() {
+    let Some(python) = python() else { return };
+    let (moto, endpoint) = start_moto(&python);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/aws_kms_fixture.py"))
+        .arg(&endpoint)
+        .arg(tmp.path())
+        .envs(AWS_ENV)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pii = keys["pii"].as_str().unwrap();
+    let config = tmp.path().join("clearice.toml");
+    std::fs::write(
+        &config,
+        format!("[kms]\ntype = \"aws\"\nendpoint = \"{endpoint}\"\n"),
+    )
+    .unwrap();
+    let file: PathBuf = tmp.path().join("aws.parquet");
+    let ext: PathBuf = tmp.path().join("ext/aws_ext.parquet");
+    let query = |f: &Path| {
+        format!(
+            "SELECT count(*) AS n, min(ssn) AS lo, max(ssn) AS hi FROM '{}'",
+            f.display()
+        )
+    };
+    let expected = serde_json::json!([{"n": 1000, "lo": "000-00-0000", "hi": "999-00-0999"}]);
+    for f in [&file, &ext] {
+        let rows: Value = serde_json::from_str(&ok(&clearice(&config, &["-c", &query(f)]))).unwrap();
+        assert_eq!(rows, expected, "{}", f.display());
+    }
+
+    // Rotation: the side file's records under the PII key are re-wrapped through the
+    // KMS (Decrypt, then Encrypt with its current key material); data files untouched.
+    let side = tmp.path().join("ext/_KEY_MATERIAL_FOR_aws_ext.parquet.json");
+    let before = std::fs::read_to_string(&side).unwrap();
+    let data_before = std::fs::read(&ext).unwrap();
+    let report = ok(&clearice(
+        &config,
+        &["keys", "rotate", "--master-key", pii, tmp.path().join("ext").to_str().unwrap()],
+    ));
+    assert!(report.contains("re-wrapped 1 key(s) in 1 side file(s)"), "{report}");
+    let after = std::fs::read_to_string(&side).unwrap();
+    let wrapped = |text: &str| -> Vec<String> {
+        let map: serde_json::Map<String, Value> = serde_json::from_str(text).unwrap();
+        map.values()
+            .map(|m| {
+                let m: Value = serde_json::from_str(m.as_str().unwrap()).unwrap();
+                format!("{}|{}", m["masterKeyID"], m["wrappedKEK"])
+            })
+            .collect()
+    };
+    let (old, new) = (wrapped(&before), wrapped(&after));
+    let old_pii: Vec<_> = old.iter().filter(|w| w.contains(pii)).collect();
+    assert_eq!(old_pii.len(), 1);
+    assert!(!new.contains(old_pii[0]), "old wrapping still present");
+    assert_eq!(std::fs::read(&ext).unwrap(), data_before);
+    let rows: Value = serde_json::from_str(&ok(&clearice(&config, &["-c", &query(&ext)]))).unwrap();
+    assert_eq!(rows, expected);
+
+    // Unreachable KMS: one line naming the KMS and the endpoint, exit code 8.
+    drop(moto);
+    let out = clearice(&config, &["-c", &query(&file)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "{err}");
+    assert!(
+        err.contains("KMS 'aws' call for master key") && err.contains(&endpoint),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
