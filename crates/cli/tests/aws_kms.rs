@@ -120,20 +120,32 @@ fn aws_kms_unwraps_pyarrow_keys_rotates_side_files_and_names_itself_when_down() 
     };
     let expected = serde_json::json!([{"n": 1000, "lo": "000-00-0000", "hi": "999-00-0999"}]);
     for f in [&file, &ext] {
-        let rows: Value = serde_json::from_str(&ok(&clearice(&config, &["-c", &query(f)]))).unwrap();
+        let rows: Value =
+            serde_json::from_str(&ok(&clearice(&config, &["-c", &query(f)]))).unwrap();
         assert_eq!(rows, expected, "{}", f.display());
     }
 
     // Rotation: the side file's records under the PII key are re-wrapped through the
     // KMS (Decrypt, then Encrypt with its current key material); data files untouched.
-    let side = tmp.path().join("ext/_KEY_MATERIAL_FOR_aws_ext.parquet.json");
+    let side = tmp
+        .path()
+        .join("ext/_KEY_MATERIAL_FOR_aws_ext.parquet.json");
     let before = std::fs::read_to_string(&side).unwrap();
     let data_before = std::fs::read(&ext).unwrap();
     let report = ok(&clearice(
         &config,
-        &["keys", "rotate", "--master-key", pii, tmp.path().join("ext").to_str().unwrap()],
+        &[
+            "keys",
+            "rotate",
+            "--master-key",
+            pii,
+            tmp.path().join("ext").to_str().unwrap(),
+        ],
     ));
-    assert!(report.contains("re-wrapped 1 key(s) in 1 side file(s)"), "{report}");
+    assert!(
+        report.contains("re-wrapped 1 key(s) in 1 side file(s)"),
+        "{report}"
+    );
     let after = std::fs::read_to_string(&side).unwrap();
     let wrapped = |text: &str| -> Vec<String> {
         let map: serde_json::Map<String, Value> = serde_json::from_str(text).unwrap();

@@ -216,12 +216,12 @@ async fn login_query_and_metadata_follow_the_policy() {
         .await
         .unwrap();
     assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
-    // a per-user KMS token is refused, not silently ignored
+    // a per-user token with no provider that takes tokens is refused, not ignored
     let mut with_token = fx.client("analyst", "analyst").await.unwrap();
     with_token.set_header("kms_token", "t0k3n");
     let e = query(&mut with_token, sql).await.unwrap_err();
     assert!(
-        e.contains("'kms_token' was sent, but per-user KMS tokens are not supported yet"),
+        e.contains("'kms_token' was sent, but no configured crypto provider takes per-user tokens"),
         "{e}"
     );
     // wrong password / no token
