@@ -251,6 +251,39 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         "{plan}"
     );
 
+    // --- policy check: the service answers and knows the keys routed to it ----------
+    let check = clearice()
+        .arg("--config")
+        .arg(&config)
+        .args(["policy", "check"])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    let policy = std::fs::read_to_string(lake.join("policy.toml")).unwrap().replace(
+        "master_key = \"finance_key\"\n",
+        "master_key = \"finance_key\"\nprovider = \"dbps\"\n",
+    );
+    std::fs::write(lake.join("policy-finance.toml"), policy).unwrap();
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("path = \"policy.toml\"", "path = \"policy-finance.toml\"");
+    let finance = lake.join("finance.toml");
+    std::fs::write(&finance, text).unwrap();
+    let check = clearice()
+        .arg("--config")
+        .arg(&finance)
+        .args(["policy", "check"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stdout);
+    assert!(!check.status.success(), "{report}");
+    assert!(
+        report.contains(
+            "lake.sales.customers.balance: crypto provider 'dbps' does not know master key 'finance_key'"
+        ),
+        "{report}"
+    );
+
     // --- Flight SQL: the principal is the service's user; a client's own token wins ---
     let flight = start(&config, &["serve"], &tmp.path().join("flight.addr"));
     let out = Command::new(&python)

@@ -694,12 +694,56 @@ fn load_explicit_keys(
 }
 
 impl Engine {
+    /// Whether each provider the table's policy names is reachable and knows the
+    /// master keys routed to it.
+    async fn check_providers(
+        &self,
+        table: &str,
+        tpol: &clearice_policy::TablePolicy,
+    ) -> Vec<String> {
+        let default = tpol.provider.as_deref().unwrap_or(clearice_crypto::LOCAL);
+        let mut by_provider: std::collections::BTreeMap<&str, Vec<(String, &str)>> =
+            Default::default();
+        for (col, c) in &tpol.columns {
+            if let Some(k) = &c.master_key {
+                let p = c.provider.as_deref().unwrap_or(default);
+                by_provider.entry(p).or_default().push((k.clone(), col));
+            }
+        }
+        let context = CallContext {
+            principal: "clearice-policy-check".into(),
+            application: [("table".to_owned(), table.to_owned())].into(),
+            ..Default::default()
+        };
+        let mut problems = Vec::new();
+        for (name, keys) in by_provider {
+            let Some(provider) = self.providers.get(name) else {
+                continue;
+            };
+            let ids: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+            match provider.check_access(&context, &ids).await {
+                Err(e) => problems.push(format!("{table}: {e}")),
+                Ok(answers) => {
+                    for (k, col) in &keys {
+                        if answers.get(k) == Some(&clearice_crypto::KeyAccess::Unknown) {
+                            problems.push(format!(
+                                "{table}.{col}: crypto provider '{name}' does not know master key '{k}'"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        problems
+    }
+
     /// Checks the policy against the catalogs (`clearice policy check`): every table and
     /// column it names exists, every mask applies to its column's type, and every column
     /// encrypted under its own key in the table's current data is declared with that
     /// `master_key` (reading one data file's footer; no column key is requested), the
     /// table's files can be planned, and `SELECT *` of it plans for every user of the
-    /// policy (a refusal by the policy is fine; any other failure is a problem).
+    /// policy (a refusal by the policy is fine; any other failure is a problem), and every
+    /// crypto provider it names answers and knows the master keys routed to it.
     /// Returns the problems found, one line each.
     pub async fn check_policy(&self) -> Vec<String> {
         use futures::TryStreamExt;
@@ -740,6 +784,7 @@ impl Engine {
                     .iter()
                     .map(|e| e.to_string()),
             );
+            problems.extend(self.check_providers(name, tpol).await);
             for user in self.policy.user_names() {
                 let session = self.session_for(user, "policy-check");
                 if let Err(e) = session.sql_plan(&format!("SELECT * FROM {name}")).await
