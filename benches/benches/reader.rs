@@ -1,6 +1,7 @@
-//! The decrypting reader (local provider) vs parquet-rs's native PME decryption vs the
-//! plaintext twin, on the same data, in one run: a full scan and a 1 % row range read
-//! with the page index (page-range decryption).
+//! The decrypting reader with the local provider and with the remote provider (the
+//! reference crypto service, in process, over HTTP on loopback) vs parquet-rs's native PME
+//! decryption vs the plaintext twin, on the same data, in one run: a full scan and a 1 %
+//! row range read with the page index (page-range decryption).
 //!
 //! `cargo bench -p clearice-benches --bench reader`
 
@@ -9,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clearice_crypto::{
-    CallContext, DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyScope, LocalProvider, SecretKey,
+    CallContext, DEFAULT_KEY_CACHE_TTL, KeyMaterialWriter, KeyResolver, KeyScope, KeyringKms,
+    LocalProvider, ProviderRef, RemoteConfig, RemoteCredential, RemoteProvider, SecretKey,
 };
 use clearice_table::pme::{DecryptingReaderFactory, ScanKeys};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -29,9 +31,13 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::TryStreamExt;
 
 const ROWS: usize = 1_000_000;
-const FOOTER: &[u8] = b"0123456789012345";
-const PII: &[u8] = b"1234567890123450";
-const MONEY: &[u8] = b"1234567890123451";
+/// Master keys (PKMT1 key material, double wrapping, as PyArrow writes).
+const KEYRING: &str = r#"{"kf": "MDEyMzQ1Njc4OTAxMjM0NQ==", "kc1": "MTIzNDU2Nzg5MDEyMzQ1MA==", "kc2": "MTIzNDU2Nzg5MDEyMzQ1MQ=="}"#;
+const JWT_SECRET: &str = "bench-secret-bench-secret-bench-secret!!";
+
+fn keyring() -> KeyringKms {
+    KeyringKms::from_json(KEYRING).expect("keyring")
+}
 
 fn batch(start: usize, n: usize) -> RecordBatch {
     let ids: Vec<i64> = (start..start + n).map(|i| i as i64).collect();
@@ -65,11 +71,16 @@ fn write(path: &Path, encrypt: bool) {
         .set_data_page_row_count_limit(8192)
         .set_max_row_group_row_count(Some(250_000));
     if encrypt {
-        let fep = FileEncryptionProperties::builder(FOOTER.to_vec())
-            .with_footer_key_metadata("kf".into())
-            .with_column_key_and_metadata("ssn", PII.to_vec(), b"kc1".to_vec())
-            .with_column_key_and_metadata("email", PII.to_vec(), b"kc1".to_vec())
-            .with_column_key_and_metadata("balance", MONEY.to_vec(), b"kc2".to_vec())
+        let kms = keyring();
+        let mut material = KeyMaterialWriter::new(&kms);
+        let (footer, footer_md) = material.data_key("kf", true).expect("footer key");
+        let (pii, pii_md) = material.data_key("kc1", false).expect("pii key");
+        let (money, money_md) = material.data_key("kc2", false).expect("money key");
+        let fep = FileEncryptionProperties::builder(footer.expose().to_vec())
+            .with_footer_key_metadata(footer_md)
+            .with_column_key_and_metadata("ssn", pii.expose().to_vec(), pii_md.clone())
+            .with_column_key_and_metadata("email", pii.expose().to_vec(), pii_md)
+            .with_column_key_and_metadata("balance", money.expose().to_vec(), money_md)
             .build()
             .expect("encryption");
         props = props.with_file_encryption_properties(fep);
@@ -84,11 +95,46 @@ fn write(path: &Path, encrypt: bool) {
 }
 
 fn resolver() -> Arc<KeyResolver> {
-    let keys: HashMap<String, SecretKey> = [("kf", FOOTER), ("kc1", PII), ("kc2", MONEY)]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), SecretKey::from_bytes(v.to_vec())))
-        .collect();
-    Arc::new(KeyResolver::new(None, keys, DEFAULT_KEY_CACHE_TTL))
+    Arc::new(KeyResolver::new(
+        Some(Arc::new(keyring())),
+        HashMap::new(),
+        DEFAULT_KEY_CACHE_TTL,
+    ))
+}
+
+/// Starts the reference crypto service in process on a loopback port; returns its
+/// remote provider.
+#[expect(clippy::disallowed_methods, reason = "benchmark setup")]
+fn remote(rt: &tokio::runtime::Runtime, dir: &Path) -> Arc<RemoteProvider> {
+    std::fs::write(dir.join("keyring.json"), KEYRING).expect("keyring");
+    std::fs::write(dir.join("jwt.secret"), JWT_SECRET).expect("secret");
+    std::fs::write(
+        dir.join("crypto-server.toml"),
+        "[kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\
+         [auth]\naudience = \"clearice-crypto\"\nhs256_secret_file = \"jwt.secret\"\n\
+         trusted_services = [\"bench\"]\n\
+         [keys.kf]\nusers = [\"*\"]\n[keys.kc1]\nusers = [\"*\"]\n[keys.kc2]\nusers = [\"*\"]\n",
+    )
+    .expect("config");
+    let config =
+        clearice_crypto_server::Config::load(&dir.join("crypto-server.toml")).expect("config");
+    let service = Arc::new(clearice_crypto_server::Service::new(config).expect("service"));
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    rt.spawn(async move {
+        clearice_crypto_server::serve(service, listener, None, std::future::pending()).await
+    });
+    let mut config = RemoteConfig::new("bench", format!("http://{addr}"));
+    config.credential = RemoteCredential::Hs256 {
+        secret: SecretKey::from_bytes(JWT_SECRET.as_bytes().to_vec()),
+        subject: "bench".into(),
+        audience: "clearice-crypto".into(),
+    };
+    // The runtime's handle keeps the provider's connections on the bench runtime.
+    let _guard = rt.enter();
+    Arc::new(RemoteProvider::new(config, None).expect("remote provider"))
 }
 
 #[derive(Clone, Copy)]
@@ -99,6 +145,8 @@ enum Reader {
     Native,
     /// ClearIce's decrypting reader (local provider) over the same store.
     ClearIce,
+    /// ClearIce's decrypting reader with the remote provider (keys stay in the service).
+    Remote,
 }
 
 /// 1 % of the rows, from the middle of the file.
@@ -114,6 +162,7 @@ async fn read(
     reader: Reader,
     path: &Path,
     resolver: &Arc<KeyResolver>,
+    remote: &ProviderRef,
     selective: bool,
     metrics: &ExecutionPlanMetricsSet,
 ) -> usize {
@@ -142,11 +191,19 @@ async fn read(
                     .with_file_size(size),
             )
         }
-        Reader::ClearIce => {
+        Reader::ClearIce | Reader::Remote => {
+            let provider: ProviderRef = match reader {
+                Reader::Remote => Arc::clone(remote),
+                _ => Arc::new(LocalProvider::new(Arc::clone(resolver), None)),
+            };
             let keys = ScanKeys {
-                provider: Arc::new(LocalProvider::new(Arc::clone(resolver), None)),
+                provider,
                 scope: KeyScope::All,
-                context: CallContext::default(),
+                context: CallContext {
+                    principal: "bench".into(),
+                    file: path.display().to_string(),
+                    ..Default::default()
+                },
                 aad_prefix: None,
                 given: None,
             };
@@ -215,20 +272,26 @@ fn bench(c: &mut Criterion) {
     write(&enc, true);
     write(&plain, false);
     let resolver = resolver();
-    // Provider calls and decryption work per query, reported once.
-    for selective in [false, true] {
-        let m = ExecutionPlanMetricsSet::new();
-        let rows = rt.block_on(read(Reader::ClearIce, &enc, &resolver, selective, &m));
-        let metrics = m.clone_inner();
-        let get = |n: &str| metrics.sum_by_name(n).map_or(0, |v| v.as_usize());
-        eprintln!(
-            "clearice {}: {rows} rows, {} provider calls, {} chunks and {} page ranges decrypted, {} modules",
-            if selective { "1% range" } else { "full scan" },
-            get("crypto_provider_calls"),
-            get("crypto_chunks_decrypted"),
-            get("crypto_page_ranges_decrypted"),
-            get("crypto_modules_decrypted"),
-        );
+    let remote_provider = remote(&rt, dir.path());
+    let remote: ProviderRef = remote_provider.clone();
+    // Provider calls, HTTP requests and decryption work per query, reported once.
+    for (label, reader) in [("local", Reader::ClearIce), ("remote", Reader::Remote)] {
+        for selective in [false, true] {
+            let m = ExecutionPlanMetricsSet::new();
+            let before = remote_provider.request_count();
+            let rows = rt.block_on(read(reader, &enc, &resolver, &remote, selective, &m));
+            let metrics = m.clone_inner();
+            let get = |n: &str| metrics.sum_by_name(n).map_or(0, |v| v.as_usize());
+            eprintln!(
+                "clearice {label} {}: {rows} rows, {} provider calls ({} HTTP requests), {} chunks and {} page ranges decrypted, {} modules",
+                if selective { "1% range" } else { "full scan" },
+                get("crypto_provider_calls"),
+                remote_provider.request_count() - before,
+                get("crypto_chunks_decrypted"),
+                get("crypto_page_ranges_decrypted"),
+                get("crypto_modules_decrypted"),
+            );
+        }
     }
     for (name, selective) in [("reader_full_scan", false), ("reader_1pct_range", true)] {
         let mut g = c.benchmark_group(name);
@@ -238,6 +301,7 @@ fn bench(c: &mut Criterion) {
             ("plaintext", Reader::Plaintext, &plain),
             ("parquet_rs_native", Reader::Native, &enc),
             ("clearice_local", Reader::ClearIce, &enc),
+            ("clearice_remote", Reader::Remote, &enc),
             ("clearice_on_plaintext", Reader::ClearIce, &plain),
         ] {
             g.bench_function(label, |b| {
@@ -246,6 +310,7 @@ fn bench(c: &mut Criterion) {
                         reader,
                         path,
                         &resolver,
+                        &remote,
                         selective,
                         &ExecutionPlanMetricsSet::new(),
                     )
