@@ -105,7 +105,12 @@ fn failure(out: &Output) -> (i32, String) {
 
 /// Rewrites `[providers.dbps]` of a copy of the lake's config.
 fn config_variant(lake: &Path, name: &str, addr: &str, extra: &str, secret: &str) -> PathBuf {
-    let text = std::fs::read_to_string(lake.join("clearice.toml"))
+    // The config as `demo init` wrote it (variants are written next to it).
+    let original = lake.join("clearice.toml.orig");
+    if !original.exists() {
+        std::fs::copy(lake.join("clearice.toml"), &original).unwrap();
+    }
+    let text = std::fs::read_to_string(&original)
         .unwrap()
         .replace("http://127.0.0.1:8443", &format!("http://{addr}"))
         .replace("crypto-server/jwt.secret", secret)
@@ -258,11 +263,17 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         .args(["policy", "check"])
         .output()
         .unwrap();
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
-    let policy = std::fs::read_to_string(lake.join("policy.toml")).unwrap().replace(
-        "master_key = \"finance_key\"\n",
-        "master_key = \"finance_key\"\nprovider = \"dbps\"\n",
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
     );
+    let policy = std::fs::read_to_string(lake.join("policy.toml"))
+        .unwrap()
+        .replace(
+            "master_key = \"finance_key\"\n",
+            "master_key = \"finance_key\"\nprovider = \"dbps\"\n",
+        );
     std::fs::write(lake.join("policy-finance.toml"), policy).unwrap();
     let text = std::fs::read_to_string(&config)
         .unwrap()
@@ -333,6 +344,63 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         r["user"] == "alice" && r["subject"] == "alice" && r["granted"] == true
     }));
 
+    // --- TLS with a private CA --------------------------------------------------------
+    let out = Command::new(&python)
+        .arg(&client)
+        .arg("tlsgen")
+        .arg(&service_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tls_config = service_dir.join("crypto-server-tls.toml");
+    std::fs::write(
+        &tls_config,
+        std::fs::read_to_string(&service_config).unwrap().replace(
+            "[kms]",
+            "[tls]\ncert = \"server.pem\"\nkey = \"server.key\"\n\n[kms]",
+        ),
+    )
+    .unwrap();
+    let tls_service = start(
+        &tls_config,
+        &["crypto-server"],
+        &tmp.path().join("tls.addr"),
+    );
+    let tls = config_variant(
+        &lake,
+        "tls.toml",
+        &tls_service.addr,
+        "ca_file = \"crypto-server/ca.pem\"\n",
+        "crypto-server/jwt.secret",
+    );
+    let text = std::fs::read_to_string(&tls)
+        .unwrap()
+        .replace("http://127.0.0.1", "https://127.0.0.1");
+    std::fs::write(&tls, &text).unwrap();
+    assert_eq!(
+        rows(&sql(&tls, "admin", ROW, "warn"))[0]["ssn"],
+        "609-11-1603"
+    );
+    // Without the CA the service is not trusted: one clear line, no rows.
+    let untrusted = lake.join("untrusted.toml");
+    std::fs::write(
+        &untrusted,
+        text.replace("ca_file = \"crypto-server/ca.pem\"\n", ""),
+    )
+    .unwrap();
+    let (code, err) = failure(&sql(&untrusted, "admin", ROW, "warn"));
+    assert!(
+        err.contains("crypto provider 'dbps' unavailable")
+            && err.to_lowercase().contains("certificate"),
+        "{err}"
+    );
+    assert_eq!(code, 8, "{err}");
+    drop(tls_service);
+
     // --- wrong credentials: a secret the service does not know ------------------------
     std::fs::write(lake.join("wrong.secret"), "x".repeat(44)).unwrap();
     let wrong = config_variant(&lake, "wrong.toml", &service.addr, "", "wrong.secret");
@@ -374,6 +442,52 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
     );
     assert_eq!(code, 8, "{err}");
     assert!(waited < Duration::from_secs(15), "waited {waited:?}");
+
+    // --- frozen mid-query: the scan has had answers, then none; no rows, no hang -------
+    let serial = config_variant(
+        &lake,
+        "serial.toml",
+        &service.addr,
+        "timeout_s = 1\nretries = 1\nmax_concurrent = 1\nmax_request_mb = 1\n",
+        "crypto-server/jwt.secret",
+    );
+    let service_audit = service_dir.join("audit.jsonl");
+    let seen = std::fs::metadata(&service_audit).unwrap().len();
+    let query = clearice()
+        .arg("--config")
+        .arg(&serial)
+        .args(["--user", "admin", "--format", "json", "-q", "-c"])
+        .arg("SELECT count(DISTINCT ssn || email || phone) AS n FROM lake.sales.customers")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    // The first module batch of this query decrypted: freeze the service.
+    while std::fs::metadata(&service_audit).unwrap().len() == seen {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no decrypt call seen"
+        );
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    #[cfg(unix)]
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(service.child.id() as i32, libc::SIGSTOP);
+    }
+    let out = query.wait_with_output().unwrap();
+    let waited = started.elapsed();
+    #[cfg(unix)]
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(service.child.id() as i32, libc::SIGCONT);
+    }
+    let (code, err) = failure(&out);
+    assert!(err.contains("no answer within 1.0 s"), "{err}");
+    assert_eq!(code, 8, "{err}");
+    assert!(out.stdout.is_empty(), "partial output: {:?}", out.stdout);
+    assert!(waited < Duration::from_secs(20), "waited {waited:?}");
 
     // --- a stopped service: no hang, no rows ------------------------------------------
     drop(service);

@@ -2,6 +2,7 @@
 
 usage:
   remote_client.py keygen DIR          -> DIR/idp.key (PKCS#8) and DIR/idp.pub (SPKI), ES256
+  remote_client.py tlsgen DIR          -> DIR/ca.pem, DIR/server.pem, DIR/server.key (127.0.0.1)
   remote_client.py query ADDR KEY AUD  -> one JSON object: what each token saw over ADBC
 
 Users' own tokens are ES256 JWTs signed here with the identity provider's key; the
@@ -41,6 +42,38 @@ def keygen(out: Path):
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
+def tlsgen(out: Path):
+    import datetime
+    import ipaddress
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "clearice test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (out / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (out / "server.pem").write_bytes(cert.public_bytes(pem))
+    (out / "server.key").write_bytes(key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+
+
 def query(addr, token, user="analyst"):
     kwargs = {"username": user, "password": user}
     if token is not None:
@@ -59,6 +92,9 @@ def query(addr, token, user="analyst"):
 def main():
     if sys.argv[1] == "keygen":
         keygen(Path(sys.argv[2]))
+        return
+    if sys.argv[1] == "tlsgen":
+        tlsgen(Path(sys.argv[2]))
         return
     addr, key_file, aud = sys.argv[2], sys.argv[3], sys.argv[4]
     key = serialization.load_pem_private_key(Path(key_file).read_bytes(), None)

@@ -14,4 +14,5 @@ mod pme_tamper;
 mod policy;
 mod postgres;
 mod pyarrow;
+mod rotation;
 mod tamper;
