@@ -168,3 +168,130 @@ pub fn allowed(config: &Config, caller: &Caller, key_id: &str) -> bool {
             .iter()
             .any(|r| r == "*" || caller.roles.contains(r))
 }
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    fn config(dir: &std::path::Path) -> Config {
+        std::fs::write(dir.join("jwt.secret"), SECRET).unwrap();
+        std::fs::write(dir.join("keyring.json"), "{}").unwrap();
+        std::fs::write(
+            dir.join("c.toml"),
+            "[kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\
+             [auth]\naudience = \"crypto\"\nhs256_secret_file = \"jwt.secret\"\ntrusted_services = [\"clearice\"]\n\
+             [users.ann]\nroles = [\"pii_reader\"]\n\
+             [keys.pii]\nroles = [\"pii_reader\"]\n[keys.open]\nusers = [\"*\"]\n",
+        )
+        .unwrap();
+        Config::load(&dir.join("c.toml")).unwrap()
+    }
+
+    fn token(claims: serde_json::Value) -> String {
+        format!(
+            "Bearer {}",
+            encode(
+                &Header::default(),
+                &claims,
+                &EncodingKey::from_secret(SECRET.as_bytes())
+            )
+            .unwrap()
+        )
+    }
+
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    #[test]
+    fn users_tokens_and_trusted_services_decide_who_is_asking() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = config(dir.path());
+        let v = Verifier::new(&c).unwrap();
+        // a user's own token: its subject, its roles plus the configured ones
+        let t = token(
+            serde_json::json!({"sub": "bob", "aud": "crypto", "exp": now() + 60, "roles": ["x"]}),
+        );
+        let caller = v.verify(Some(&t), "someone-else", &c).unwrap();
+        assert_eq!(caller.user, "bob");
+        assert!(caller.roles.contains("x"));
+        assert!(!allowed(&c, &caller, "pii") && allowed(&c, &caller, "open"));
+        // a trusted service names the user; the user's configured roles apply
+        let t = token(
+            serde_json::json!({"sub": "clearice", "aud": "crypto", "exp": now() + 60, "roles": ["pii_reader"]}),
+        );
+        let caller = v.verify(Some(&t), "ann", &c).unwrap();
+        assert_eq!(
+            (caller.user.as_str(), caller.subject.as_str()),
+            ("ann", "clearice")
+        );
+        assert!(allowed(&c, &caller, "pii"));
+        // ...but its own claims do not carry over to a user without roles
+        let caller = v.verify(Some(&t), "carl", &c).unwrap();
+        assert!(!allowed(&c, &caller, "pii"));
+        assert!(!allowed(&c, &caller, "no_rule_key"));
+        assert!(
+            v.verify(Some(&t), "", &c)
+                .unwrap_err()
+                .contains("must name the user")
+        );
+    }
+
+    #[test]
+    fn expired_foreign_and_malformed_tokens_are_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = config(dir.path());
+        let v = Verifier::new(&c).unwrap();
+        let expired =
+            token(serde_json::json!({"sub": "bob", "aud": "crypto", "exp": now() - 3600}));
+        assert_eq!(
+            v.verify(Some(&expired), "", &c).unwrap_err(),
+            "token expired"
+        );
+        let other_aud = token(serde_json::json!({"sub": "bob", "aud": "other", "exp": now() + 60}));
+        assert!(
+            v.verify(Some(&other_aud), "", &c)
+                .unwrap_err()
+                .contains("audience")
+        );
+        let no_exp = token(serde_json::json!({"sub": "bob", "aud": "crypto"}));
+        assert!(v.verify(Some(&no_exp), "", &c).unwrap_err().contains("exp"));
+        let forged = encode(
+            &Header::default(),
+            &serde_json::json!({"sub": "bob", "aud": "crypto", "exp": now() + 60}),
+            &EncodingKey::from_secret(b"another-secret-another-secret-00"),
+        )
+        .unwrap();
+        assert!(
+            v.verify(Some(&format!("Bearer {forged}")), "", &c)
+                .unwrap_err()
+                .contains("signature")
+        );
+        assert_eq!(v.verify(None, "", &c).unwrap_err(), "missing bearer token");
+        assert_eq!(
+            v.verify(Some("Bearer x.y"), "", &c).unwrap_err(),
+            "malformed token"
+        );
+        // an algorithm not configured is refused before any key is tried
+        let mut header = Header::new(jsonwebtoken::Algorithm::HS384);
+        header.typ = Some("JWT".into());
+        let hs384 = encode(
+            &header,
+            &serde_json::json!({"sub": "bob", "aud": "crypto", "exp": now() + 60}),
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        assert!(
+            v.verify(Some(&format!("Bearer {hs384}")), "", &c)
+                .unwrap_err()
+                .contains("not accepted")
+        );
+    }
+}
