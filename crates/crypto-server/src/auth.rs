@@ -280,7 +280,7 @@ mod tests {
             "malformed token"
         );
         // an algorithm not configured is refused before any key is tried
-        let mut header = Header::new(jsonwebtoken::Algorithm::HS384);
+        let mut header = Header::new(Algorithm::HS384);
         header.typ = Some("JWT".into());
         let hs384 = encode(
             &header,
