@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+use common::python;
+
 struct Moto(Child);
 
 impl Drop for Moto {
@@ -19,18 +22,6 @@ impl Drop for Moto {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn python() -> Option<String> {
-    let p = std::env::var("CLEARICE_PYTHON").ok();
-    if p.is_none() {
-        assert!(
-            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
-            "CLEARICE_PYTHON is not set"
-        );
-        eprintln!("\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh ***\n");
-    }
-    p
 }
 
 const AWS_ENV: [(&str, &str); 4] = [

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+use common::python;
+
 struct Server {
     child: Child,
     addr: String,
@@ -23,20 +26,6 @@ impl Drop for Server {
 
 fn start(config: &Path, dir: &Path) -> Server {
     start_in(config, dir, &std::env::current_dir().unwrap())
-}
-
-fn python() -> Option<String> {
-    let p = std::env::var("CLEARICE_PYTHON").ok();
-    if p.is_none() {
-        assert!(
-            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
-            "CLEARICE_PYTHON is not set"
-        );
-        eprintln!(
-            "\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh to run this test ***\n"
-        );
-    }
-    p
 }
 
 #[test]

@@ -13,67 +13,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-struct Proc {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        #[cfg(unix)]
-        // SAFETY: signalling our own child (a frozen one must run to be killed).
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGCONT);
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn python() -> Option<String> {
-    let p = std::env::var("CLEARICE_PYTHON").ok();
-    if p.is_none() {
-        assert!(
-            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
-            "CLEARICE_PYTHON is not set"
-        );
-        eprintln!("\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh ***\n");
-    }
-    p
-}
+mod common;
+use common::{python, signal, start};
 
 fn clearice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_clearice"))
-}
-
-/// Starts `clearice --config CONFIG ARGS --addr 127.0.0.1:0 --addr-file F`.
-fn start(config: &Path, args: &[&str], addr_file: &Path) -> Proc {
-    let _ = std::fs::remove_file(addr_file);
-    let child = clearice()
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .args(["--addr", "127.0.0.1:0", "--addr-file"])
-        .arg(addr_file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while std::fs::read_to_string(addr_file)
-        .unwrap_or_default()
-        .is_empty()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{args:?} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Proc {
-        child,
-        addr: std::fs::read_to_string(addr_file).unwrap(),
-    }
 }
 
 fn sql(config: &Path, user: &str, sql: &str, log: &str) -> Output {
@@ -422,19 +366,11 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         "timeout_s = 1\nretries = 1\n",
         "crypto-server/jwt.secret",
     );
-    #[cfg(unix)]
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(service.child.id() as i32, libc::SIGSTOP);
-    }
+    signal(&service.child, libc::SIGSTOP);
     let started = Instant::now();
     let (code, err) = failure(&sql(&bounded, "admin", ROW, "warn"));
     let waited = started.elapsed();
-    #[cfg(unix)]
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(service.child.id() as i32, libc::SIGCONT);
-    }
+    signal(&service.child, libc::SIGCONT);
     assert!(
         err.contains("crypto provider 'dbps' unavailable")
             && err.contains("no answer within 1.0 s"),
@@ -471,18 +407,10 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         );
         std::thread::sleep(Duration::from_micros(500));
     }
-    #[cfg(unix)]
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(service.child.id() as i32, libc::SIGSTOP);
-    }
+    signal(&service.child, libc::SIGSTOP);
     let out = query.wait_with_output().unwrap();
     let waited = started.elapsed();
-    #[cfg(unix)]
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(service.child.id() as i32, libc::SIGCONT);
-    }
+    signal(&service.child, libc::SIGCONT);
     let (code, err) = failure(&out);
     assert!(err.contains("no answer within 1.0 s"), "{err}");
     assert_eq!(code, 8, "{err}");

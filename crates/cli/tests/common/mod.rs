@@ -1,0 +1,77 @@
+//! Helpers shared by the CLI's integration tests (each test file includes what it uses).
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The test venv's Python (`CLEARICE_PYTHON`); `None` (and a loud SKIPPED line) outside
+/// `scripts/test.sh`, a failure when fixtures are required.
+pub fn python() -> Option<String> {
+    let p = std::env::var("CLEARICE_PYTHON").ok();
+    if p.is_none() {
+        assert!(
+            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+            "CLEARICE_PYTHON is not set"
+        );
+        eprintln!(
+            "\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh to run this test ***\n"
+        );
+    }
+    p
+}
+
+/// A child process killed (and resumed first, if frozen) when dropped.
+pub struct Proc {
+    /// The process.
+    pub child: Child,
+    /// The address it listens on.
+    pub addr: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        signal(&self.child, libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `sig` to our own child.
+pub fn signal(child: &Child, sig: i32) {
+    // SAFETY: signalling a child this test started (and has not reaped).
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// Starts `clearice --config CONFIG ARGS --addr 127.0.0.1:0 --addr-file F` and waits
+/// until it listens.
+pub fn start(config: &Path, args: &[&str], addr_file: &Path) -> Proc {
+    let _ = std::fs::remove_file(addr_file);
+    let child = Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .args(["--addr", "127.0.0.1:0", "--addr-file"])
+        .arg(addr_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::fs::read_to_string(addr_file)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{args:?} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Proc {
+        child,
+        addr: std::fs::read_to_string(addr_file).unwrap(),
+    }
+}
