@@ -1,0 +1,166 @@
+//! The reference service over HTTP with ClearIce's remote provider as its client: modules
+//! encrypted by the service under the key material's data key (checked with that key),
+//! decrypted back, refused for a key without a rule, a body over the size limit refused,
+//! and a graceful shutdown.
+
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use clearice_crypto::{
+    Algorithm, CallContext, CryptoProvider, KeyMaterialWriter, KeyringKms, Module, ModuleBatch,
+    ModuleCipher, ModulePosition, ModuleType, ProviderError, RemoteConfig, RemoteCredential,
+    RemoteProvider, SecretKey,
+};
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+const KEYRING: &str = r#"{"k": "MDEyMzQ1Njc4OTAxMjM0NQ==", "nobody": "MTIzNDU2Nzg5MDEyMzQ1MA=="}"#;
+
+fn batch(key: clearice_crypto::KeyRef, sizes: &[usize]) -> ModuleBatch {
+    ModuleBatch {
+        key,
+        algorithm: Algorithm::AesGcmV1,
+        column: Some("ssn".into()),
+        modules: sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Module {
+                position: ModulePosition::new(ModuleType::DataPage, 0, 1, i),
+                aad: format!("aad-{i}").into_bytes(),
+                data: Bytes::from(vec![i as u8; *n]),
+                nonce: None,
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_encrypts_decrypts_refuses_limits_and_shuts_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("keyring.json"), KEYRING).unwrap();
+    std::fs::write(d.join("jwt.secret"), SECRET).unwrap();
+    std::fs::write(
+        d.join("c.toml"),
+        "max_request_mb = 1\naudit = \"audit.jsonl\"\n\
+         [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\
+         [auth]\naudience = \"clearice-crypto\"\nhs256_secret_file = \"jwt.secret\"\ntrusted_services = [\"clearice\"]\n\
+         [keys.k]\nusers = [\"ann\"]\n",
+    )
+    .unwrap();
+    let config = clearice_crypto_server::Config::load(&d.join("c.toml")).unwrap();
+    let service = Arc::new(clearice_crypto_server::Service::new(config).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(clearice_crypto_server::serve(
+        service,
+        listener,
+        None,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let mut rc = RemoteConfig::new("svc", format!("http://{addr}"));
+    rc.credential = RemoteCredential::Hs256 {
+        secret: SecretKey::from_bytes(SECRET.as_bytes().to_vec()),
+        subject: "clearice".into(),
+        audience: "clearice-crypto".into(),
+    };
+    rc.max_request_bytes = 4 << 20; // larger than the service's limit, to reach it
+    rc.timeout = Duration::from_secs(5);
+    let remote = RemoteProvider::new(rc, None).unwrap();
+    let ctx = CallContext {
+        principal: "ann".into(),
+        file: "/lake/f.parquet".into(),
+        ..Default::default()
+    };
+
+    // Key material as a writer makes it; the service alone unwraps it.
+    let kms = KeyringKms::from_json(KEYRING).unwrap();
+    let mut writer = KeyMaterialWriter::new(&kms);
+    let (dek, material) = writer.data_key("k", false).unwrap();
+    let key = remote
+        .describe_key(&ctx, Bytes::from(material))
+        .await
+        .unwrap();
+    assert_eq!(key.key_id, "k");
+
+    let plain = batch(key.clone(), &[10, 1000, 0]);
+    let bodies = remote.encrypt(&ctx, plain.clone()).await.unwrap();
+    assert_eq!(bodies.len(), 3);
+    // The service encrypted under the material's data key, with each module's AAD.
+    let cipher = ModuleCipher::new(dek.expose()).unwrap();
+    for (m, body) in plain.modules.iter().zip(&bodies) {
+        let out = cipher
+            .decrypt(Algorithm::AesGcmV1, ModuleType::DataPage, &m.aad, body)
+            .unwrap();
+        assert_eq!(out, m.data.as_ref());
+    }
+    let mut encrypted = plain.clone();
+    for (m, body) in encrypted.modules.iter_mut().zip(bodies) {
+        m.data = Bytes::from(body);
+    }
+    let back = remote.decrypt(&ctx, encrypted.clone()).await.unwrap();
+    assert_eq!(back[1], vec![1u8; 1000]);
+    // A module moved to another position (AAD) fails with its index.
+    let mut moved = encrypted.clone();
+    moved.modules[1].aad = b"aad-elsewhere".to_vec();
+    match remote.decrypt(&ctx, moved).await {
+        Err(ProviderError::Invalid { index: 1, .. }) => {}
+        other => panic!("expected Invalid at 1, got {other:?}"),
+    }
+
+    // Another user, and a key without a rule: refused by the service.
+    let bob = CallContext {
+        principal: "bob".into(),
+        ..ctx.clone()
+    };
+    match remote.decrypt(&bob, encrypted).await {
+        Err(ProviderError::Denied {
+            key_id, principal, ..
+        }) => {
+            assert_eq!((key_id.as_str(), principal.as_str()), ("k", "bob"))
+        }
+        other => panic!("expected Denied, got {other:?}"),
+    }
+    let (_, nobody) = writer.data_key("nobody", false).unwrap();
+    let nobody = remote
+        .describe_key(&ctx, Bytes::from(nobody))
+        .await
+        .unwrap();
+    assert!(matches!(
+        remote.encrypt(&ctx, batch(nobody, &[4])).await,
+        Err(ProviderError::Denied { .. })
+    ));
+
+    // Over the service's 1 MiB body limit: refused, not buffered.
+    match remote.encrypt(&ctx, batch(key.clone(), &[2 << 20])).await {
+        Err(ProviderError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("413"), "{reason}")
+        }
+        other => panic!("expected 413, got {other:?}"),
+    }
+
+    // The audit names users, keys and decisions, never key bytes.
+    let audit = std::fs::read_to_string(d.join("audit.jsonl")).unwrap();
+    assert!(audit.contains("\"user\":\"bob\"") && audit.contains("\"granted\":false"));
+    assert!(!audit.contains("MDEyMzQ1Njc4OTAxMjM0NQ=="));
+
+    // Graceful shutdown: serve returns, and the port no longer answers.
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(15), server)
+        .await
+        .expect("serve did not stop")
+        .unwrap()
+        .unwrap();
+    match remote.decrypt(&ctx, batch(key, &[1])).await {
+        Err(ProviderError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("cannot connect"), "{reason}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
