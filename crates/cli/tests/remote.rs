@@ -100,6 +100,60 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         .to_owned();
     let jwt_secret = std::fs::read_to_string(service_dir.join("jwt.secret")).unwrap();
 
+    // The service encrypted the PII columns while `demo init` wrote them: a data key per
+    // file (`new_key`), then every PII module of each column chunk (`encrypt`)...
+    let audit_text = std::fs::read_to_string(service_dir.join("audit.jsonl")).unwrap();
+    let written: Vec<Value> = audit_text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        written
+            .iter()
+            .filter(|r| r["operation"] == "new_key")
+            .count(),
+        4,
+        "one key per customers file: {audit_text}"
+    );
+    for column in ["ssn", "email", "phone"] {
+        assert!(written.iter().any(|r| r["operation"] == "encrypt"
+            && r["column"] == column
+            && r["key_id"] == "pii_key"
+            && r["modules"].as_u64().unwrap() > 2));
+    }
+    // ...and the files are standard PME that PyArrow reads given the master keys.
+    let data = lake.join("warehouse/sales/customers/data");
+    let first = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .unwrap();
+    let out = Command::new(&python)
+        .arg(&client)
+        .arg("pyread")
+        .arg(&first)
+        .arg(lake.join("keyring.json"))
+        .arg(service_dir.join("keyring.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ssn = read[0]["ssn"].as_str().unwrap();
+    assert!(ssn.len() == 11 && ssn.as_bytes()[3] == b'-', "{read}");
+    // Without the service's key, PyArrow cannot read them.
+    let out = Command::new(&python)
+        .arg(&client)
+        .arg("pyread")
+        .arg(&first)
+        .arg(lake.join("keyring.json"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+
     // Users' own tokens: ES256 from an identity provider the service trusts.
     let out = Command::new(&python)
         .arg(&client)

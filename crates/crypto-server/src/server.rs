@@ -109,6 +109,7 @@ impl Service {
             .route("/access", post(access))
             .route("/decrypt", post(decrypt))
             .route("/encrypt", post(encrypt))
+            .route("/keys", post(new_key))
             .layer(DefaultBodyLimit::max(limit))
             .with_state(self)
     }
@@ -224,6 +225,82 @@ async fn access(State(service): State<Arc<Service>>, headers: HeaderMap, body: B
         keys,
     })
     .into_response()
+}
+
+/// A new data key for a file being written: wrapped under the master key (double
+/// wrapping, as PyArrow writes), returned as key material only.
+async fn new_key(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: protocol::NewKeyRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let caller = match authenticate(&service, &headers, &req.access.user_id) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let key_id = req.encryption.key_id.clone();
+    let app: BTreeMap<String, String> =
+        serde_json::from_str(&req.application_context).unwrap_or_default();
+    let granted = allowed(&service.config, &caller, &key_id);
+    service
+        .audit(AuditRecord {
+            time: now(),
+            operation: "new_key",
+            user: &caller.user,
+            subject: &caller.subject,
+            roles: caller.roles.iter().map(String::as_str).collect(),
+            key_id: &key_id,
+            column: None,
+            table: app.get("table").cloned(),
+            file: app.get("file").cloned(),
+            granted,
+            modules: 0,
+            reference_id: "",
+            error: None,
+        })
+        .await;
+    let access = Access {
+        user_id: caller.user.clone(),
+        roles: caller.roles.iter().cloned().collect(),
+        access_control: Some(if granted { "granted" } else { "denied" }.into()),
+    };
+    if !granted {
+        return error_with(
+            StatusCode::FORBIDDEN,
+            "denied",
+            format!("user '{}' may not use key '{key_id}'", caller.user),
+            Some(access),
+            None,
+        );
+    }
+    let Some(kms) = service.provider.resolver().kms().cloned() else {
+        return error(StatusCode::NOT_FOUND, "unknown_key", "no KMS");
+    };
+    let is_footer = req.is_footer_key;
+    let id = key_id.clone();
+    // KMS wrap calls may block (AWS KMS): off the async workers.
+    let made = tokio::task::spawn_blocking(move || {
+        clearice_crypto::KeyMaterialWriter::new(kms.as_ref()).data_key(&id, is_footer)
+    })
+    .await;
+    match made {
+        Ok(Ok((_dek, material))) => axum::Json(protocol::NewKeyResponse {
+            access,
+            key_metadata: BASE64_STANDARD.encode(material),
+        })
+        .into_response(),
+        Ok(Err(clearice_crypto::Error::UnknownMasterKey { .. })) => error(
+            StatusCode::NOT_FOUND,
+            "unknown_key",
+            format!("no master key '{key_id}'"),
+        ),
+        Ok(Err(e)) => error(StatusCode::BAD_GATEWAY, "kms_unavailable", e.to_string()),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("key task failed: {e}"),
+        ),
+    }
 }
 
 async fn decrypt(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {

@@ -46,7 +46,7 @@ pub use kms::{KeyringKms, Kms};
 pub use local::LocalProvider;
 pub use modules::{Algorithm, ModuleCipher, ModuleError, ModulePosition, ModuleType};
 pub use provider::{
-    AccessToken, CallContext, CryptoProvider, KeyAccess, KeyRef, Module, ModuleBatch,
+    AccessToken, CallContext, CryptoProvider, KeyAccess, KeyRef, Module, ModuleBatch, NewDataKey,
     ProviderError, ProviderRef,
 };
 pub use remote::{RemoteConfig, RemoteCredential, RemoteProvider, mint_hs256};

@@ -21,6 +21,9 @@
 //!      "error": {"code": "unauthenticated" | "denied" | "unknown_key" | "too_large" |
 //!                        "invalid_module" | "bad_request", "message": "...", "index"?: n}}
 //!
+//! POST /keys    {"encryption": {"key_id": "pii_key"}, "access": {"user_id"}, "is_footer_key": false}
+//! 200 {"access": {...}, "key_metadata": "<base64 PKMT1 material; the data key stays>"}
+//!
 //! POST /access  {"access": {"user_id"}, "key_ids": ["pii_key", ...]}
 //! 200 {"access": {...}, "keys": {"pii_key": "granted" | "denied" | "unknown"}}
 //! GET /healthz  200 "ok"
@@ -197,6 +200,30 @@ pub struct AccessResponse {
     pub access: Access,
     /// `granted`, `denied` or `unknown` per key id.
     pub keys: BTreeMap<String, String>,
+}
+
+/// `POST /keys` request: a new data key for a file being written.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NewKeyRequest {
+    /// The master key to wrap it under.
+    pub encryption: EncryptionRef,
+    /// Who asks.
+    pub access: Access,
+    /// Whether it is the file's footer key.
+    #[serde(default)]
+    pub is_footer_key: bool,
+    /// JSON object text (table, file...).
+    #[serde(default)]
+    pub application_context: String,
+}
+
+/// `POST /keys` answer: the key material (the data key itself stays in the service).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NewKeyResponse {
+    /// Who the service decided for.
+    pub access: Access,
+    /// base64 PKMT1 key material.
+    pub key_metadata: String,
 }
 
 /// Frames modules as one payload: each `u32 LE length || bytes` (PME's own framing).

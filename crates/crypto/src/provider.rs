@@ -218,6 +218,22 @@ pub trait CryptoProvider: Send + Sync + std::fmt::Debug {
             .collect())
     }
 
+    /// A new data key under `master_key_id` for a file being written: its key metadata
+    /// (PKMT1 key material the provider can resolve again), and the key itself only if
+    /// the provider releases keys. A provider that keeps its keys returns `key: None` and
+    /// encrypts the file's modules itself ([`Self::encrypt`]).
+    async fn new_data_key(
+        &self,
+        _ctx: &CallContext,
+        master_key_id: &str,
+        _is_footer_key: bool,
+    ) -> Result<NewDataKey, ProviderError> {
+        Err(ProviderError::Unavailable {
+            provider: self.name().to_owned(),
+            reason: format!("does not create data keys (master key '{master_key_id}')"),
+        })
+    }
+
     /// The data key itself, for providers that may hand it out (the reader then decrypts
     /// pages in process). `Ok(None)`: the provider keeps its keys; use [`Self::decrypt`].
     async fn release_key(
@@ -227,6 +243,15 @@ pub trait CryptoProvider: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<SecretKey>, ProviderError> {
         Ok(None)
     }
+}
+
+/// A data key created for writing.
+#[derive(Debug)]
+pub struct NewDataKey {
+    /// Key metadata to store in the file.
+    pub key_metadata: Bytes,
+    /// The key, when the provider releases keys.
+    pub key: Option<SecretKey>,
 }
 
 /// A shared provider.

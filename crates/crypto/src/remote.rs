@@ -24,7 +24,8 @@ use crate::protocol::{
     DataBatch, EncryptionRef, ErrorResponse, ModuleInfo, ValueFormat,
 };
 use crate::provider::{
-    AccessToken, CallContext, CryptoProvider, KeyAccess, KeyRef, ModuleBatch, ProviderError,
+    AccessToken, CallContext, CryptoProvider, KeyAccess, KeyRef, ModuleBatch, NewDataKey,
+    ProviderError,
 };
 use crate::resolver::{KeyResolver, RetrieverCache, SideFileReader};
 use crate::secret::SecretKey;
@@ -528,6 +529,38 @@ impl CryptoProvider for RemoteProvider {
         batch: ModuleBatch,
     ) -> Result<Vec<Vec<u8>>, ProviderError> {
         self.run(ctx, batch, true).await
+    }
+
+    async fn new_data_key(
+        &self,
+        ctx: &CallContext,
+        master_key_id: &str,
+        is_footer_key: bool,
+    ) -> Result<NewDataKey, ProviderError> {
+        let mut app = ctx.application.clone();
+        app.insert("file".into(), ctx.file.clone());
+        let req = protocol::NewKeyRequest {
+            encryption: EncryptionRef {
+                key_id: master_key_id.to_owned(),
+                key_metadata: String::new(),
+            },
+            access: Access {
+                user_id: ctx.principal.clone(),
+                ..Default::default()
+            },
+            is_footer_key,
+            application_context: serde_json::to_string(&app).expect("string map"),
+        };
+        // Not retried: each call makes a new key.
+        let resp: protocol::NewKeyResponse =
+            self.post(ctx, "/keys", &req, false, master_key_id).await?;
+        let key_metadata = BASE64_STANDARD
+            .decode(&resp.key_metadata)
+            .map_err(|_| self.unavailable("/keys: key_metadata is not base64"))?;
+        Ok(NewDataKey {
+            key_metadata: Bytes::from(key_metadata),
+            key: None,
+        })
     }
 
     async fn check_access(

@@ -129,6 +129,17 @@ impl CryptoProvider for RoutedProvider {
         Ok(out)
     }
 
+    async fn new_data_key(
+        &self,
+        ctx: &CallContext,
+        master_key_id: &str,
+        is_footer_key: bool,
+    ) -> Result<crate::provider::NewDataKey, ProviderError> {
+        self.for_key(master_key_id)
+            .new_data_key(ctx, master_key_id, is_footer_key)
+            .await
+    }
+
     async fn release_key(
         &self,
         ctx: &CallContext,

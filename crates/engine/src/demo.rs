@@ -12,7 +12,7 @@ use clearice_policy::Policy;
 
 use crate::error::Error;
 use clearice_crypto::{KeyringKms, SecretKey};
-use clearice_table::write::{EncryptionSpec, append_encrypted};
+use clearice_table::write::{EncryptionSpec, WriteProviders, append_encrypted_with};
 use datafusion::arrow::array::{
     ArrayRef, Date32Array, Decimal128Array, Int64Array, ListBuilder, RecordBatch, StringArray,
     StringBuilder, TimestampMicrosecondArray,
@@ -93,9 +93,20 @@ async fn write_lake(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf> 
             SecretKey::from_bytes(rand::random::<[u8; 24]>().to_vec()),
         ),
     ]);
-    if !remote {
+    // With a remote provider, pii_key lives only in the demo service, which encrypts the
+    // PII columns' modules itself while the lake is written (started here, in process).
+    let (local_kms, service) = if remote {
+        write_crypto_server(&dir, &keyring, owner.as_deref())?;
+        let local = KeyringKms::from_file(&dir.join("keyring.json"))?;
+        (local, Some(DemoService::start(&dir).await?))
+    } else {
         write_private(&dir.join("keyring.json"), &keyring.to_json())?;
-    }
+        (keyring, None)
+    };
+    let write_providers = service
+        .as_ref()
+        .map(DemoService::write_providers)
+        .unwrap_or_default();
     let db = dir.join("catalog.db");
     let warehouse = format!("file://{}", dir.join("warehouse").display());
     let providers = if remote {
@@ -157,7 +168,15 @@ async fn write_lake(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf> 
     let chunk = CUSTOMERS / 4;
     for part in 0..4 {
         let batch = customers_batch(&mut rng, part * chunk, chunk)?;
-        table = append_encrypted(catalog.as_ref(), &table, &[batch], &spec, &keyring).await?;
+        table = append_encrypted_with(
+            catalog.as_ref(),
+            &table,
+            &[batch],
+            &spec,
+            &local_kms,
+            &write_providers,
+        )
+        .await?;
     }
 
     let orders_schema = orders_schema()?;
@@ -176,14 +195,82 @@ async fn write_lake(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf> 
         .await?;
     let spec = spec_for("lake.sales.orders");
     let batch = orders_batch(&mut rng)?;
-    append_encrypted(catalog.as_ref(), &orders, &[batch], &spec, &keyring).await?;
-
-    if remote {
-        write_crypto_server(&dir, &keyring, owner.as_deref())?;
+    append_encrypted_with(
+        catalog.as_ref(),
+        &orders,
+        &[batch],
+        &spec,
+        &local_kms,
+        &write_providers,
+    )
+    .await?;
+    if let Some(s) = service {
+        s.stop().await;
     }
+
     let config_path = dir.join("clearice.toml");
     std::fs::write(&config_path, config)?;
     Ok(config_path)
+}
+
+/// The demo's crypto service, run in process while `demo init --provider remote` writes
+/// the lake (on a free loopback port; the config's `listen` is for later runs).
+struct DemoService {
+    provider: clearice_crypto::ProviderRef,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::result::Result<(), clearice_crypto_server::Error>>,
+}
+
+impl DemoService {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "demo init is a one-off setup command that writes a lake before anything is served"
+    )]
+    async fn start(dir: &Path) -> Result<Self> {
+        let service_dir = dir.join("crypto-server");
+        let config = clearice_crypto_server::Config::load(&service_dir.join("crypto-server.toml"))?;
+        let service = Arc::new(clearice_crypto_server::Service::new(config)?);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(clearice_crypto_server::serve(
+            service,
+            listener,
+            None,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let secret = std::fs::read(service_dir.join("jwt.secret"))?;
+        let mut config = clearice_crypto::RemoteConfig::new("dbps", format!("http://{addr}"));
+        config.credential = clearice_crypto::RemoteCredential::Hs256 {
+            secret: SecretKey::from_bytes(secret.trim_ascii().to_vec()),
+            subject: "clearice".into(),
+            audience: "clearice-crypto".into(),
+        };
+        let provider = Arc::new(clearice_crypto::RemoteProvider::new(config, None)?);
+        Ok(Self {
+            provider,
+            stop,
+            task,
+        })
+    }
+
+    /// The PII key's columns go to the service, written as `admin`.
+    fn write_providers(&self) -> WriteProviders {
+        WriteProviders {
+            by_master_key: [("pii_key".to_owned(), Arc::clone(&self.provider))].into(),
+            context: clearice_crypto::CallContext {
+                principal: "admin".into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
 }
 
 /// Moves `pii_key` into `DIR/crypto-server/` with the service's config and JWT secret.

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use clearice_crypto::{KeyMaterialWriter, Kms};
+use clearice_crypto::{CallContext, KeyMaterialWriter, Kms, ProviderRef, SecretKey};
 use datafusion::arrow::array::{
     Array, ArrayRef, Date32Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array,
 };
@@ -31,6 +31,7 @@ use parquet::encryption::encrypt::FileEncryptionProperties;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use crate::error::{Error, Result};
+use crate::pme::ProviderColumnKey;
 
 /// How to encrypt the files of one write (the policy's protection rules).
 #[derive(Debug, Clone, Default)]
@@ -62,6 +63,16 @@ impl From<&clearice_policy::TablePolicy> for EncryptionSpec {
     }
 }
 
+/// Crypto providers that keep the master keys of some columns (policy `provider`):
+/// their columns are encrypted by the provider ([`crate::pme::rekey`]), not locally.
+#[derive(Debug, Clone, Default)]
+pub struct WriteProviders {
+    /// Master key id → the provider holding it.
+    pub by_master_key: BTreeMap<String, ProviderRef>,
+    /// Who writes (sent with every provider call).
+    pub context: CallContext,
+}
+
 /// Appends `batches` to `table` as encrypted Parquet and commits one snapshot.
 pub async fn append_encrypted(
     catalog: &dyn Catalog,
@@ -69,6 +80,29 @@ pub async fn append_encrypted(
     batches: &[RecordBatch],
     spec: &EncryptionSpec,
     kms: &dyn Kms,
+) -> Result<Table> {
+    append_encrypted_with(
+        catalog,
+        table,
+        batches,
+        spec,
+        kms,
+        &WriteProviders::default(),
+    )
+    .await
+}
+
+/// [`append_encrypted`], with the columns under `providers`' master keys encrypted by
+/// those providers: each file gets a new data key from the provider (key material only),
+/// is written with a stand-in key, and the provider re-encrypts every module of those
+/// columns. The footer key must be local.
+pub async fn append_encrypted_with(
+    catalog: &dyn Catalog,
+    table: &Table,
+    batches: &[RecordBatch],
+    spec: &EncryptionSpec,
+    kms: &dyn Kms,
+    providers: &WriteProviders,
 ) -> Result<Table> {
     let name = table.identifier().to_string();
     let werr = |reason: String| Error::Write {
@@ -93,6 +127,21 @@ pub async fn append_encrypted(
             )));
         }
     }
+    if providers.by_master_key.contains_key(&spec.footer_key_id) {
+        return Err(werr(format!(
+            "footer key '{}' is held by a crypto provider: writes need a local footer key",
+            spec.footer_key_id
+        )));
+    }
+    let remote_columns = spec
+        .column_keys
+        .values()
+        .any(|m| providers.by_master_key.contains_key(m));
+    if remote_columns && spec.plaintext_footer {
+        return Err(werr(
+            "columns encrypted by a crypto provider need an encrypted footer".into(),
+        ));
+    }
     let location = table.metadata().location().trim_end_matches('/').to_owned();
     let commit_id = format!("{:016x}", rand::random::<u64>());
     let mut written: Vec<std::path::PathBuf> = Vec::new();
@@ -105,8 +154,58 @@ pub async fn append_encrypted(
             );
             let path = local_path(&uri).map_err(werr)?;
             written.push(path.clone());
-            let size = write_file(&path, &schema, &batch, spec, kms)
+            let mut context = providers.context.clone();
+            context.file = uri.clone();
+            context
+                .application
+                .insert("table".into(), table.identifier().to_string());
+            // Provider-held column keys: key material from the provider, a stand-in key
+            // for parquet-rs.
+            let mut stand_ins = HashMap::new();
+            for master in spec.column_keys.values() {
+                let Some(provider) = providers.by_master_key.get(master) else {
+                    continue;
+                };
+                if stand_ins.contains_key(master) {
+                    continue;
+                }
+                let made = provider
+                    .new_data_key(&context, master, false)
+                    .await
+                    .map_err(|e| werr(format!("'{uri}': {e}")))?;
+                stand_ins.insert(
+                    master.clone(),
+                    ProviderColumnKey {
+                        stand_in: SecretKey::from_bytes(rand::random::<[u8; 16]>().to_vec()),
+                        key_metadata: made.key_metadata,
+                        provider: Arc::clone(provider),
+                    },
+                );
+            }
+            let (size, footer_key) = write_file(&path, &schema, &batch, spec, kms, &stand_ins)
                 .map_err(|e| werr(format!("'{uri}': {e}")))?;
+            let size = match footer_key {
+                Some(footer_key) if !stand_ins.is_empty() => {
+                    let mut bytes = tokio::fs::read(&path)
+                        .await
+                        .map_err(|e| werr(format!("'{uri}': {e}")))?;
+                    let keys: Vec<ProviderColumnKey> = stand_ins.into_values().collect();
+                    crate::pme::rekey(
+                        &mut bytes,
+                        &footer_key,
+                        spec.aad_prefix.as_deref(),
+                        &keys,
+                        &context,
+                    )
+                    .await
+                    .map_err(|e| werr(format!("'{uri}': {e}")))?;
+                    tokio::fs::write(&path, &bytes)
+                        .await
+                        .map_err(|e| werr(format!("'{uri}': {e}")))?;
+                    bytes.len() as u64
+                }
+                _ => size,
+            };
             let metrics =
                 plaintext_metrics(table.metadata().current_schema(), &batch, spec).map_err(werr)?;
             data_files.push(
@@ -174,7 +273,9 @@ fn write_file(
     batch: &RecordBatch,
     spec: &EncryptionSpec,
     kms: &dyn Kms,
-) -> std::result::Result<u64, String> {
+    stand_ins: &HashMap<String, ProviderColumnKey>,
+) -> std::result::Result<(u64, Option<SecretKey>), String> {
+    let mut footer_key = None;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     }
@@ -190,6 +291,7 @@ fn write_file(
         let (footer, footer_md) = keys
             .data_key(&spec.footer_key_id, true)
             .map_err(|e| e.to_string())?;
+        footer_key = Some(footer.clone());
         let mut b = FileEncryptionProperties::builder(footer.expose().to_vec())
             .with_footer_key_metadata(footer_md)
             .with_plaintext_footer(spec.plaintext_footer);
@@ -199,6 +301,14 @@ fn write_file(
                 .with_aad_prefix_storage(false);
         }
         for (column, master) in &spec.column_keys {
+            if let Some(s) = stand_ins.get(master) {
+                b = b.with_column_key_and_metadata(
+                    column,
+                    s.stand_in.expose().to_vec(),
+                    s.key_metadata.to_vec(),
+                );
+                continue;
+            }
             let (k, md) = keys.data_key(master, false).map_err(|e| e.to_string())?;
             b = b.with_column_key_and_metadata(column, k.expose().to_vec(), md);
         }
@@ -211,7 +321,10 @@ fn write_file(
         .map_err(|e| e.to_string())?;
     w.write(&batch).map_err(|e| e.to_string())?;
     w.close().map_err(|e| e.to_string())?;
-    Ok(std::fs::metadata(path).map_err(|e| e.to_string())?.len())
+    Ok((
+        std::fs::metadata(path).map_err(|e| e.to_string())?.len(),
+        footer_key,
+    ))
 }
 
 /// Column metrics of one data file, by field id.

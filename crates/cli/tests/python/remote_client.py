@@ -3,6 +3,8 @@
 usage:
   remote_client.py keygen DIR          -> DIR/idp.key (PKCS#8) and DIR/idp.pub (SPKI), ES256
   remote_client.py tlsgen DIR          -> DIR/ca.pem, DIR/server.pem, DIR/server.key (127.0.0.1)
+  remote_client.py pyread FILE KEYRING...  -> rows of FILE (id, ssn, email) read by PyArrow
+                                          with the master keys of the keyring files
   remote_client.py query ADDR KEY AUD  -> one JSON object: what each token saw over ADBC
 
 Users' own tokens are ES256 JWTs signed here with the identity provider's key; the
@@ -74,6 +76,34 @@ def tlsgen(out: Path):
         pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
 
 
+def pyread(path, keyrings):
+    import pyarrow.parquet as pq
+    import pyarrow.parquet.encryption as pe
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    keys = {}
+    for k in keyrings:
+        for name, value in json.loads(Path(k).read_text()).items():
+            keys[name] = base64.b64decode(value if isinstance(value, str) else value[-1])
+
+    class Keyring(pe.KmsClient):
+        def __init__(self, _config):
+            super().__init__()
+
+        def wrap_key(self, key_bytes, master_key_identifier):
+            raise NotImplementedError
+
+        def unwrap_key(self, wrapped_key, master_key_identifier):
+            data = base64.b64decode(wrapped_key)
+            return AESGCM(keys[master_key_identifier]).decrypt(
+                data[:12], data[12:], master_key_identifier.encode())
+
+    factory = pe.CryptoFactory(lambda cfg: Keyring(cfg))
+    props = factory.file_decryption_properties(pe.KmsConnectionConfig())
+    table = pq.read_table(path, columns=["id", "ssn", "email"], decryption_properties=props)
+    print(json.dumps(table.slice(0, 3).to_pylist()))
+
+
 def query(addr, token, user="analyst"):
     kwargs = {"username": user, "password": user}
     if token is not None:
@@ -92,6 +122,9 @@ def query(addr, token, user="analyst"):
 def main():
     if sys.argv[1] == "keygen":
         keygen(Path(sys.argv[2]))
+        return
+    if sys.argv[1] == "pyread":
+        pyread(sys.argv[2], sys.argv[3:])
         return
     if sys.argv[1] == "tlsgen":
         tlsgen(Path(sys.argv[2]))

@@ -30,6 +30,7 @@
 mod compact;
 mod error;
 mod format;
+mod rekey;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -59,6 +60,7 @@ use parquet::format::{
 
 pub use error::DecryptError;
 pub use format::{DecryptingParquetFormat, DecryptingParquetFormatFactory};
+pub use rekey::{ProviderColumnKey, rekey};
 
 type Result<T, E = DecryptError> = std::result::Result<T, E>;
 
