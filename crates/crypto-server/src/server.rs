@@ -313,7 +313,19 @@ async fn encrypt(State(service): State<Arc<Service>>, headers: HeaderMap, body: 
 
 async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bool) -> Response {
     let operation = if encrypt { "encrypt" } else { "decrypt" };
-    let req: BatchRequest = match parse(body) {
+    // Binary transport (envelope + raw modules) or JSON with base64 values.
+    let binary = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == protocol::BINARY_CONTENT_TYPE.as_bytes());
+    let (envelope, payload) = if binary {
+        match protocol::decode_binary(body) {
+            Ok((json, payload)) => (json, Some(payload)),
+            Err(m) => return error(StatusCode::BAD_REQUEST, "bad_request", m),
+        }
+    } else {
+        (body.clone(), None)
+    };
+    let req: BatchRequest = match parse(&envelope) {
         Ok(r) => r,
         Err(e) => return e,
     };
@@ -395,24 +407,39 @@ async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bo
             None,
         );
     }
-    let result = run(service, &ctx, &req, key, encrypt).await;
+    let result = run(service, &ctx, &req, payload.as_ref(), key, encrypt).await;
     match result {
-        Ok(value) => {
+        Ok(parts) => {
             service.audit(record(None, true)).await;
             let data = DataBatch {
                 value_format: ValueFormat {
                     format: protocol::MODULES_FORMAT.into(),
                     algorithm: String::new(),
                 },
-                value,
+                value: if binary {
+                    String::new()
+                } else {
+                    protocol::frame(parts.iter().map(Vec::as_slice))
+                },
             };
-            axum::Json(BatchResponse {
+            let answer = BatchResponse {
                 access,
                 data_batch: (!encrypt).then(|| data.clone()),
                 data_batch_encrypted: encrypt.then_some(data),
                 debug: req.debug.clone(),
-            })
-            .into_response()
+            };
+            if binary {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        protocol::BINARY_CONTENT_TYPE,
+                    )],
+                    protocol::encode_binary(&answer, parts.iter().map(Vec::as_slice)),
+                )
+                    .into_response()
+            } else {
+                axum::Json(answer).into_response()
+            }
         }
         Err(resp) => {
             service
@@ -427,9 +454,10 @@ async fn run(
     service: &Service,
     ctx: &CallContext,
     req: &BatchRequest,
+    payload: Option<&Bytes>,
     key: clearice_crypto::KeyRef,
     encrypt: bool,
-) -> Result<String, Response> {
+) -> Result<Vec<Vec<u8>>, Response> {
     let bad = |m: String| error(StatusCode::BAD_REQUEST, "bad_request", m);
     let data = if encrypt {
         req.data_batch.as_ref()
@@ -449,7 +477,14 @@ async fn run(
         "AES_GCM_CTR_V1" => Algorithm::AesGcmCtrV1,
         other => return Err(bad(format!("unknown algorithm '{other}'"))),
     };
-    let bodies = protocol::unframe(&data.value, req.modules.len()).map_err(bad)?;
+    let bodies = match payload {
+        Some(p) => protocol::unframe_raw(p, req.modules.len()).map_err(bad)?,
+        None => protocol::unframe(&data.value, req.modules.len())
+            .map_err(bad)?
+            .into_iter()
+            .map(Bytes::from)
+            .collect(),
+    };
     let mut modules = Vec::with_capacity(bodies.len());
     for (i, (info, body)) in req.modules.iter().zip(bodies).enumerate() {
         let kind = ModuleType::from_code(info.kind)
@@ -470,7 +505,7 @@ async fn run(
         modules.push(Module {
             position: ModulePosition::new(kind, info.row_group, info.column, info.page),
             aad,
-            data: Bytes::from(body),
+            data: body,
             nonce,
         });
     }
@@ -491,7 +526,7 @@ async fn run(
         })
     });
     match out {
-        Ok(parts) => Ok(protocol::frame(parts.iter().map(Vec::as_slice))),
+        Ok(parts) => Ok(parts),
         Err(ProviderError::Invalid { index, error, .. }) => Err(error_with(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_module",

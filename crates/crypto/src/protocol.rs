@@ -226,6 +226,67 @@ pub struct NewKeyResponse {
     pub key_metadata: String,
 }
 
+/// Content type of the binary transport of `/decrypt` and `/encrypt`: the same JSON
+/// envelope with an empty `value`, followed by the framed modules as raw bytes (no base64,
+/// no JSON string scanning). Layout: `"CIM1"`, `u32 LE` envelope length, envelope JSON,
+/// modules (`u32 LE length || bytes` each). Answers use the request's transport.
+pub const BINARY_CONTENT_TYPE: &str = "application/vnd.clearice.pme-modules";
+
+const BINARY_MAGIC: &[u8; 4] = b"CIM1";
+
+/// A binary-transport body: `envelope` and the framed `modules`.
+pub fn encode_binary<'a, T: Serialize>(
+    envelope: &T,
+    modules: impl IntoIterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let json = serde_json::to_vec(envelope).expect("protocol types serialize");
+    let mut out = Vec::with_capacity(8 + json.len());
+    out.extend_from_slice(BINARY_MAGIC);
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    for m in modules {
+        out.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        out.extend_from_slice(m);
+    }
+    out
+}
+
+/// Splits a binary-transport body into its envelope JSON and its module payload.
+pub fn decode_binary(body: &bytes::Bytes) -> Result<(bytes::Bytes, bytes::Bytes), String> {
+    if body.len() < 8 || &body[..4] != BINARY_MAGIC {
+        return Err("not a CIM1 binary body".into());
+    }
+    let n = u32::from_le_bytes(body[4..8].try_into().expect("4 bytes")) as usize;
+    if body.len() < 8 + n {
+        return Err("binary body: envelope is truncated".into());
+    }
+    Ok((body.slice(8..8 + n), body.slice(8 + n..)))
+}
+
+/// Splits a raw framed payload into `expected` modules (slices of `payload`, no copy).
+pub fn unframe_raw(payload: &bytes::Bytes, expected: usize) -> Result<Vec<bytes::Bytes>, String> {
+    let mut out = Vec::with_capacity(expected);
+    let mut pos = 0;
+    while pos < payload.len() {
+        let len = payload
+            .get(pos..pos + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+            .ok_or("truncated module length")?;
+        if payload.len() < pos + 4 + len {
+            return Err(format!("module {} is truncated", out.len()));
+        }
+        out.push(payload.slice(pos + 4..pos + 4 + len));
+        pos += 4 + len;
+    }
+    if out.len() != expected {
+        return Err(format!(
+            "value holds {} modules, {expected} described",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
 /// Frames modules as one payload: each `u32 LE length || bytes` (PME's own framing).
 pub fn frame<'a>(modules: impl IntoIterator<Item = &'a [u8]>) -> String {
     let mut out = Vec::new();
@@ -267,6 +328,22 @@ pub fn unframe(value: &str, expected: usize) -> Result<Vec<Vec<u8>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_transport_round_trips() {
+        let req = AccessRequest {
+            key_ids: vec!["k".into()],
+            ..Default::default()
+        };
+        let body = bytes::Bytes::from(encode_binary(&req, [b"ab".as_slice(), b"cde".as_slice()]));
+        let (json, payload) = decode_binary(&body).unwrap();
+        let back: AccessRequest = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back.key_ids, vec!["k".to_owned()]);
+        let mods = unframe_raw(&payload, 2).unwrap();
+        assert_eq!((&mods[0][..], &mods[1][..]), (&b"ab"[..], &b"cde"[..]));
+        assert!(unframe_raw(&payload, 3).is_err());
+        assert!(decode_binary(&bytes::Bytes::from_static(b"CIM1\xff\0\0\0")).is_err());
+    }
 
     #[test]
     fn framing_round_trips_and_counts() {

@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::modules::{ModuleError, ModulePosition};
 use crate::protocol::{
-    self, Access, AccessRequest, AccessResponse, BatchRequest, BatchResponse, ColumnReference,
-    DataBatch, EncryptionRef, ErrorResponse, ModuleInfo, ValueFormat,
+    self, Access, AccessRequest, AccessResponse, BatchRequest, ColumnReference, DataBatch,
+    EncryptionRef, ErrorResponse, ModuleInfo, ValueFormat,
 };
 use crate::provider::{
     AccessToken, CallContext, CryptoProvider, KeyAccess, KeyRef, ModuleBatch, NewDataKey,
@@ -214,7 +214,7 @@ impl RemoteProvider {
         }
     }
 
-    /// POSTs `body` to `path`; retries transient failures when `idempotent`.
+    /// POSTs JSON `body` to `path` and parses the JSON answer.
     async fn post<T: Serialize, R: DeserializeOwned>(
         &self,
         ctx: &CallContext,
@@ -226,6 +226,28 @@ impl RemoteProvider {
         let body = Bytes::from(
             serde_json::to_vec(body).map_err(|e| self.unavailable(format!("request: {e}")))?,
         );
+        let answer = self
+            .post_raw(ctx, path, "application/json", body, idempotent, key_id)
+            .await?;
+        serde_json::from_slice(&answer).map_err(|e| {
+            self.unavailable(format!(
+                "{}{path}: answer is not the protocol's JSON: {e}",
+                self.base
+            ))
+        })
+    }
+
+    /// POSTs `body` (of `content_type`) to `path`; retries transient failures when
+    /// `idempotent`; returns the body of a 200 answer, and maps the others to errors.
+    async fn post_raw(
+        &self,
+        ctx: &CallContext,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+        idempotent: bool,
+        key_id: &str,
+    ) -> Result<Bytes, ProviderError> {
         let bearer = self.bearer(ctx);
         let _permit = self
             .permits
@@ -248,7 +270,7 @@ impl RemoteProvider {
             let mut req = self
                 .client
                 .post(&url)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(reqwest::header::CONTENT_TYPE, content_type)
                 .body(body.clone());
             if let Some(t) = &bearer {
                 req = req.bearer_auth(t.expose());
@@ -269,9 +291,7 @@ impl RemoteProvider {
                 }
             };
             if status.is_success() {
-                return serde_json::from_slice(&bytes).map_err(|e| {
-                    self.unavailable(format!("{url}: answer is not the protocol's JSON: {e}"))
-                });
+                return Ok(bytes);
             }
             let err: ErrorResponse =
                 serde_json::from_slice(&bytes).unwrap_or_else(|_| ErrorResponse {
@@ -347,7 +367,8 @@ impl RemoteProvider {
                 format: protocol::MODULES_FORMAT.into(),
                 algorithm: batch.algorithm.name().into(),
             },
-            value: protocol::frame(modules.iter().map(|m| m.data.as_ref())),
+            // The modules travel after the envelope (binary transport).
+            value: String::new(),
         };
         let mut app = ctx.application.clone();
         app.insert("file".into(), ctx.file.clone());
@@ -407,8 +428,19 @@ impl RemoteProvider {
             let req = self.request(ctx, &batch, range.clone(), encrypt);
             let batch = &batch;
             async move {
-                let resp: BatchResponse = self
-                    .post(ctx, path, &req, !encrypt, &batch.key.key_id)
+                let body = Bytes::from(protocol::encode_binary(
+                    &req,
+                    batch.modules[range.clone()].iter().map(|m| m.data.as_ref()),
+                ));
+                let answer = self
+                    .post_raw(
+                        ctx,
+                        path,
+                        protocol::BINARY_CONTENT_TYPE,
+                        body,
+                        !encrypt,
+                        &batch.key.key_id,
+                    )
                     .await
                     .map_err(|e| match e {
                         ProviderError::Invalid { index, error, .. } => {
@@ -421,14 +453,11 @@ impl RemoteProvider {
                         }
                         e => e,
                     })?;
-                let data = if encrypt {
-                    resp.data_batch_encrypted
-                } else {
-                    resp.data_batch
-                };
-                let data = data.ok_or_else(|| self.unavailable("answer without data"))?;
-                protocol::unframe(&data.value, range.len())
-                    .map_err(|e| self.unavailable(format!("answer: {e}")))
+                let (_, payload) = protocol::decode_binary(&answer)
+                    .map_err(|e| self.unavailable(format!("answer: {e}")))?;
+                let parts = protocol::unframe_raw(&payload, range.len())
+                    .map_err(|e| self.unavailable(format!("answer: {e}")))?;
+                Ok::<_, ProviderError>(parts.into_iter().map(|b| b.to_vec()).collect::<Vec<_>>())
             }
         });
         let parts = futures::future::try_join_all(calls).await?;
