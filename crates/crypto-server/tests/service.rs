@@ -9,7 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
 use bytes::Bytes;
+use clearice_crypto::protocol;
 use clearice_crypto::{
     Algorithm, CallContext, CryptoProvider, KeyMaterialWriter, KeyringKms, Module, ModuleBatch,
     ModuleCipher, ModulePosition, ModuleType, ProviderError, RemoteConfig, RemoteCredential,
@@ -113,6 +116,58 @@ async fn service_encrypts_decrypts_refuses_limits_and_shuts_down() {
         Err(ProviderError::Invalid { index: 1, .. }) => {}
         other => panic!("expected Invalid at 1, got {other:?}"),
     }
+
+    // The JSON transport (DBPS-style: base64 value in the JSON body) answers the same.
+    let req = protocol::BatchRequest {
+        column_reference: protocol::ColumnReference {
+            name: Some("ssn".into()),
+        },
+        encryption: protocol::EncryptionRef {
+            key_id: "k".into(),
+            key_metadata: BASE64_STANDARD.encode(&key.key_metadata),
+        },
+        access: protocol::Access {
+            user_id: "ann".into(),
+            ..Default::default()
+        },
+        data_batch_encrypted: Some(protocol::DataBatch {
+            value_format: protocol::ValueFormat {
+                format: protocol::MODULES_FORMAT.into(),
+                algorithm: "AES_GCM_V1".into(),
+            },
+            value: protocol::frame(encrypted.modules.iter().map(|m| m.data.as_ref())),
+        }),
+        modules: encrypted
+            .modules
+            .iter()
+            .map(|m| protocol::ModuleInfo {
+                kind: m.position.kind as u8,
+                page: m.position.page,
+                column: m.position.column,
+                aad: BASE64_STANDARD.encode(&m.aad),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let token = clearice_crypto::mint_hs256(
+        &SecretKey::from_bytes(SECRET.as_bytes().to_vec()),
+        "clearice",
+        "clearice-crypto",
+        Duration::from_secs(60),
+    );
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/decrypt"))
+        .bearer_auth(token.expose())
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: protocol::BatchResponse = resp.json().await.unwrap();
+    assert_eq!(answer.access.access_control.as_deref(), Some("granted"));
+    let plain = protocol::unframe(&answer.data_batch.unwrap().value, 3).unwrap();
+    assert_eq!(plain[1], vec![1u8; 1000]);
 
     // Another user, and a key without a rule: refused by the service.
     let bob = CallContext {

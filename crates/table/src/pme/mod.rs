@@ -1071,6 +1071,38 @@ impl DecryptingReader {
             let fetched = self.inner().get_byte_ranges(wanted.clone()).await?;
             self.prefetched.extend(wanted.into_iter().zip(fetched));
         }
+        // Whole column chunks of this request (a row group's projected columns) are
+        // decrypted concurrently: a remote provider answers them in parallel.
+        let chunks: Vec<(usize, usize)> = ranges
+            .iter()
+            .enumerate()
+            .filter(|(idx, _)| out[*idx].is_none())
+            .filter_map(|(idx, r)| {
+                let at = crypto.regions.partition_point(|g| g.range.start < r.start);
+                let region = crypto.regions.get(at)?;
+                (region.range == *r && matches!(region.kind, RegionKind::Chunk { .. }))
+                    .then_some((idx, at))
+            })
+            .collect();
+        if chunks.len() > 1 {
+            let mut whole = Vec::with_capacity(chunks.len());
+            for (idx, at) in chunks {
+                let enc = self.fetch_owned(ranges[idx].clone()).await?;
+                whole.push((idx, at, enc));
+            }
+            let decrypting = whole.iter().map(|(_, at, enc)| {
+                let region = &crypto.regions[*at];
+                let RegionKind::Chunk { key, has_dict, .. } = &region.kind else {
+                    unreachable!("chunk region")
+                };
+                self.decrypt_pages(crypto, region, key, enc.clone(), *has_dict, 0)
+            });
+            let plains = futures::future::try_join_all(decrypting).await?;
+            for ((idx, at, enc), plain) in whole.into_iter().zip(plains) {
+                self.counters.chunks.add(1);
+                out[idx] = Some(self.pad_chunk(&crypto.regions[at], enc.len(), plain)?);
+            }
+        }
         for (i, r) in ranges.iter().enumerate() {
             if out[i].is_none() {
                 out[i] = Some(self.serve(&view, r.clone()).await?);
@@ -1355,9 +1387,22 @@ impl DecryptingReader {
         self.counters.chunks.add(1);
         let enc = self.fetch_owned(region.range.clone()).await?;
         let enc_len = enc.len();
-        let mut plain = self
+        let plain = self
             .decrypt_pages(crypto, region, key, enc, *has_dict, 0)
             .await?;
+        let plain = self.pad_chunk(region, enc_len, plain)?;
+        let rel =
+            (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
+        Ok(plain.slice(rel))
+    }
+
+    /// A decrypted chunk at its encrypted length: the slack becomes an `INDEX_PAGE`.
+    fn pad_chunk(
+        &self,
+        region: &Region,
+        enc_len: usize,
+        mut plain: BytesMut,
+    ) -> parquet::errors::Result<Bytes> {
         let slack = enc_len.checked_sub(plain.len()).ok_or_else(|| {
             self.malformed(format!(
                 "column '{}' (row group {}): plaintext longer than its encrypted chunk",
@@ -1373,10 +1418,7 @@ impl DecryptingReader {
             })?;
             plain.extend_from_slice(&pad);
         }
-        let plain = plain.freeze();
-        let rel =
-            (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
-        Ok(plain.slice(rel))
+        Ok(plain.freeze())
     }
 
     /// Decrypts consecutive pages (header and body modules) starting with the page of
