@@ -1087,20 +1087,25 @@ impl DecryptingReader {
         if chunks.len() > 1 {
             let mut whole = Vec::with_capacity(chunks.len());
             for (idx, at) in chunks {
+                // Owned (not shared), so a released key decrypts it in place.
                 let enc = self.fetch_owned(ranges[idx].clone()).await?;
                 whole.push((idx, at, enc));
             }
-            let decrypting = whole.iter().map(|(_, at, enc)| {
-                let region = &crypto.regions[*at];
+            let places: Vec<(usize, usize, usize)> = whole
+                .iter()
+                .map(|(idx, at, enc)| (*idx, *at, enc.len()))
+                .collect();
+            let decrypting = whole.into_iter().map(|(_, at, enc)| {
+                let region = &crypto.regions[at];
                 let RegionKind::Chunk { key, has_dict, .. } = &region.kind else {
                     unreachable!("chunk region")
                 };
-                self.decrypt_pages(crypto, region, key, enc.clone(), *has_dict, 0)
+                self.decrypt_pages(crypto, region, key, enc, *has_dict, 0)
             });
             let plains = futures::future::try_join_all(decrypting).await?;
-            for ((idx, at, enc), plain) in whole.into_iter().zip(plains) {
+            for ((idx, at, enc_len), plain) in places.into_iter().zip(plains) {
                 self.counters.chunks.add(1);
-                out[idx] = Some(self.pad_chunk(&crypto.regions[at], enc.len(), plain)?);
+                out[idx] = Some(self.pad_chunk(&crypto.regions[at], enc_len, plain)?);
             }
         }
         for (i, r) in ranges.iter().enumerate() {
