@@ -345,7 +345,13 @@ pub fn one_line(e: &anyhow::Error) -> Cow<'static, str> {
     // DataFusion errors already include their sources in Display: skip repeats.
     let mut out = String::new();
     for cause in e.chain() {
-        let msg = cause.to_string();
+        // A query error: the engine's own message (a typed ClearIce error without
+        // DataFusion's and parquet-rs's wrapping labels); its sources are in it.
+        let query = cause.downcast_ref::<datafusion::error::DataFusionError>();
+        let msg = match query {
+            Some(df) => clearice_engine::message_of(df),
+            None => cause.to_string(),
+        };
         let msg = msg
             .lines()
             .map(str::trim)
@@ -357,6 +363,9 @@ pub fn one_line(e: &anyhow::Error) -> Cow<'static, str> {
                 out.push_str(": ");
             }
             out.push_str(&msg);
+        }
+        if query.is_some() {
+            break;
         }
     }
     // ClearIce's own errors travel inside DataFusion's `External`; its "External error: "

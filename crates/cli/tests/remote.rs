@@ -469,6 +469,11 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
     assert!(err.contains("no answer within 1.0 s"), "{err}");
     assert_eq!(code, 8, "{err}");
     assert!(out.stdout.is_empty(), "partial output: {:?}", out.stdout);
+    // The engine's own message, without DataFusion's or parquet-rs's labels.
+    assert!(
+        err.starts_with("Error: file '") && !err.contains("Parquet error"),
+        "{err}"
+    );
     assert!(waited < Duration::from_secs(20), "waited {waited:?}");
 
     // --- a stopped service: no hang, no rows ------------------------------------------
