@@ -150,25 +150,31 @@ fn now() -> String {
 }
 
 fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    error_with(status, code, message, None, None)
-}
-
-fn error_with(
-    status: StatusCode,
-    code: &str,
-    message: impl Into<String>,
-    access: Option<Access>,
-    index: Option<usize>,
-) -> Response {
-    let body = ErrorResponse {
-        access,
-        error: ErrorBody {
+    error_body(
+        status,
+        None,
+        ErrorBody {
             code: code.into(),
             message: message.into(),
-            index,
+            ..Default::default()
         },
-    };
-    (status, axum::Json(body)).into_response()
+    )
+}
+
+fn denied(user: &str, key_id: &str, access: Access) -> Response {
+    error_body(
+        StatusCode::FORBIDDEN,
+        Some(access),
+        ErrorBody {
+            code: "denied".into(),
+            message: format!("user '{user}' may not use key '{key_id}'"),
+            ..Default::default()
+        },
+    )
+}
+
+fn error_body(status: StatusCode, access: Option<Access>, error: ErrorBody) -> Response {
+    (status, axum::Json(ErrorResponse { access, error })).into_response()
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
@@ -265,13 +271,7 @@ async fn new_key(State(service): State<Arc<Service>>, headers: HeaderMap, body: 
         access_control: Some(if granted { "granted" } else { "denied" }.into()),
     };
     if !granted {
-        return error_with(
-            StatusCode::FORBIDDEN,
-            "denied",
-            format!("user '{}' may not use key '{key_id}'", caller.user),
-            Some(access),
-            None,
-        );
+        return denied(&caller.user, &key_id, access);
     }
     let Some(kms) = service.provider.resolver().kms().cloned() else {
         return error(StatusCode::NOT_FOUND, "unknown_key", "no KMS");
@@ -399,13 +399,7 @@ async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bo
     };
     if !granted {
         service.audit(record(None, false)).await;
-        return error_with(
-            StatusCode::FORBIDDEN,
-            "denied",
-            format!("user '{}' may not use key '{key_id}'", caller.user),
-            Some(access),
-            None,
-        );
+        return denied(&caller.user, &key_id, access);
     }
     let result = run(service, &ctx, &req, payload.as_ref(), key, encrypt).await;
     match result {
@@ -527,12 +521,15 @@ async fn run(
     });
     match out {
         Ok(parts) => Ok(parts),
-        Err(ProviderError::Invalid { index, error, .. }) => Err(error_with(
+        Err(ProviderError::Invalid { index, error, .. }) => Err(error_body(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_module",
-            format!("{}: module {index} did not decrypt", error.code()),
             None,
-            Some(index),
+            ErrorBody {
+                code: "invalid_module".into(),
+                message: format!("module {index} did not decrypt: {error}"),
+                index: Some(index),
+                reason: Some(error.code().into()),
+            },
         )),
         Err(ProviderError::Key(clearice_crypto::Error::UnknownMasterKey { key_id, .. })) => {
             Err(error(

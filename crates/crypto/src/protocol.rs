@@ -19,7 +19,8 @@
 //!      "data_batch" (decrypt) | "data_batch_encrypted" (encrypt): {"value_format", "value"}}
 //! 401 / 403 / 404 / 413 / 422 / 400: {"access"?: {...,"access_control": "denied"},
 //!      "error": {"code": "unauthenticated" | "denied" | "unknown_key" | "too_large" |
-//!                        "invalid_module" | "bad_request", "message": "...", "index"?: n}}
+//!                        "invalid_module" | "bad_request", "message": "...", "index"?: n,
+//!                "reason"?: "authentication" | "truncated" | "key_length"}}
 //!
 //! POST /keys    {"encryption": {"key_id": "pii_key"}, "access": {"user_id"}, "is_footer_key": false}
 //! 200 {"access": {...}, "key_metadata": "<base64 PKMT1 material; the data key stays>"}
@@ -182,6 +183,9 @@ pub struct ErrorBody {
     /// The failing module's index (`invalid_module`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<usize>,
+    /// Why it failed (`invalid_module`): `authentication`, `truncated` or `key_length`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `POST /access` request.

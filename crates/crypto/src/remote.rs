@@ -297,9 +297,8 @@ impl RemoteProvider {
                 serde_json::from_slice(&bytes).unwrap_or_else(|_| ErrorResponse {
                     access: None,
                     error: protocol::ErrorBody {
-                        code: String::new(),
                         message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
-                        index: None,
+                        ..Default::default()
                     },
                 });
             let message = err.error.message.clone();
@@ -333,7 +332,7 @@ impl RemoteProvider {
                         index: err.error.index.unwrap_or(0),
                         position: ModulePosition::footer(),
                         error: ModuleError::from_code(
-                            message.split(':').next().unwrap_or_default(),
+                            err.error.reason.as_deref().unwrap_or_default(),
                         ),
                     });
                 }

@@ -701,13 +701,15 @@ impl Engine {
         table: &str,
         tpol: &clearice_policy::TablePolicy,
     ) -> Vec<String> {
-        let default = tpol.provider.as_deref().unwrap_or(clearice_crypto::LOCAL);
+        let providers = tpol.key_providers();
         let mut by_provider: std::collections::BTreeMap<&str, Vec<(String, &str)>> =
             Default::default();
         for (col, c) in &tpol.columns {
             if let Some(k) = &c.master_key {
-                let p = c.provider.as_deref().unwrap_or(default);
-                by_provider.entry(p).or_default().push((k.clone(), col));
+                by_provider
+                    .entry(providers[k].as_str())
+                    .or_default()
+                    .push((k.clone(), col));
             }
         }
         let context = CallContext {

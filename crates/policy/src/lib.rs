@@ -27,4 +27,6 @@ mod policy;
 pub use audit::{AuditColumn, AuditRecord};
 pub use error::{Error, Result};
 pub use model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision};
-pub use policy::{Area, ColumnPolicy, Policy, Subject, TablePolicy, parse_decision};
+pub use policy::{
+    Area, ColumnPolicy, LOCAL_PROVIDER, Policy, Subject, TablePolicy, parse_decision,
+};

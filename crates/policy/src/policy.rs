@@ -132,6 +132,28 @@ pub struct TablePolicy {
     pub columns: BTreeMap<String, ColumnPolicy>,
 }
 
+/// The name of the in-process crypto provider (the default of every table).
+pub const LOCAL_PROVIDER: &str = "local";
+
+impl TablePolicy {
+    /// The crypto provider of the table's keys: its `provider`, else `local`.
+    pub fn default_provider(&self) -> &str {
+        self.provider.as_deref().unwrap_or(LOCAL_PROVIDER)
+    }
+
+    /// The crypto provider of each master key the columns name: the column's `provider`,
+    /// else the table's.
+    pub fn key_providers(&self) -> BTreeMap<String, String> {
+        self.columns
+            .values()
+            .filter_map(|c| {
+                let provider = c.provider.as_deref().unwrap_or(self.default_provider());
+                Some((c.master_key.clone()?, provider.to_owned()))
+            })
+            .collect()
+    }
+}
+
 /// A named directory that confined sessions (Flight SQL) may read files from by path
 /// (`read`) or export query results into (`write`), per `[areas.NAME]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

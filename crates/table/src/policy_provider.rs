@@ -141,19 +141,9 @@ impl PolicyTableProvider {
         let inner_schema = inner.schema();
         // Which provider protects which key: the column's, else the table's, else local.
         let table_provider = tpol
-            .and_then(|t| t.provider.clone())
-            .unwrap_or_else(|| clearice_crypto::LOCAL.to_owned());
-        let routes: BTreeMap<String, String> = tpol
-            .into_iter()
-            .flat_map(|t| t.columns.values())
-            .filter_map(|c| {
-                let k = c.master_key.clone()?;
-                Some((
-                    k,
-                    c.provider.clone().unwrap_or_else(|| table_provider.clone()),
-                ))
-            })
-            .collect();
+            .map_or(clearice_policy::LOCAL_PROVIDER, |t| t.default_provider())
+            .to_owned();
+        let routes = tpol.map(|t| t.key_providers()).unwrap_or_default();
         let crypto = access.providers().routed(&table_provider, &routes);
         let context = CallContext {
             principal: principal.clone(),

@@ -60,9 +60,65 @@ fn fixture(var: &str, default: Option<PathBuf>) -> Option<PathBuf> {
 
 /// An engine over config text written into `dir`.
 pub async fn engine(dir: &Path, toml: &str) -> Arc<Engine> {
-    let path = dir.join("clearice.toml");
+    engine_at(dir, "clearice.toml", toml).await
+}
+
+/// An engine over config text written into `dir/name`.
+pub async fn engine_at(dir: &Path, name: &str, toml: &str) -> Arc<Engine> {
+    let path = dir.join(name);
     std::fs::write(&path, toml).unwrap();
     Arc::new(Engine::open(Config::load(&path).unwrap()).await.unwrap())
+}
+
+/// Creates table `ns.name` (`id` long, `ssn` string) and appends `ssns` (ids 1..) with
+/// `ssn` under master key `column_key` and the footer under `footer_key`.
+pub async fn write_id_ssn_table(
+    catalog: &dyn iceberg::Catalog,
+    ns: &iceberg::NamespaceIdent,
+    name: &str,
+    kms: &clearice_crypto::KeyringKms,
+    (footer_key, column_key): (&str, &str),
+    ssns: &[&str],
+) {
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    let schema = Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::optional(2, "ssn", Type::Primitive(PrimitiveType::String)).into(),
+        ])
+        .build()
+        .unwrap();
+    let table = catalog
+        .create_table(
+            ns,
+            iceberg::TableCreation::builder()
+                .name(name.into())
+                .schema(schema)
+                .build(),
+        )
+        .await
+        .unwrap();
+    let arrow = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
+    );
+    let batch = RecordBatch::try_new(
+        arrow,
+        vec![
+            Arc::new(Int64Array::from_iter_values(1..=ssns.len() as i64)),
+            Arc::new(StringArray::from(ssns.to_vec())),
+        ],
+    )
+    .unwrap();
+    let spec = clearice_table::write::EncryptionSpec {
+        footer_key_id: footer_key.into(),
+        column_keys: [("ssn".to_string(), column_key.to_string())].into(),
+        plaintext_footer: false,
+        aad_prefix: None,
+    };
+    clearice_table::write::append_encrypted(catalog, &table, &[batch], &spec, kms)
+        .await
+        .unwrap();
 }
 
 /// Config over the interop lake (catalog `lake`) with `keyring`.

@@ -4,13 +4,9 @@
 //! PostgreSQL catalog (its DDL) holding PyArrow-encrypted files reads the same as SQLite.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use clearice_crypto::KeyringKms;
-use clearice_table::write::{EncryptionSpec, append_encrypted};
-use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-use iceberg::{Catalog, NamespaceIdent, TableCreation};
+use iceberg::{Catalog, NamespaceIdent};
 use serde_json::Value;
 
 use crate::common::*;
@@ -31,43 +27,8 @@ const KEYRING: &str =
     r#"{"footer_key": "AAECAwQFBgcICQoLDA0ODw==", "pii_key": "EBESExQVFhcYGRobHB0eHw=="}"#;
 
 async fn write_table(catalog: &dyn Catalog, ns: &NamespaceIdent, name: &str, kms: &KeyringKms) {
-    let schema = Schema::builder()
-        .with_fields(vec![
-            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
-            NestedField::optional(2, "ssn", Type::Primitive(PrimitiveType::String)).into(),
-        ])
-        .build()
-        .unwrap();
-    let table = catalog
-        .create_table(
-            ns,
-            TableCreation::builder()
-                .name(name.into())
-                .schema(schema)
-                .build(),
-        )
-        .await
-        .unwrap();
-    let arrow = Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
-    );
-    let batch = RecordBatch::try_new(
-        arrow,
-        vec![
-            Arc::new(Int64Array::from(vec![1, 2])),
-            Arc::new(StringArray::from(vec!["123-45-6789", "987-65-4321"])),
-        ],
-    )
-    .unwrap();
-    let spec = EncryptionSpec {
-        footer_key_id: "footer_key".into(),
-        column_keys: [("ssn".to_string(), "pii_key".to_string())].into(),
-        plaintext_footer: false,
-        aad_prefix: None,
-    };
-    append_encrypted(catalog, &table, &[batch], &spec, kms)
-        .await
-        .unwrap();
+    let ssns = ["123-45-6789", "987-65-4321"];
+    write_id_ssn_table(catalog, ns, name, kms, ("footer_key", "pii_key"), &ssns).await;
 }
 
 #[tokio::test]

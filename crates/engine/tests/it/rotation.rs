@@ -3,14 +3,9 @@
 //! table written before the rotation (internal material, old version) and one written
 //! after it (new version) all read; the old wrapping is gone from the side file.
 
-use std::sync::Arc;
-
 use clearice_crypto::KeyringKms;
 use clearice_engine::{Config, rotate_master_key};
-use clearice_table::write::{EncryptionSpec, append_encrypted};
-use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-use iceberg::{Catalog, NamespaceIdent, TableCreation};
+use iceberg::{Catalog, NamespaceIdent};
 use serde_json::Value;
 
 use crate::common::*;
@@ -18,43 +13,8 @@ use crate::common::*;
 const KEYRING: &str = r#"{"kf": "MDEyMzQ1Njc4OTAxMjM0NQ==", "kc1": "MTIzNDU2Nzg5MDEyMzQ1MA==", "kc2": "MTIzNDU2Nzg5MDEyMzQ1MQ=="}"#;
 
 async fn write(catalog: &dyn Catalog, name: &str, kms: &KeyringKms, ssn: &str) {
-    let schema = Schema::builder()
-        .with_fields(vec![
-            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
-            NestedField::optional(2, "ssn", Type::Primitive(PrimitiveType::String)).into(),
-        ])
-        .build()
-        .unwrap();
-    let table = catalog
-        .create_table(
-            &NamespaceIdent::new("sales".into()),
-            TableCreation::builder()
-                .name(name.into())
-                .schema(schema)
-                .build(),
-        )
-        .await
-        .unwrap();
-    let arrow = Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
-    );
-    let batch = RecordBatch::try_new(
-        arrow,
-        vec![
-            Arc::new(Int64Array::from(vec![1])),
-            Arc::new(StringArray::from(vec![ssn])),
-        ],
-    )
-    .unwrap();
-    let spec = EncryptionSpec {
-        footer_key_id: "kf".into(),
-        column_keys: [("ssn".to_string(), "kc1".to_string())].into(),
-        plaintext_footer: false,
-        aad_prefix: None,
-    };
-    append_encrypted(catalog, &table, &[batch], &spec, kms)
-        .await
-        .unwrap();
+    let ns = NamespaceIdent::new("sales".into());
+    write_id_ssn_table(catalog, &ns, name, kms, ("kf", "kc1"), &[ssn]).await;
 }
 
 fn kc1_wrappings(side_file: &str) -> Vec<String> {
@@ -146,21 +106,11 @@ async fn rotation_rewraps_side_files_and_old_and_new_files_read() {
 
     // With only the old version, the table written after the rotation does not unwrap.
     std::fs::write(dir.join("keyring.json"), KEYRING).unwrap();
-    let old_engine = engine_at(&dir, &config_text, "old.toml").await;
+    let old_engine = engine_at(&dir, "old.toml", &config_text).await;
     let e = query_err(
         &old_engine.session("tester"),
         "SELECT ssn FROM lake.sales.after",
     )
     .await;
     assert!(e.contains("'kc1'") && e.contains("unwrap"), "{e}");
-}
-
-async fn engine_at(dir: &std::path::Path, toml: &str, name: &str) -> Arc<clearice_engine::Engine> {
-    let path = dir.join(name);
-    std::fs::write(&path, toml).unwrap();
-    Arc::new(
-        clearice_engine::Engine::open(Config::load(&path).unwrap())
-            .await
-            .unwrap(),
-    )
 }
