@@ -198,6 +198,14 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
             ErrorClass::Cancelled => 130,
         };
     }
+    if let Some(
+        clearice_crypto_server::Error::Config { .. } | clearice_crypto_server::Error::Kms(_),
+    ) = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<clearice_crypto_server::Error>())
+    {
+        return 2;
+    }
     match e
         .chain()
         .find_map(|c| c.downcast_ref::<clearice_engine::Error>())
@@ -283,10 +291,13 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             return serve::run(engine, addr.clone(), addr_file.clone(), cpu).await;
         }
         Some(Command::CryptoServer { addr, addr_file }) => {
-            let path = cli
-                .config
-                .as_deref()
-                .context("crypto-server needs --config FILE (the service's own config)")?;
+            let path =
+                cli.config
+                    .as_deref()
+                    .ok_or_else(|| clearice_crypto_server::Error::Config {
+                        path: "--config".into(),
+                        reason: "no file given: run clearice crypto-server --config FILE".into(),
+                    })?;
             return serve::crypto_server(path, addr.clone(), addr_file.clone()).await;
         }
         Some(Command::Keys {

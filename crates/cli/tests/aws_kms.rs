@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::python;
+use common::{python, run_ok};
 
 struct Moto(Child);
 
@@ -81,17 +81,12 @@ fn aws_kms_unwraps_pyarrow_keys_rotates_side_files_and_names_itself_when_down() 
     let Some(python) = python() else { return };
     let (moto, endpoint) = start_moto(&python);
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(&python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/aws_kms_fixture.py"))
-        .arg(&endpoint)
-        .arg(tmp.path())
-        .envs(AWS_ENV)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(&python)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/aws_kms_fixture.py"))
+            .arg(&endpoint)
+            .arg(tmp.path())
+            .envs(AWS_ENV),
     );
     let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
     let pii = keys["pii"].as_str().unwrap();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{python, signal, start};
+use common::{python, run_ok, signal, start};
 
 fn clearice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_clearice"))
@@ -76,15 +76,10 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/remote_client.py");
     let tmp = tempfile::tempdir().unwrap();
     let lake = tmp.path().join("lake");
-    let out = clearice()
-        .args(["demo", "init", "--provider", "remote"])
-        .arg(&lake)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        clearice()
+            .args(["demo", "init", "--provider", "remote"])
+            .arg(&lake),
     );
     let service_dir = lake.join("crypto-server");
     // ClearIce's own keyring no longer holds the PII key: only the service does.
@@ -128,18 +123,13 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "parquet"))
         .unwrap();
-    let out = Command::new(&python)
-        .arg(&client)
-        .arg("pyread")
-        .arg(&first)
-        .arg(lake.join("keyring.json"))
-        .arg(service_dir.join("keyring.json"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(&python)
+            .arg(&client)
+            .arg("pyread")
+            .arg(&first)
+            .arg(lake.join("keyring.json"))
+            .arg(service_dir.join("keyring.json")),
     );
     let read: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ssn = read[0]["ssn"].as_str().unwrap();
@@ -155,16 +145,11 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
     assert!(!out.status.success());
 
     // Users' own tokens: ES256 from an identity provider the service trusts.
-    let out = Command::new(&python)
-        .arg(&client)
-        .arg("keygen")
-        .arg(&service_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(&python)
+            .arg(&client)
+            .arg("keygen")
+            .arg(&service_dir),
     );
     let service_config = service_dir.join("crypto-server.toml");
     let text = std::fs::read_to_string(&service_config).unwrap().replace(
@@ -295,17 +280,12 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
 
     // --- Flight SQL: the principal is the service's user; a client's own token wins ---
     let flight = start(&config, &["serve"], &tmp.path().join("flight.addr"));
-    let out = Command::new(&python)
-        .arg(&client)
-        .args(["query", &flight.addr])
-        .arg(service_dir.join("idp.key"))
-        .arg("clearice-crypto")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(&python)
+            .arg(&client)
+            .args(["query", &flight.addr])
+            .arg(service_dir.join("idp.key"))
+            .arg("clearice-crypto"),
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -343,16 +323,11 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
     }));
 
     // --- TLS with a private CA --------------------------------------------------------
-    let out = Command::new(&python)
-        .arg(&client)
-        .arg("tlsgen")
-        .arg(&service_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(&python)
+            .arg(&client)
+            .arg("tlsgen")
+            .arg(&service_dir),
     );
     let tls_config = service_dir.join("crypto-server-tls.toml");
     std::fs::write(

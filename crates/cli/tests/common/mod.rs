@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The test venv's Python (`CLEARICE_PYTHON`); `None` (and a loud SKIPPED line) outside
@@ -74,4 +74,15 @@ pub fn start(config: &Path, args: &[&str], addr_file: &Path) -> Proc {
         child,
         addr: std::fs::read_to_string(addr_file).unwrap(),
     }
+}
+
+/// Runs `cmd` to completion; it must succeed (its stderr is the failure message).
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
