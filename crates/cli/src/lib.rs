@@ -158,6 +158,15 @@ pub enum DemoAction {
         /// `clearice crypto-server` holding the PII key, set up in DIR/crypto-server).
         #[arg(long, default_value = "local", value_parser = ["local", "remote"])]
         provider: String,
+        /// Where the tables' files go: `s3://BUCKET/PREFIX` (the bucket must exist;
+        /// credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile).
+        /// Default DIR/warehouse.
+        #[arg(long)]
+        warehouse: Option<String>,
+        /// S3 endpoint URL (MinIO...; default AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL,
+        /// else AWS). Written to the lake's `[storage.s3]`.
+        #[arg(long)]
+        s3_endpoint: Option<String>,
     },
 }
 
@@ -264,10 +273,33 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
         .unwrap_or_default();
     match &cli.command {
         Some(Command::Demo {
-            action: DemoAction::Init { dir, provider },
+            action:
+                DemoAction::Init {
+                    dir,
+                    provider,
+                    warehouse,
+                    s3_endpoint,
+                },
         }) => {
+            let mut s3 = clearice_engine::S3Options {
+                endpoint: s3_endpoint.clone(),
+                ..Default::default()
+            };
+            if warehouse.is_some() {
+                // Written to the lake's config: the endpoint the environment names too.
+                s3 = s3.with_environment();
+                s3.access_key_id = None;
+                s3.secret_access_key = None;
+                s3.session_token = None;
+            }
+            let options = clearice_engine::demo::DemoOptions {
+                remote: provider == "remote",
+                warehouse: warehouse.clone(),
+                s3,
+                ..Default::default()
+            };
+            let path = clearice_engine::demo::init_with(dir, options).await?;
             if provider == "remote" {
-                let path = clearice_engine::demo::init_remote(dir).await?;
                 println!(
                     "Demo lake written; its PII key is held by the demo crypto service. Start it with:\n  clearice crypto-server --config {}\nthen query with:\n  clearice --config {}",
                     dir.join("crypto-server/crypto-server.toml").display(),
@@ -275,7 +307,6 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                 );
                 return Ok(0);
             }
-            let path = clearice_engine::demo::init(dir).await?;
             println!(
                 "Demo lake written. Query it with:\n  clearice --config {}",
                 path.display()

@@ -94,6 +94,93 @@ fn profile_section(path: &PathBuf, section: &str) -> HashMap<String, String> {
     out
 }
 
+/// AWS credentials and region from the standard environment variables and shared files
+/// (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`, else the profile's
+/// keys in `~/.aws/credentials`; `AWS_REGION`/`AWS_DEFAULT_REGION`, else the profile's
+/// region in `~/.aws/config`). Used by the AWS KMS client and by S3 storage.
+#[derive(Clone, Default)]
+pub struct AwsEnvironment {
+    /// Access key id.
+    pub access_key_id: Option<String>,
+    /// Secret access key.
+    pub secret_access_key: Option<Zeroizing<String>>,
+    /// Session token (temporary credentials).
+    pub session_token: Option<Zeroizing<String>>,
+    /// Region.
+    pub region: Option<String>,
+    /// The profile the shared files were read for.
+    pub profile: String,
+    /// The shared credentials file (named in messages).
+    pub credentials_file: PathBuf,
+}
+
+impl std::fmt::Debug for AwsEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsEnvironment")
+            .field("access_key_id", &self.access_key_id)
+            .field("region", &self.region)
+            .field("profile", &self.profile)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AwsEnvironment {
+    /// Reads the environment and the shared files of `profile` (`AWS_PROFILE` wins;
+    /// default `default`). Blocking: reads files.
+    pub fn load(profile: Option<&str>) -> Self {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let profile = env("AWS_PROFILE")
+            .or_else(|| profile.map(str::to_owned))
+            .unwrap_or_else(|| "default".into());
+        let credentials_file = env("AWS_SHARED_CREDENTIALS_FILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".aws/credentials"));
+        let config_file = env("AWS_CONFIG_FILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".aws/config"));
+        let (access_key_id, secret_access_key, session_token) =
+            match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+                (Some(id), Some(secret)) => (
+                    Some(id),
+                    Some(Zeroizing::new(secret)),
+                    env("AWS_SESSION_TOKEN").map(Zeroizing::new),
+                ),
+                _ => {
+                    let mut p = profile_section(&credentials_file, &profile);
+                    match (
+                        p.remove("aws_access_key_id"),
+                        p.remove("aws_secret_access_key"),
+                    ) {
+                        (Some(id), Some(secret)) => (
+                            Some(id),
+                            Some(Zeroizing::new(secret)),
+                            p.remove("aws_session_token").map(Zeroizing::new),
+                        ),
+                        _ => (None, None, None),
+                    }
+                }
+            };
+        let config_section = if profile == "default" {
+            "default".to_owned()
+        } else {
+            format!("profile {profile}")
+        };
+        let region = env("AWS_REGION")
+            .or_else(|| env("AWS_DEFAULT_REGION"))
+            .or_else(|| profile_section(&config_file, &config_section).remove("region"));
+        Self {
+            access_key_id,
+            secret_access_key,
+            session_token,
+            region,
+            profile,
+            credentials_file,
+        }
+    }
+}
+
 impl AwsKms {
     /// Resolves credentials, region and endpoint (reads the shared files: blocking).
     pub fn new(config: &AwsKmsConfig) -> Result<Self> {
@@ -102,61 +189,24 @@ impl AwsKms {
             key_id: String::new(),
             reason,
         };
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_default();
-        let profile = env("AWS_PROFILE")
-            .or_else(|| config.profile.clone())
-            .unwrap_or_else(|| "default".into());
-        let creds_file = env("AWS_SHARED_CREDENTIALS_FILE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(".aws/credentials"));
-        let config_file = env("AWS_CONFIG_FILE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(".aws/config"));
-        let credentials = match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-            (Some(id), Some(secret)) => Credentials {
-                access_key_id: id,
-                secret: Zeroizing::new(secret),
-                session_token: env("AWS_SESSION_TOKEN").map(Zeroizing::new),
+        let aws = AwsEnvironment::load(config.profile.as_deref());
+        let credentials = match (aws.access_key_id.clone(), aws.secret_access_key.clone()) {
+            (Some(access_key_id), Some(secret)) => Credentials {
+                access_key_id,
+                secret,
+                session_token: aws.session_token.clone(),
             },
             _ => {
-                let mut p = profile_section(&creds_file, &profile);
-                match (
-                    p.remove("aws_access_key_id"),
-                    p.remove("aws_secret_access_key"),
-                ) {
-                    (Some(id), Some(secret)) => Credentials {
-                        access_key_id: id,
-                        secret: Zeroizing::new(secret),
-                        session_token: p.remove("aws_session_token").map(Zeroizing::new),
-                    },
-                    _ => {
-                        return Err(err(format!(
-                            "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or profile '{profile}' in {}",
-                            creds_file.display()
-                        )));
-                    }
-                }
+                return Err(err(format!(
+                    "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or profile '{}' in {}",
+                    aws.profile,
+                    aws.credentials_file.display()
+                )));
             }
         };
-        let config_section = if profile == "default" {
-            "default".to_owned()
-        } else {
-            format!("profile {profile}")
-        };
-        let region = config
-            .region
-            .clone()
-            .or_else(|| env("AWS_REGION"))
-            .or_else(|| env("AWS_DEFAULT_REGION"))
-            .or_else(|| profile_section(&config_file, &config_section).remove("region"))
-            .ok_or_else(|| {
-                err(
-                    "no AWS region: set `region` in [kms], AWS_REGION, or the profile's region"
-                        .into(),
-                )
-            })?;
+        let region = config.region.clone().or(aws.region).ok_or_else(|| {
+            err("no AWS region: set `region` in [kms], AWS_REGION, or the profile's region".into())
+        })?;
         let endpoint = config
             .endpoint
             .clone()

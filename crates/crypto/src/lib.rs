@@ -39,7 +39,7 @@ mod router;
 mod secret;
 mod writer;
 
-pub use aws::{AwsKms, AwsKmsConfig};
+pub use aws::{AwsEnvironment, AwsKms, AwsKmsConfig};
 pub use error::{BoxError, Error, Result};
 pub use key_material::{KeyMaterial, side_file_name};
 pub use kms::{KeyringKms, Kms};

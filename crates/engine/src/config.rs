@@ -5,7 +5,16 @@
 //! [catalogs.lake]
 //! type = "sql"                        # Iceberg SQL catalog (SQLite or PostgreSQL)
 //! uri = "sqlite:///abs/path/catalog.db"
-//! warehouse = "file:///abs/path/warehouse"
+//! warehouse = "file:///abs/path/warehouse"   # or s3://bucket/prefix
+//!
+//! [catalogs.rest]
+//! type = "rest"                       # Iceberg REST catalog
+//! uri = "http://localhost:8181"
+//! warehouse = "s3://bucket/wh"        # optional: sent to the catalog
+//! credential_file = "rest.cred"       # optional: `client_id:secret` (OAuth2)
+//!
+//! [storage.s3]                        # optional: S3-compatible object storage
+//! endpoint = "http://localhost:9000"  # default AWS; credentials from AWS_* / profile
 //!
 //! [kms]
 //! type = "keyring"
@@ -51,6 +60,9 @@ pub struct Config {
     /// The interactive shell and `-c`/`-f` runs.
     #[serde(default)]
     pub shell: ShellConfig,
+    /// Object storage settings.
+    #[serde(default)]
+    pub storage: StorageConfig,
     /// Directory of the config file (relative paths resolve against it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -63,13 +75,32 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogConfig {
-    /// Catalog kind; `sql` (Iceberg SQL catalog on SQLite or PostgreSQL).
+    /// Catalog kind: `sql` (Iceberg SQL catalog on SQLite or PostgreSQL) or `rest`
+    /// (Iceberg REST catalog).
     #[serde(rename = "type")]
     pub kind: CatalogKind,
-    /// `sqlite:///abs/path.db`, `sqlite:relative.db` or `postgres://user@host/db`.
+    /// `sql`: `sqlite:///abs/path.db`, `sqlite:relative.db` or `postgres://user@host/db`;
+    /// `rest`: the catalog's base URL (`http://host:8181`, without `/v1`).
     pub uri: String,
-    /// Warehouse root URI, e.g. `file:///abs/path/warehouse`.
-    pub warehouse: String,
+    /// Warehouse root URI (`file:///abs/path/warehouse`, `s3://bucket/prefix`); for
+    /// `rest`, optional: the warehouse (or its name) the catalog is asked for.
+    #[serde(default)]
+    pub warehouse: Option<String>,
+    /// `rest`: file holding the OAuth2 client credential `client_id:client_secret`.
+    #[serde(default)]
+    pub credential_file: Option<PathBuf>,
+    /// `rest`: file holding a bearer token.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// `rest`: OAuth2 token endpoint (default the catalog's `/v1/oauth/tokens`).
+    #[serde(default)]
+    pub oauth2_server_uri: Option<String>,
+    /// `rest`: OAuth2 scope (default `catalog`).
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// More catalog properties, with Iceberg's names (`header.X-Tenant`, `s3.endpoint`...).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
 }
 
 /// Catalog kinds.
@@ -78,6 +109,54 @@ pub struct CatalogConfig {
 pub enum CatalogKind {
     /// Iceberg SQL catalog (the JDBC catalog schema, as PyIceberg's `SqlCatalog`).
     Sql,
+    /// Iceberg REST catalog (the Iceberg REST OpenAPI spec).
+    Rest,
+    /// Hive Metastore: not supported (a clear error at load).
+    Hms,
+}
+
+/// `[storage]`: where tables' files live besides the local disk.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// S3-compatible object storage (`s3://` warehouses and files).
+    #[serde(default)]
+    pub s3: Option<S3Config>,
+}
+
+/// `[storage.s3]`. Unset credentials and region come from a catalog's `s3.*`
+/// properties, then `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`,
+/// `AWS_REGION`, `AWS_ENDPOINT_URL_S3`/`AWS_ENDPOINT_URL` and the shared files' profile.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// Endpoint URL (MinIO, a VPC endpoint; `http://` for a loopback server).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Region (default from the environment, else `us-east-1`).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Path-style requests (default: on with a custom endpoint, as MinIO needs).
+    #[serde(default)]
+    pub path_style: Option<bool>,
+    /// Access key id (its secret in `secret_access_key_file`).
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    /// File holding the secret access key.
+    #[serde(default)]
+    pub secret_access_key_file: Option<PathBuf>,
+    /// Shared-files profile (default `AWS_PROFILE`, else `default`).
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Unsigned requests (public buckets).
+    #[serde(default)]
+    pub anonymous: bool,
+    /// Per-request timeout, seconds (default 60).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+    /// Retries of a failed request (default 2).
+    #[serde(default)]
+    pub retries: Option<usize>,
 }
 
 /// KMS settings.
@@ -352,22 +431,95 @@ impl Config {
             }
         }
         for (name, cat) in &c.catalogs {
-            let (uri, warehouse) = (&cat.uri, &cat.warehouse);
-            if !(uri.starts_with("sqlite:")
-                || uri.starts_with("postgres://")
-                || uri.starts_with("postgresql://"))
+            let bad = |key: &str, reason: String| Error::ConfigValue {
+                path: source.into(),
+                key: format!("catalogs.{name}.{key}"),
+                reason,
+            };
+            let uri = &cat.uri;
+            let rest_only = [
+                ("credential_file", cat.credential_file.is_some()),
+                ("token_file", cat.token_file.is_some()),
+                ("oauth2_server_uri", cat.oauth2_server_uri.is_some()),
+                ("scope", cat.scope.is_some()),
+            ];
+            match cat.kind {
+                CatalogKind::Sql => {
+                    if !(uri.starts_with("sqlite:")
+                        || uri.starts_with("postgres://")
+                        || uri.starts_with("postgresql://"))
+                    {
+                        return Err(bad(
+                            "uri",
+                            format!("'{uri}' is not a sqlite: or postgres:// URI"),
+                        ));
+                    }
+                    match &cat.warehouse {
+                        None => {
+                            return Err(bad(
+                                "warehouse",
+                                "an SQL catalog needs `warehouse` (file:///abs/path or s3://bucket/prefix)".into(),
+                            ));
+                        }
+                        Some(w) if !w.contains("://") => {
+                            return Err(bad(
+                                "warehouse",
+                                format!("'{w}' is not a URI (e.g. file:///abs/path)"),
+                            ));
+                        }
+                        Some(_) => {}
+                    }
+                    if let Some((key, _)) = rest_only.iter().find(|(_, set)| *set) {
+                        return Err(bad(key, "only a `rest` catalog takes it".into()));
+                    }
+                }
+                CatalogKind::Rest => {
+                    if !(uri.starts_with("http://") || uri.starts_with("https://")) {
+                        return Err(bad("uri", format!("'{uri}' is not an http(s):// URL")));
+                    }
+                    if cat.credential_file.is_some() && cat.token_file.is_some() {
+                        return Err(bad(
+                            "token_file",
+                            "give either credential_file or token_file".into(),
+                        ));
+                    }
+                }
+                CatalogKind::Hms => {
+                    return Err(bad(
+                        "type",
+                        "Hive Metastore catalogs are not supported yet (iceberg-catalog-hms is \
+                         not built into ClearIce); register the tables in an SQL or REST catalog"
+                            .into(),
+                    ));
+                }
+            }
+            for key in cat.properties.keys() {
+                if matches!(
+                    key.as_str(),
+                    "uri" | "warehouse" | "credential" | "token" | "s3.secret-access-key"
+                ) {
+                    return Err(bad(
+                        &format!("properties.{key}"),
+                        "set it with its own key (secrets go in files)".into(),
+                    ));
+                }
+            }
+        }
+        if let Some(s3) = &c.storage.s3 {
+            if let Some(e) = &s3.endpoint
+                && !(e.starts_with("http://") || e.starts_with("https://"))
             {
                 return Err(Error::ConfigValue {
                     path: source.into(),
-                    key: format!("catalogs.{name}.uri"),
-                    reason: format!("'{uri}' is not a sqlite: or postgres:// URI"),
+                    key: "storage.s3.endpoint".into(),
+                    reason: format!("'{e}' is not an http(s):// URL"),
                 });
             }
-            if !warehouse.contains("://") {
+            if s3.access_key_id.is_some() != s3.secret_access_key_file.is_some() {
                 return Err(Error::ConfigValue {
                     path: source.into(),
-                    key: format!("catalogs.{name}.warehouse"),
-                    reason: format!("'{warehouse}' is not a URI (e.g. file:///abs/path)"),
+                    key: "storage.s3.access_key_id".into(),
+                    reason: "give access_key_id and secret_access_key_file together".into(),
                 });
             }
         }

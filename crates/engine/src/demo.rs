@@ -12,6 +12,7 @@ use clearice_policy::Policy;
 
 use crate::error::Error;
 use clearice_crypto::{KeyringKms, SecretKey};
+use clearice_table::storage::{LakeStores, S3Options};
 use clearice_table::write::{EncryptionSpec, WriteProviders, append_encrypted_with};
 use datafusion::arrow::array::{
     ArrayRef, Date32Array, Decimal128Array, Int64Array, ListBuilder, RecordBatch, StringArray,
@@ -29,14 +30,35 @@ pub const CUSTOMERS: usize = 100_000;
 /// Rows in `lake.sales.orders`.
 pub const ORDERS: usize = 200_000;
 
+/// Where the demo lake's data goes and who protects its PII columns.
+#[derive(Debug, Clone, Default)]
+pub struct DemoOptions {
+    /// Encrypt (PME per column); off gives the plaintext twin.
+    pub plaintext: bool,
+    /// The PII key held by the demo crypto service (see [`init_remote`]).
+    pub remote: bool,
+    /// Warehouse URI (`s3://bucket/prefix`); default `DIR/warehouse`.
+    pub warehouse: Option<String>,
+    /// S3 options for an `s3://` warehouse (written to `[storage.s3]` without secrets:
+    /// credentials come from the environment then too).
+    pub s3: S3Options,
+}
+
 /// Writes a demo lake into `dir` (absent or empty) and returns its config path.
 pub async fn init(dir: &Path) -> Result<PathBuf, Error> {
-    init_with(dir, true, false).await
+    init_with(dir, DemoOptions::default()).await
 }
 
 /// The same lake with PME off (the plaintext twin, for benchmarks and comparisons).
 pub async fn init_plaintext(dir: &Path) -> Result<PathBuf, Error> {
-    init_with(dir, false, false).await
+    init_with(
+        dir,
+        DemoOptions {
+            plaintext: true,
+            ..Default::default()
+        },
+    )
+    .await
 }
 
 /// The demo lake with its PII key held by a protection service: `DIR/crypto-server/`
@@ -47,13 +69,21 @@ pub async fn init_plaintext(dir: &Path) -> Result<PathBuf, Error> {
 /// the service refuses see NULL). The service lets roles `admin` and `support` use
 /// `pii_key`, and refuses `analyst`.
 pub async fn init_remote(dir: &Path) -> Result<PathBuf, Error> {
-    init_with(dir, true, true).await
+    init_with(
+        dir,
+        DemoOptions {
+            remote: true,
+            ..Default::default()
+        },
+    )
+    .await
 }
 
 /// Where the remote demo's service listens (`crypto-server.toml`, `[providers.dbps]`).
 pub const REMOTE_DEMO_ADDR: &str = "127.0.0.1:8443";
 
-async fn init_with(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf, Error> {
+/// The demo lake with `options` (an S3 warehouse, a remote provider, plaintext).
+pub async fn init_with(dir: &Path, options: DemoOptions) -> Result<PathBuf, Error> {
     let fail = |reason: String| Error::DemoInit {
         dir: dir.display().to_string(),
         reason,
@@ -64,7 +94,7 @@ async fn init_with(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf, E
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e.to_string())),
     }
-    write_lake(dir, encrypt, remote)
+    write_lake(dir, options)
         .await
         .map_err(|e| fail(e.to_string()))
 }
@@ -73,11 +103,15 @@ async fn init_with(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf, E
     clippy::disallowed_methods,
     reason = "demo init is a one-off setup command that writes a lake before anything is served"
 )]
-async fn write_lake(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf> {
+async fn write_lake(dir: &Path, options: DemoOptions) -> Result<PathBuf> {
+    let (encrypt, remote) = (!options.plaintext, options.remote);
     // The account that will run the shell becomes an admin, so the first query shows
     // plaintext (the OS account, not only $USER: containers have none).
     let owner = crate::whoami::default_principal().map(|(name, _)| name);
-    std::fs::create_dir_all(dir.join("warehouse"))?;
+    std::fs::create_dir_all(dir)?;
+    if options.warehouse.is_none() {
+        std::fs::create_dir_all(dir.join("warehouse"))?;
+    }
     let dir = dir.canonicalize()?;
     let keyring = KeyringKms::from_keys([
         (
@@ -108,7 +142,26 @@ async fn write_lake(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf> 
         .map(DemoService::write_providers)
         .unwrap_or_default();
     let db = dir.join("catalog.db");
-    let warehouse = format!("file://{}", dir.join("warehouse").display());
+    let warehouse = options
+        .warehouse
+        .clone()
+        .map(|w| w.trim_end_matches('/').to_owned())
+        .unwrap_or_else(|| format!("file://{}", dir.join("warehouse").display()));
+    let storage = if warehouse.starts_with("s3://") {
+        let mut s =
+            "# Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile.\n[storage.s3]\n"
+                .to_owned();
+        if let Some(e) = &options.s3.endpoint {
+            s.push_str(&format!("endpoint = \"{e}\"\n"));
+        }
+        if let Some(r) = &options.s3.region {
+            s.push_str(&format!("region = \"{r}\"\n"));
+        }
+        s.push('\n');
+        s
+    } else {
+        String::new()
+    };
     let providers = if remote {
         format!(
             "# The PII key stays in the protection service (clearice crypto-server).\n\
@@ -120,7 +173,7 @@ async fn write_lake(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf> 
     };
     let config = format!(
         "# ClearIce demo lake (written by `clearice demo init`)\n\
-         [catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{}\"\nwarehouse = \"{warehouse}\"\n\n\
+         [catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{}\"\nwarehouse = \"{warehouse}\"\n\n{storage}\
          [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\n{providers}\
          [policy]\npath = \"policy.toml\"\n\n[audit]\npath = \"audit.jsonl\"\n\n\
          # Flight SQL users (clearice serve). DEMO ONLY: each password equals the user name.\n\
@@ -143,10 +196,12 @@ async fn write_lake(dir: &Path, encrypt: bool, remote: bool) -> Result<PathBuf> 
             _ => EncryptionSpec::default(),
         }
     };
+    let stores = LakeStores::new(options.s3.with_environment());
     let catalog = clearice_table::open_sql_catalog(
         "lake",
         &format!("sqlite://{}?mode=rwc", db.display()),
         &warehouse,
+        &stores,
     )
     .await?;
     let ns = NamespaceIdent::new("sales".into());

@@ -126,7 +126,9 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             TableError::UnknownPrincipal { .. }
             | TableError::TableDenied { .. }
             | TableError::ColumnDenied { .. } => ErrorClass::Denied,
-            TableError::CatalogOpen { .. } | TableError::Iceberg { .. } => ErrorClass::Unavailable,
+            TableError::CatalogOpen { .. }
+            | TableError::Iceberg { .. }
+            | TableError::Storage { .. } => ErrorClass::Unavailable,
             TableError::Provider { source, .. } => provider_class(source),
             TableError::DeletesNotSupported { .. } => ErrorClass::Unsupported,
             TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {

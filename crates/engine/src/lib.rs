@@ -40,19 +40,22 @@ use clearice_crypto::{
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, SecretKey};
 use clearice_policy::Policy;
 use clearice_table::pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
+use clearice_table::storage::{LakeRegistry, LakeStores, Secret};
 use clearice_table::{
-    IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_sql_catalog,
+    IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_rest_catalog,
+    open_sql_catalog,
 };
 use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
-use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
+use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::execution::parquet_encryption::EncryptionFactoryRegistry;
-use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use audit::{AuditError, AuditLog};
 pub use clearice_crypto::AccessToken;
 pub use clearice_table::Error as TableError;
+pub use clearice_table::storage::{Requests as StorageRequests, S3Options};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
     LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
@@ -71,6 +74,8 @@ pub struct Engine {
     config: Config,
     catalogs: Vec<(String, Arc<IcebergCatalogProvider>)>,
     iceberg: HashMap<String, Arc<dyn iceberg::Catalog>>,
+    /// Local disk and S3 (every catalog's files, side files, S3 request counts).
+    stores: LakeStores,
     resolver: Arc<KeyResolver>,
     /// Does the module cryptography of every scan (`local`: keys from the KMS).
     crypto: ProviderRef,
@@ -109,39 +114,71 @@ impl Engine {
             policy,
             audit,
             area_roots,
+            s3,
+            catalog_props,
         } = tokio::task::spawn_blocking(move || LocalParts::load(&cfg))
             .await
             .map_err(|e| Error::ConfigRead {
                 path: config.source.clone(),
                 reason: format!("loading failed: {e}"),
             })??;
-        let runtime = Arc::new(RuntimeEnv::default());
-        // Iceberg data files are read through their own store name (see CATALOG_STORE_URL).
+        let stores = LakeStores::new(s3);
+        // Iceberg data files are read through their own store names (CATALOG_STORE_URL,
+        // `clearice-s3://BUCKET`); the machine's own sessions also reach `s3://`.
+        let runtime = RuntimeEnvBuilder::new()
+            .with_object_store_registry(Arc::new(LakeRegistry::new(stores.clone(), true)))
+            .build_arc()
+            .map_err(|e| Error::ConfigRead {
+                path: config.source.clone(),
+                reason: format!("runtime: {e}"),
+            })?;
         runtime.register_object_store(
             &url::Url::parse(CATALOG_STORE_URL).expect("static URL"),
-            Arc::new(object_store::local::LocalFileSystem::new()),
+            stores.local(),
         );
         // One provider for every scan of every session (catalog tables and files).
         let crypto: ProviderRef = Arc::new(LocalProvider::new(
             Arc::clone(&resolver),
-            Some(clearice_table::local_side_file_reader()),
+            Some(stores.side_file_reader()),
         ));
         let mut named = Vec::new();
         for (name, r) in remote {
-            let p = RemoteProvider::new(r, Some(clearice_table::local_side_file_reader()))?;
+            let p = RemoteProvider::new(r, Some(stores.side_file_reader()))?;
             named.push((name, Arc::new(p) as ProviderRef));
         }
         let providers = Arc::new(Providers::new(Arc::clone(&crypto), named));
         let mut catalogs = Vec::new();
         let mut iceberg = HashMap::new();
         for (name, cat) in &config.catalogs {
-            let CatalogKind::Sql = cat.kind;
-            let ice =
-                open_sql_catalog(name, &resolve_sqlite_uri(&config, &cat.uri), &cat.warehouse)
-                    .await?;
-            let provider =
-                IcebergCatalogProvider::try_new(name, Arc::clone(&ice), Arc::clone(&crypto))
-                    .await?;
+            let ice = match cat.kind {
+                CatalogKind::Sql => {
+                    open_sql_catalog(
+                        name,
+                        &resolve_sqlite_uri(&config, &cat.uri),
+                        cat.warehouse.as_deref().expect("validated at load"),
+                        &stores,
+                    )
+                    .await?
+                }
+                CatalogKind::Rest => {
+                    open_rest_catalog(
+                        name,
+                        &cat.uri,
+                        cat.warehouse.as_deref(),
+                        catalog_props.get(name).cloned().unwrap_or_default(),
+                        &stores,
+                    )
+                    .await?
+                }
+                CatalogKind::Hms => unreachable!("refused at config load"),
+            };
+            let provider = IcebergCatalogProvider::try_new(
+                name,
+                Arc::clone(&ice),
+                Arc::clone(&crypto),
+                stores.clone(),
+            )
+            .await?;
             catalogs.push((name.clone(), Arc::new(provider)));
             iceberg.insert(name.clone(), ice);
         }
@@ -149,6 +186,7 @@ impl Engine {
             config,
             catalogs,
             iceberg,
+            stores,
             resolver,
             crypto,
             providers,
@@ -198,18 +236,22 @@ impl Engine {
         self.iceberg.get(name)
     }
 
-    /// Master key id of each column of a local data file (`None`: plaintext or footer
-    /// key), read through the decrypting reader: only the footer key is requested.
+    /// Master key id of each column of a data file (`None`: plaintext or footer key),
+    /// read through the decrypting reader: only the footer key is requested.
     async fn column_master_keys(
         &self,
-        path: &str,
+        location: &str,
     ) -> Result<Vec<(String, Option<String>)>, String> {
-        let size = tokio::fs::metadata(path)
-            .await
-            .map_err(|e| format!("'{path}': {e}"))?
-            .len();
-        let location = object_store::path::Path::from_filesystem_path(path)
-            .map_err(|e| format!("'{path}': {e}"))?;
+        use object_store::ObjectStoreExt;
+        let (store, path) = self
+            .stores
+            .resolve_with(location, self.stores.options())
+            .map_err(|e| e.to_string())?;
+        let size = store.head(&path).await.map_err(|e| e.to_string())?.size;
+        let prefix = match clearice_table::storage::Location::parse(location) {
+            Ok(clearice_table::storage::Location::S3 { bucket, .. }) => format!("s3://{bucket}/"),
+            _ => "/".to_owned(),
+        };
         let keys = ScanKeys {
             provider: Arc::clone(&self.crypto),
             scope: KeyScope::MasterKeys(Default::default()),
@@ -220,14 +262,19 @@ impl Engine {
             aad_prefix: None,
             given: None,
         };
-        let store = Arc::new(object_store::local::LocalFileSystem::new());
         DecryptingReaderFactory::new(store, keys)
+            .with_file_prefix(prefix)
             .column_keys(datafusion::datasource::listing::PartitionedFile::new(
-                location.to_string(),
+                path.to_string(),
                 size,
             ))
             .await
             .map_err(|e| message_of(&e))
+    }
+
+    /// HTTP requests sent to S3 so far (all catalogs, scans and side files).
+    pub fn storage_requests(&self) -> StorageRequests {
+        self.stores.requests()
     }
 
     /// The key resolver (metrics: KMS calls).
@@ -374,7 +421,7 @@ impl Engine {
         let object_store_registry: Arc<dyn ObjectStoreRegistry> = match &guard {
             // `file://` confined to the areas; catalog data through its own store.
             Some(g) => {
-                let reg = DefaultObjectStoreRegistry::new();
+                let reg = LakeRegistry::new(self.stores.clone(), false);
                 let catalog_url = url::Url::parse(CATALOG_STORE_URL).expect("static URL");
                 if let Ok(store) = self.runtime.object_store_registry.get_store(&catalog_url) {
                     reg.register_store(&catalog_url, store);
@@ -415,7 +462,9 @@ impl Engine {
                 .build();
         }
         if let Err(e) = state.register_file_format(
-            Arc::new(DecryptingParquetFormatFactory::new(files_keys)),
+            Arc::new(
+                DecryptingParquetFormatFactory::new(files_keys).with_stores(self.stores.clone()),
+            ),
             true,
         ) {
             setup_error.get_or_insert(format!(
@@ -513,6 +562,10 @@ struct LocalParts {
         std::path::PathBuf,
         std::path::PathBuf,
     )>,
+    /// `[storage.s3]` with its secret read and AWS's environment applied.
+    s3: S3Options,
+    /// REST catalogs' client properties (secrets read from their files).
+    catalog_props: HashMap<String, HashMap<String, String>>,
 }
 
 impl LocalParts {
@@ -590,12 +643,65 @@ impl LocalParts {
                 }
             }
         }
+        let read_secret = |key: String, path: &std::path::Path| {
+            let path = config.resolve(path);
+            std::fs::read_to_string(&path)
+                .map(|t| t.trim().to_owned())
+                .map_err(|e| Error::ConfigValue {
+                    path: config.source.clone(),
+                    key,
+                    reason: format!("'{}': {e}", path.display()),
+                })
+        };
+        let mut s3 = S3Options::default();
+        if let Some(c) = &config.storage.s3 {
+            s3.endpoint = c.endpoint.clone();
+            s3.region = c.region.clone();
+            s3.path_style = c.path_style;
+            s3.profile = c.profile.clone();
+            s3.anonymous = c.anonymous;
+            s3.timeout = c.timeout_s.map(Duration::from_secs);
+            s3.retries = c.retries;
+            if let (Some(id), Some(f)) = (&c.access_key_id, &c.secret_access_key_file) {
+                s3.access_key_id = Some(id.clone());
+                s3.secret_access_key = Some(Secret::new(read_secret(
+                    "storage.s3.secret_access_key_file".into(),
+                    f,
+                )?));
+            }
+        }
+        let s3 = s3.with_environment();
+        let mut catalog_props = HashMap::new();
+        for (name, cat) in &config.catalogs {
+            let mut props: HashMap<String, String> = cat.properties.clone().into_iter().collect();
+            if let Some(f) = &cat.credential_file {
+                props.insert(
+                    "credential".into(),
+                    read_secret(format!("catalogs.{name}.credential_file"), f)?,
+                );
+            }
+            if let Some(f) = &cat.token_file {
+                props.insert(
+                    "token".into(),
+                    read_secret(format!("catalogs.{name}.token_file"), f)?,
+                );
+            }
+            if let Some(u) = &cat.oauth2_server_uri {
+                props.insert("oauth2-server-uri".into(), u.clone());
+            }
+            if let Some(sc) = &cat.scope {
+                props.insert("scope".into(), sc.clone());
+            }
+            catalog_props.insert(name.clone(), props);
+        }
         Ok(Self {
             resolver,
             policy,
             audit,
             area_roots,
             remote,
+            s3,
+            catalog_props,
         })
     }
 }
@@ -813,11 +919,7 @@ impl Engine {
                 }
             };
             let Some(task) = tasks.first() else { continue };
-            let path = task
-                .data_file_path
-                .strip_prefix("file://")
-                .unwrap_or(&task.data_file_path)
-                .to_owned();
+            let path = task.data_file_path.clone();
             let keys = self.column_master_keys(&path).await;
             match keys {
                 Ok(keys) => {

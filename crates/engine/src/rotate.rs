@@ -70,7 +70,11 @@ pub fn rotate_master_key(
     let mut roots = roots.to_vec();
     if roots.is_empty() {
         for cat in config.catalogs.values() {
-            if let Some(p) = cat.warehouse.strip_prefix("file://") {
+            if let Some(p) = cat
+                .warehouse
+                .as_deref()
+                .and_then(|w| w.strip_prefix("file://"))
+            {
                 roots.push(PathBuf::from(p));
             }
         }

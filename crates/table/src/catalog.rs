@@ -9,22 +9,62 @@ use clearice_policy::TableDecision;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
+use iceberg_catalog_rest::{
+    REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder,
+};
 use iceberg_catalog_sql::SqlCatalogBuilder;
 
 use crate::access::{SessionAccess, TableAccess};
 use crate::error::{Error, Result};
 use crate::policy_provider::PolicyTableProvider;
 use crate::provider::IcebergTableProvider;
+use crate::storage::{LakeStorageFactory, LakeStores};
 
 /// Opens an Iceberg SQL catalog (SQLite or PostgreSQL, the schema of the Iceberg JDBC
-/// catalog and PyIceberg's `SqlCatalog`).
-pub async fn open_sql_catalog(name: &str, uri: &str, warehouse: &str) -> Result<Arc<dyn Catalog>> {
+/// catalog and PyIceberg's `SqlCatalog`) whose files are on `stores` (local or S3).
+pub async fn open_sql_catalog(
+    name: &str,
+    uri: &str,
+    warehouse: &str,
+    stores: &LakeStores,
+) -> Result<Arc<dyn Catalog>> {
     sqlx::any::install_default_drivers();
     let catalog = SqlCatalogBuilder::default()
-        .with_storage_factory(Arc::new(iceberg::io::LocalFsStorageFactory))
+        .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
         .uri(uri)
         .warehouse_location(warehouse)
         .load(name, HashMap::new())
+        .await
+        .map_err(|source| Error::CatalogOpen {
+            catalog: name.into(),
+            uri: redact_uri(uri),
+            source: Box::new(source),
+        })?;
+    Ok(Arc::new(catalog))
+}
+
+/// Opens an Iceberg REST catalog at `uri`. `props` are the REST client's properties
+/// (`credential` = `client_id:secret` for OAuth2 client credentials, `token`,
+/// `oauth2-server-uri`, `scope`, `header.NAME`, and `s3.*` storage properties); the
+/// catalog's own config and each table's config (vended credentials) are merged in by
+/// the client. The connection is made on first use (the listing).
+pub async fn open_rest_catalog(
+    name: &str,
+    uri: &str,
+    warehouse: Option<&str>,
+    mut props: HashMap<String, String>,
+    stores: &LakeStores,
+) -> Result<Arc<dyn Catalog>> {
+    props.insert(
+        REST_CATALOG_PROP_URI.into(),
+        uri.trim_end_matches('/').into(),
+    );
+    if let Some(w) = warehouse {
+        props.insert(REST_CATALOG_PROP_WAREHOUSE.into(), w.into());
+    }
+    let catalog = RestCatalogBuilder::default()
+        .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
+        .load(name, props)
         .await
         .map_err(|source| Error::CatalogOpen {
             catalog: name.into(),
@@ -56,6 +96,7 @@ pub struct IcebergCatalogProvider {
     name: String,
     catalog: Arc<dyn Catalog>,
     crypto: ProviderRef,
+    stores: LakeStores,
     schemas: std::sync::RwLock<Arc<Schemas>>,
     /// When the listing was last refreshed (held while refreshing: one refresh at a time;
     /// others do not wait for it).
@@ -72,17 +113,19 @@ impl std::fmt::Debug for IcebergCatalogProvider {
 }
 
 impl IcebergCatalogProvider {
-    /// Opens the catalog's listing.
+    /// Opens the catalog's listing; data files are read from `stores`.
     pub async fn try_new(
         name: &str,
         catalog: Arc<dyn Catalog>,
         crypto: ProviderRef,
+        stores: LakeStores,
     ) -> Result<Self> {
-        let schemas = list(name, &catalog, &crypto).await?;
+        let schemas = list(name, &catalog, &crypto, &stores).await?;
         Ok(Self {
             name: name.to_owned(),
             catalog,
             crypto,
+            stores,
             schemas: std::sync::RwLock::new(Arc::new(schemas)),
             listed_at: tokio::sync::Mutex::new(std::time::Instant::now()),
         })
@@ -103,7 +146,7 @@ impl IcebergCatalogProvider {
         if listed_at.elapsed() < max_age {
             return;
         }
-        match list(&self.name, &self.catalog, &self.crypto).await {
+        match list(&self.name, &self.catalog, &self.crypto, &self.stores).await {
             Ok(schemas) => *self.schemas.write().expect("schemas") = Arc::new(schemas),
             Err(e) => {
                 tracing::warn!(catalog = %self.name, error = %e, "catalog listing not refreshed")
@@ -114,7 +157,12 @@ impl IcebergCatalogProvider {
 }
 
 /// Lists namespaces (nested ones joined with `.`) and their tables.
-async fn list(name: &str, catalog: &Arc<dyn Catalog>, crypto: &ProviderRef) -> Result<Schemas> {
+async fn list(
+    name: &str,
+    catalog: &Arc<dyn Catalog>,
+    crypto: &ProviderRef,
+    stores: &LakeStores,
+) -> Result<Schemas> {
     let err = |source: iceberg::Error| Error::Iceberg {
         table: name.to_owned(),
         source: Box::new(source),
@@ -134,6 +182,7 @@ async fn list(name: &str, catalog: &Arc<dyn Catalog>, crypto: &ProviderRef) -> R
                 tables: tables.into_iter().map(|t| t.name).collect(),
                 catalog: Arc::clone(catalog),
                 crypto: Arc::clone(crypto),
+                stores: stores.clone(),
             }),
         );
     }
@@ -162,6 +211,7 @@ pub struct IcebergSchemaProvider {
     tables: Vec<String>,
     catalog: Arc<dyn Catalog>,
     crypto: ProviderRef,
+    stores: LakeStores,
 }
 
 impl std::fmt::Debug for IcebergSchemaProvider {
@@ -218,6 +268,7 @@ impl IcebergSchemaProvider {
             full,
             table,
             Arc::clone(&self.crypto),
+            self.stores.clone(),
         )?))
     }
 }

@@ -84,6 +84,14 @@ pub enum Error {
         /// First delete file.
         file: String,
     },
+    /// The object store of a table's files could not be set up (credentials, endpoint).
+    #[error("table '{table}': {source}")]
+    Storage {
+        /// Table.
+        table: String,
+        /// The cause.
+        source: Box<crate::storage::StorageError>,
+    },
     /// A data file location uses a storage scheme ClearIce cannot read yet.
     #[error("table '{table}': data file '{location}' is on an unsupported storage ({reason})")]
     UnsupportedLocation {

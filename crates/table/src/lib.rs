@@ -23,12 +23,13 @@ pub mod pme;
 mod policy_provider;
 mod provider;
 mod schema;
+pub mod storage;
 pub mod write;
 
 pub use access::{QueryAccess, SessionAccess, TableAccess};
 pub use catalog::{
     IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
-    open_sql_catalog, redact_uri,
+    open_rest_catalog, open_sql_catalog, redact_uri,
 };
 pub use encryption::local_side_file_reader;
 pub use error::{Error, Result};

@@ -24,6 +24,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use futures::TryStreamExt;
 use iceberg::scan::FileScanTask;
 use iceberg::table::Table;
+use object_store::ObjectStore;
 
 use clearice_crypto::{CallContext, KeyScope, ProviderRef};
 
@@ -32,6 +33,7 @@ use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
 use crate::pme::{DecryptingReaderFactory, ScanKeys};
 use crate::schema::arrow_schema;
+use crate::storage::{CATALOG_S3_SCHEME, LakeStores, Location, S3Options};
 
 /// Object store URL that Iceberg data files are read through: a local filesystem store
 /// the engine registers under this name, apart from `file://`, so sessions whose
@@ -60,6 +62,10 @@ pub struct IcebergTableProvider {
     table: Table,
     schema: SchemaRef,
     crypto: ProviderRef,
+    stores: LakeStores,
+    /// S3 options with the table's FileIO properties (a REST catalog's table config,
+    /// vended credentials) merged in.
+    s3: S3Options,
 }
 
 impl std::fmt::Debug for IcebergTableProvider {
@@ -71,14 +77,24 @@ impl std::fmt::Debug for IcebergTableProvider {
 }
 
 impl IcebergTableProvider {
-    /// Wraps a loaded table whose files `crypto` decrypts.
-    pub fn try_new(name: String, table: Table, crypto: ProviderRef) -> Result<Self> {
+    /// Wraps a loaded table whose files `crypto` decrypts, read from `stores`.
+    pub fn try_new(
+        name: String,
+        table: Table,
+        crypto: ProviderRef,
+        stores: LakeStores,
+    ) -> Result<Self> {
         let schema = arrow_schema(&name, table.metadata().current_schema())?;
+        let s3 = stores
+            .options()
+            .with_catalog_props(table.file_io().config().props());
         Ok(Self {
             name,
             table,
             schema,
             crypto,
+            stores,
+            s3,
         })
     }
 
@@ -108,20 +124,6 @@ impl IcebergTableProvider {
     /// The Iceberg table.
     pub fn table(&self) -> &Table {
         &self.table
-    }
-
-    /// Local paths of the current snapshot's data files.
-    pub async fn local_data_files(&self) -> Result<Vec<String>> {
-        if self.table.metadata().current_snapshot().is_none() {
-            return Ok(vec![]);
-        }
-        Ok(self
-            .plan_files(&[])
-            .await?
-            .iter()
-            .filter_map(|t| self.object_path(&t.data_file_path).ok())
-            .map(|(_, p)| p)
-            .collect())
     }
 
     async fn plan_files(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
@@ -156,28 +158,44 @@ impl IcebergTableProvider {
         Ok(tasks)
     }
 
-    fn object_path(&self, location: &str) -> Result<(ObjectStoreUrl, String)> {
-        let unsupported = |reason: String| Error::UnsupportedLocation {
+    /// The store URL a data file is scanned through, its path there, and the name of
+    /// the file in messages and provider calls.
+    fn object_path(&self, location: &str) -> Result<(ObjectStoreUrl, String, String)> {
+        let loc = Location::parse(location).map_err(|e| Error::UnsupportedLocation {
             table: self.name.clone(),
             location: location.to_owned(),
-            reason,
-        };
-        let store = || ObjectStoreUrl::parse(CATALOG_STORE_URL).expect("static URL");
-        if location.starts_with('/') {
-            return Ok((store(), location.to_owned()));
-        }
-        let url = url::Url::parse(location).map_err(|e| unsupported(e.to_string()))?;
-        match url.scheme() {
-            "file" => {
-                let path = url
-                    .to_file_path()
-                    .map_err(|()| unsupported("not a local path".into()))?;
-                Ok((store(), path.to_string_lossy().into_owned()))
-            }
-            other => Err(unsupported(format!(
-                "scheme '{other}' is not supported yet"
-            ))),
-        }
+            reason: e.to_string(),
+        })?;
+        let path = loc.object_path().to_string();
+        Ok(match loc {
+            Location::Local(p) => (
+                ObjectStoreUrl::parse(CATALOG_STORE_URL).expect("static URL"),
+                path,
+                p,
+            ),
+            Location::S3 { bucket, key } => (
+                ObjectStoreUrl::parse(format!("{CATALOG_S3_SCHEME}://{bucket}")).map_err(|e| {
+                    Error::UnsupportedLocation {
+                        table: self.name.clone(),
+                        location: location.to_owned(),
+                        reason: e.to_string(),
+                    }
+                })?,
+                path,
+                format!("s3://{bucket}/{key}"),
+            ),
+        })
+    }
+
+    /// The store a data file is read from (with the table's own S3 options).
+    fn store_of(&self, location: &str) -> Result<Arc<dyn ObjectStore>> {
+        self.stores
+            .resolve_with(location, &self.s3)
+            .map(|(store, _)| store)
+            .map_err(|e| Error::Storage {
+                table: self.name.clone(),
+                source: Box::new(e),
+            })
     }
 }
 
@@ -269,7 +287,7 @@ impl IcebergTableProvider {
         let mut store_url = None;
         let mut files = Vec::with_capacity(tasks.len());
         for t in &tasks {
-            let (url, path) = self.object_path(&t.data_file_path)?;
+            let (url, path, _) = self.object_path(&t.data_file_path)?;
             if store_url.get_or_insert_with(|| url.clone()) != &url {
                 return Err(Error::UnsupportedLocation {
                     table: self.name.clone(),
@@ -287,9 +305,13 @@ impl IcebergTableProvider {
             files.push(f);
         }
         let options = state.config_options();
-        let store = state
-            .runtime_env()
-            .object_store(store_url.as_ref().expect("non-empty"))?;
+        let first = &tasks[0].data_file_path;
+        let store = self.store_of(first)?;
+        let (_, first_path, first_name) = self.object_path(first)?;
+        let prefix = first_name
+            .strip_suffix(&first_path)
+            .unwrap_or("/")
+            .to_owned();
         let keys = ScanKeys {
             provider: keys.provider.unwrap_or_else(|| Arc::clone(&self.crypto)),
             scope: keys.scope,
@@ -305,7 +327,9 @@ impl IcebergTableProvider {
         // The decrypting reader decrypts only the page index of columns this scan may
         // read (others get a stand-in), so the page index is on, as for plaintext files.
         let source = ParquetSource::new(Arc::clone(&self.schema))
-            .with_parquet_file_reader_factory(Arc::new(DecryptingReaderFactory::new(store, keys)))
+            .with_parquet_file_reader_factory(Arc::new(
+                DecryptingReaderFactory::new(store, keys).with_file_prefix(prefix),
+            ))
             .with_table_parquet_options(TableParquetOptions {
                 global: options.execution.parquet.clone(),
                 ..Default::default()

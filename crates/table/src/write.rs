@@ -144,7 +144,8 @@ pub async fn append_encrypted_with(
     }
     let location = table.metadata().location().trim_end_matches('/').to_owned();
     let commit_id = format!("{:016x}", rand::random::<u64>());
-    let mut written: Vec<std::path::PathBuf> = Vec::new();
+    let io = table.file_io();
+    let mut written: Vec<String> = Vec::new();
     let result = async {
         let mut data_files = Vec::new();
         for (partition, batch) in partition_batches(table, &schema, batches).map_err(werr)? {
@@ -152,8 +153,6 @@ pub async fn append_encrypted_with(
                 "{location}/data/{commit_id}-{:05}.parquet",
                 data_files.len()
             );
-            let path = local_path(&uri).map_err(werr)?;
-            written.push(path.clone());
             let mut context = providers.context.clone();
             context.file = uri.clone();
             context
@@ -182,13 +181,10 @@ pub async fn append_encrypted_with(
                     },
                 );
             }
-            let (size, footer_key) = write_file(&path, &schema, &batch, spec, kms, &stand_ins)
+            let (mut bytes, footer_key) = write_file(&schema, &batch, spec, kms, &stand_ins)
                 .map_err(|e| werr(format!("'{uri}': {e}")))?;
-            let size = match footer_key {
+            match footer_key {
                 Some(footer_key) if !stand_ins.is_empty() => {
-                    let mut bytes = tokio::fs::read(&path)
-                        .await
-                        .map_err(|e| werr(format!("'{uri}': {e}")))?;
                     let keys: Vec<ProviderColumnKey> = stand_ins.into_values().collect();
                     crate::pme::rekey(
                         &mut bytes,
@@ -199,13 +195,17 @@ pub async fn append_encrypted_with(
                     )
                     .await
                     .map_err(|e| werr(format!("'{uri}': {e}")))?;
-                    tokio::fs::write(&path, &bytes)
-                        .await
-                        .map_err(|e| werr(format!("'{uri}': {e}")))?;
-                    bytes.len() as u64
                 }
-                _ => size,
-            };
+                _ => {}
+            }
+            let size = bytes.len() as u64;
+            // Recorded before the write: a write that fails half-way is cleaned up too.
+            written.push(uri.clone());
+            io.new_output(&uri)
+                .map_err(|e| werr(format!("'{uri}': {e}")))?
+                .write(bytes.into())
+                .await
+                .map_err(|e| werr(format!("'{uri}': {e}")))?;
             let metrics =
                 plaintext_metrics(table.metadata().current_schema(), &batch, spec).map_err(werr)?;
             data_files.push(
@@ -236,49 +236,25 @@ pub async fn append_encrypted_with(
     }
     .await;
     if result.is_err() {
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "cleanup of a failed write, like write_file"
-        )]
-        for p in &written {
-            let _ = std::fs::remove_file(p);
+        for uri in &written {
+            if let Err(e) = io.delete(uri).await {
+                tracing::warn!(file = %uri, error = %e, "file of a failed write not removed");
+            }
         }
     }
     result
 }
 
-fn local_path(uri: &str) -> std::result::Result<std::path::PathBuf, String> {
-    if uri.starts_with('/') {
-        return Ok(uri.into());
-    }
-    let url = url::Url::parse(uri).map_err(|e| format!("bad location '{uri}': {e}"))?;
-    if url.scheme() != "file" {
-        return Err(format!(
-            "writing to '{}' storage is not supported yet",
-            url.scheme()
-        ));
-    }
-    url.to_file_path()
-        .map_err(|()| format!("'{uri}' is not a local path"))
-}
-
-#[expect(
-    clippy::disallowed_methods,
-    reason = "encrypting and writing run on the caller's task: its callers are demo init and \
-              tests; SQL writes will run it on a blocking thread"
-)]
+/// Encodes and encrypts one data file in memory (CPU work on the caller's task: its
+/// callers are demo init and tests; SQL writes will run it on a blocking thread).
 fn write_file(
-    path: &std::path::Path,
     schema: &SchemaRef,
     batch: &RecordBatch,
     spec: &EncryptionSpec,
     kms: &dyn Kms,
     stand_ins: &HashMap<String, ProviderColumnKey>,
-) -> std::result::Result<(u64, Option<SecretKey>), String> {
+) -> std::result::Result<(Vec<u8>, Option<SecretKey>), String> {
     let mut footer_key = None;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    }
     // Page statistics: the column and offset index (encrypted with each column's key)
     // let selective queries skip pages.
     let mut props = WriterProperties::builder()
@@ -314,17 +290,14 @@ fn write_file(
         }
         props = props.with_file_encryption_properties(b.build().map_err(|e| e.to_string())?);
     }
-    let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
+    let mut file = Vec::new();
     let batch = RecordBatch::try_new(Arc::clone(schema), batch.columns().to_vec())
         .map_err(|e| e.to_string())?;
-    let mut w = ArrowWriter::try_new(file, Arc::clone(schema), Some(props.build()))
+    let mut w = ArrowWriter::try_new(&mut file, Arc::clone(schema), Some(props.build()))
         .map_err(|e| e.to_string())?;
     w.write(&batch).map_err(|e| e.to_string())?;
     w.close().map_err(|e| e.to_string())?;
-    Ok((
-        std::fs::metadata(path).map_err(|e| e.to_string())?.len(),
-        footer_key,
-    ))
+    Ok((file, footer_key))
 }
 
 /// Column metrics of one data file, by field id.

@@ -15,4 +15,5 @@ mod policy;
 mod postgres;
 mod pyarrow;
 mod rotation;
+mod s3;
 mod tamper;

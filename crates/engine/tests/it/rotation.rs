@@ -51,6 +51,7 @@ async fn rotation_rewraps_side_files_and_old_and_new_files_read() {
         "lake",
         &format!("sqlite://{}/catalog.db?mode=rwc", dir.display()),
         &format!("file://{}/warehouse", dir.display()),
+        &Default::default(),
     )
     .await
     .unwrap();

@@ -32,6 +32,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use clearice_crypto::SecretKey;
 
 use super::{DecryptingReaderFactory, GivenKeys, ScanKeys};
+use crate::storage::LakeStores;
 
 /// Files whose metadata is primed and inferred together (bounded so that the session's
 /// metadata cache keeps them between priming and inference).
@@ -42,6 +43,7 @@ const INFER_CHUNK: usize = 64;
 pub struct DecryptingParquetFormatFactory {
     inner: ParquetFormatFactory,
     keys: ScanKeys,
+    stores: LakeStores,
 }
 
 impl DecryptingParquetFormatFactory {
@@ -50,7 +52,15 @@ impl DecryptingParquetFormatFactory {
         Self {
             inner: ParquetFormatFactory::new(),
             keys,
+            stores: LakeStores::default(),
         }
+    }
+
+    /// Names files on `stores`' S3 buckets `s3://BUCKET/KEY` (side files are found next
+    /// to them; messages name them).
+    pub fn with_stores(mut self, stores: LakeStores) -> Self {
+        self.stores = stores;
+        self
     }
 }
 
@@ -73,16 +83,20 @@ impl FileFormatFactory for DecryptingParquetFormatFactory {
             .ok_or_else(|| internal_datafusion_err!("expected ParquetFormat"))?
             .options()
             .clone();
-        Ok(Arc::new(DecryptingParquetFormat::new(
-            ParquetFormat::default().with_options(options),
-            self.keys.clone(),
-        )?))
+        Ok(Arc::new(
+            DecryptingParquetFormat::new(
+                ParquetFormat::default().with_options(options),
+                self.keys.clone(),
+            )?
+            .with_stores(self.stores.clone()),
+        ))
     }
 
     fn default(&self) -> Arc<dyn FileFormat> {
         Arc::new(
             DecryptingParquetFormat::new(ParquetFormat::default(), self.keys.clone())
-                .expect("default options have no AAD prefix"),
+                .expect("default options have no AAD prefix")
+                .with_stores(self.stores.clone()),
         )
     }
 
@@ -96,6 +110,7 @@ impl FileFormatFactory for DecryptingParquetFormatFactory {
 pub struct DecryptingParquetFormat {
     inner: ParquetFormat,
     keys: ScanKeys,
+    stores: LakeStores,
 }
 
 impl DecryptingParquetFormat {
@@ -144,11 +159,19 @@ impl DecryptingParquetFormat {
         Ok(Self {
             inner: inner.with_options(options),
             keys,
+            stores: LakeStores::default(),
         })
     }
 
+    /// See [`DecryptingParquetFormatFactory::with_stores`].
+    pub fn with_stores(mut self, stores: LakeStores) -> Self {
+        self.stores = stores;
+        self
+    }
+
     fn factory(&self, store: Arc<dyn ObjectStore>) -> DecryptingReaderFactory {
-        DecryptingReaderFactory::new(store, self.keys.clone())
+        let prefix = self.stores.prefix_of(&store).unwrap_or_else(|| "/".into());
+        DecryptingReaderFactory::new(store, self.keys.clone()).with_file_prefix(prefix)
     }
 
     /// Puts the plaintext-view metadata of `objects` into the session's metadata cache.

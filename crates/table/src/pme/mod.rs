@@ -119,6 +119,7 @@ impl GivenKeys {
 pub struct DecryptingReaderFactory {
     inner: DefaultParquetFileReaderFactory,
     keys: Arc<ScanKeys>,
+    file_prefix: String,
 }
 
 impl DecryptingReaderFactory {
@@ -127,7 +128,15 @@ impl DecryptingReaderFactory {
         Self {
             inner: DefaultParquetFileReaderFactory::new(store),
             keys: Arc::new(keys),
+            file_prefix: "/".into(),
         }
+    }
+
+    /// Files are named `PREFIX + path in the store` in messages, provider calls and
+    /// side file lookups (default `/`, local paths; `s3://BUCKET/` on S3).
+    pub fn with_file_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.file_prefix = prefix.into();
+        self
     }
 }
 
@@ -151,7 +160,7 @@ impl DecryptingReaderFactory {
         hint: Option<usize>,
         metrics: &ExecutionPlanMetricsSet,
     ) -> datafusion::error::Result<DecryptingReader> {
-        let path = format!("/{}", file.object_meta.location);
+        let path = format!("{}{}", self.file_prefix, file.object_meta.location);
         let size = file.object_meta.size;
         let inner = self.inner.create_reader(partition, file, hint, metrics)?;
         let counters = Counters::new(metrics, partition);

@@ -1,0 +1,385 @@
+//! Lakes in S3-compatible object storage: a real S3 server (`moto_server` from PyPI) on a
+//! loopback port, started here and stopped afterwards. PyIceberg commits the
+//! PyArrow-encrypted interop lake into a bucket; ClearIce reads it, standalone files and
+//! PyArrow's external key material from S3, writes the demo lake to S3 (read back by
+//! PyIceberg + PyArrow), counts its requests, and names the store when S3 fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clearice_engine::demo::{self, DemoOptions};
+use clearice_engine::{Config, Engine, S3Options};
+use serde_json::Value;
+
+use crate::common::*;
+
+struct Moto(Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `moto_server` (next to the test venv's python) on a free loopback port.
+fn start_moto(python: &str) -> (Moto, String) {
+    let port = free_port();
+    let server = Path::new(python).with_file_name("moto_server");
+    let child = Command::new(&server)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", server.display()));
+    let moto = Moto(child);
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "moto_server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (moto, format!("http://127.0.0.1:{port}"))
+}
+
+fn python() -> Option<String> {
+    let p = std::env::var("CLEARICE_PYTHON").ok();
+    assert!(
+        p.is_some() || std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+        "CLEARICE_PYTHON is not set"
+    );
+    p
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/s3_lake.py")
+}
+
+fn make_fixtures(interop: &Path) -> PathBuf {
+    // The interop dir is generated from the shared make_fixtures.py (scripts/test.sh).
+    let shared = std::env::var_os("CLEARICE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    let p = shared.join("interop/make_fixtures.py");
+    assert!(p.exists(), "{} (set CLEARICE_SHARED)", p.display());
+    let _ = interop;
+    p
+}
+
+fn run_script(python: &str, args: &[&str]) -> Value {
+    let out = Command::new(python)
+        .arg(script())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "s3_lake.py {}: {}",
+        args[0],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `[storage.s3]` for the moto server (moto takes any key pair).
+fn storage_section(dir: &Path, endpoint: &str) -> String {
+    format!(
+        "[storage.s3]\nendpoint = \"{endpoint}\"\n{}",
+        credentials(dir)
+    )
+}
+
+/// The credential lines of `[storage.s3]` (the secret in a file).
+fn credentials(dir: &Path) -> String {
+    let secret = dir.join("s3.secret");
+    std::fs::write(&secret, "testing").unwrap();
+    format!(
+        "access_key_id = \"testing\"\nsecret_access_key_file = \"{}\"\n",
+        secret.display()
+    )
+}
+
+fn expected(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap()
+}
+
+async fn check_expected(engine: &Engine, interop: &Path, table: &str) {
+    let ctx = engine.session("tester");
+    let exp = expected(interop);
+    for q in exp["queries"].as_array().unwrap() {
+        let sql = q["sql"]
+            .as_str()
+            .unwrap()
+            .replace("FROM customers", &format!("FROM {table}"));
+        let batches = query(&ctx, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
+        assert_eq!(
+            json_rows(&batches),
+            want,
+            "query {} over {table}",
+            q["name"]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_lake_side_files_and_standalone_files_read_from_s3() {
+    let (Some(interop), Some(python)) = (interop_dir(), python()) else {
+        return;
+    };
+    let (_moto, endpoint) = start_moto(&python);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("pyiceberg");
+    let mf = make_fixtures(&interop);
+    let lake = run_script(
+        &python,
+        &[
+            "setup",
+            mf.to_str().unwrap(),
+            &endpoint,
+            "lake",
+            interop.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ],
+    );
+    let config = format!(
+        "[catalogs.lake]\ntype = \"sql\"\nuri = \"sqlite://{}\"\nwarehouse = \"{}\"\n\
+         [kms]\ntype = \"keyring\"\npath = \"{}\"\n{}",
+        lake["catalog_db"].as_str().unwrap(),
+        lake["warehouse"].as_str().unwrap(),
+        interop.join("keyring.json").display(),
+        storage_section(tmp.path(), &endpoint)
+    );
+    let engine = engine(tmp.path(), &config).await;
+
+    // Reads are coalesced: a full scan of 3 files (7 row groups x 9 leaf columns = 63
+    // column chunks, with their pages) takes a few ranged GETs per file, not one per
+    // chunk or page. Counted at the HTTP client, metadata (manifests) included.
+    let ctx = engine.session("tester");
+    let before = engine.storage_requests();
+    let rows = json_rows(
+        &query(
+            &ctx,
+            "SELECT count(*), count(ssn), count(tags) FROM (SELECT * FROM lake.sales.customers) t",
+        )
+        .await
+        .unwrap(),
+    );
+    let after = engine.storage_requests();
+    assert_eq!(rows[0][0], Value::from(10_000));
+    let gets = after.get - before.get;
+    eprintln!(
+        "full scan of lake.sales.customers on S3: {gets} GETs, {} HEADs",
+        after.head - before.head
+    );
+    assert!(gets >= 3, "{gets} GETs: the files were not read from S3");
+    assert!(
+        gets <= 24,
+        "{gets} GETs for 63 column chunks: reads are not coalesced"
+    );
+
+    check_expected(&engine, &interop, "lake.sales.customers").await;
+    check_expected(&engine, &interop, "'s3://lake/files/columns.parquet'").await;
+    // PyArrow wrote the key material to a side file next to the data file, on S3.
+    check_expected(&engine, &interop, "'s3://lake/files/external.parquet'").await;
+
+    // Failures name the store and the object, in one line, without the secret.
+    let e = query_err(&ctx, "SELECT * FROM 's3://lake/files/missing.parquet'").await;
+    assert!(e.contains("missing.parquet") && !e.contains('\n'), "{e}");
+    let e = query_err(&ctx, "SELECT * FROM 's3://no-such-bucket/x.parquet'").await;
+    assert!(e.contains("no-such-bucket") && !e.contains('\n'), "{e}");
+    assert!(!e.contains("testing\""), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_lake_written_to_s3_reads_back_in_clearice_and_pyarrow() {
+    let (Some(interop), Some(python)) = (interop_dir(), python()) else {
+        return;
+    };
+    let (_moto, endpoint) = start_moto(&python);
+    let mf = make_fixtures(&interop);
+    // An empty bucket (boto3, as a user would create it).
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            &format!(
+                "import boto3; boto3.client('s3', endpoint_url='{endpoint}', aws_access_key_id='testing', \
+                 aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket='demo')"
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let s3 = S3Options {
+        endpoint: Some(endpoint.clone()),
+        region: Some("us-east-1".into()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some(clearice_table::storage::Secret::new("testing")),
+        ..Default::default()
+    };
+    let config_path = demo::init_with(
+        &dir,
+        DemoOptions {
+            warehouse: Some("s3://demo/lake".into()),
+            s3,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        !dir.join("warehouse").exists(),
+        "data went to the local disk"
+    );
+    // The written config names the endpoint; the credentials are the user's to give.
+    let text = std::fs::read_to_string(&config_path).unwrap();
+    assert!(
+        text.contains(&format!("endpoint = \"{endpoint}\"")),
+        "{text}"
+    );
+    assert!(!text.contains("testing"), "{text}");
+    let text = text.replace(
+        "[storage.s3]\n",
+        &format!("[storage.s3]\n{}", credentials(tmp.path())),
+    );
+    std::fs::write(&config_path, text).unwrap();
+    let engine = Engine::open(Config::load(&config_path).unwrap())
+        .await
+        .unwrap();
+    let ctx = engine.session("admin");
+    let ours = json_rows(
+        &query(
+            &ctx,
+            "SELECT count(*), sum(id), count(ssn) FROM lake.sales.customers",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(ours[0][0], Value::from(demo::CUSTOMERS as i64));
+    // Masked for an analyst, as on local disk.
+    let masked = json_rows(
+        &query(
+            &engine.session("analyst"),
+            "SELECT ssn FROM lake.sales.customers WHERE ssn IS NOT NULL LIMIT 1",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(
+        masked[0][0].as_str().unwrap().starts_with("XXX-XX-"),
+        "{masked:?}"
+    );
+
+    // PyIceberg plans the snapshot ClearIce committed; PyArrow decrypts every file from S3.
+    let back = run_script(
+        &python,
+        &[
+            "readback",
+            mf.to_str().unwrap(),
+            &endpoint,
+            dir.join("catalog.db").to_str().unwrap(),
+            "s3://demo/lake",
+            "sales.customers",
+            dir.join("keyring.json").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(back["rows"], Value::from(demo::CUSTOMERS as i64));
+    assert_eq!(back["sums"]["id"], ours[0][1]);
+    assert!(
+        back["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f.as_str().unwrap().starts_with("s3://demo/lake/")),
+        "{back}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_s3_endpoint_is_one_line_naming_the_table() {
+    let Some(python) = python() else { return };
+    let (_moto, endpoint) = start_moto(&python);
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            &format!(
+                "import boto3; boto3.client('s3', endpoint_url='{endpoint}', aws_access_key_id='testing', \
+                 aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket='demo')"
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let s3 = S3Options {
+        endpoint: Some(endpoint.clone()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some(clearice_table::storage::Secret::new("testing")),
+        ..Default::default()
+    };
+    let config_path = demo::init_with(
+        &dir,
+        DemoOptions {
+            warehouse: Some("s3://demo/lake".into()),
+            s3,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    // The server goes away: the catalog (SQLite) still lists the tables; reading them
+    // fails in one line naming the table and the object store.
+    drop(_moto);
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let text = std::fs::read_to_string(&config_path)
+        .unwrap()
+        .replace(&endpoint, &dead)
+        .replace(
+            "[storage.s3]\n",
+            &format!("[storage.s3]\n{}", credentials(tmp.path())),
+        );
+    std::fs::write(&config_path, text).unwrap();
+    let engine = Engine::open(Config::load(&config_path).unwrap())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let e = query_err(
+        &engine.session("admin"),
+        "SELECT count(*) FROM lake.sales.customers",
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        e.contains("lake.sales.customers") || e.contains("sales.customers"),
+        "{e}"
+    );
+    assert!(e.contains("s3://demo/lake") && !e.contains('\n'), "{e}");
+}
