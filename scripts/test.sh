@@ -5,6 +5,8 @@
 # PyArrow/PyIceberg interop lake, then runs the Rust unit, integration, doc and
 # sqllogictest suites with those fixtures required. A throwaway PostgreSQL server (from the
 # machine's postgresql package, installed if missing) holds the PostgreSQL catalog tests.
+# The S3 tests start moto_server (from the venv), the REST catalog tests Iceberg's Java
+# RESTCatalogServer (resolved with Maven), each on a loopback port.
 #
 #   ./scripts/test.sh                 # everything
 #   ./scripts/test.sh -p clearice-sqllogictest --test sqllogictests -- demo
@@ -66,6 +68,19 @@ for v in 18.3.0 17.0.0; do
 done
 command -v java >/dev/null || { echo "error: java (17+) is needed for the JDBC driver tests" >&2; exit 2; }
 
+# Iceberg's own REST catalog server (org.apache.iceberg.rest.RESTCatalogServer, from the
+# iceberg-open-api test fixtures) with its runtime classpath, resolved by Maven from
+# scripts/rest-catalog/pom.xml; the REST catalog tests start it on a loopback port.
+REST=$CACHE/rest-catalog
+if [ ! -f "$REST/.installed" ] || ! cmp -s "$ROOT/scripts/rest-catalog/pom.xml" "$REST/.installed"; then
+  echo "== resolving Iceberg's REST catalog server (Maven)"
+  command -v mvn >/dev/null || { echo "error: Maven (mvn) is needed to fetch Iceberg's REST catalog server" >&2; exit 2; }
+  rm -rf "$REST" && mkdir -p "$REST"
+  mvn -q -B -f "$ROOT/scripts/rest-catalog/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$REST/lib" -DincludeScope=runtime
+  cp "$ROOT/scripts/rest-catalog/pom.xml" "$REST/.installed"
+fi
+
 # DataFusion's own sqllogictest files (the datafusion-sqllogictest crate of the DataFusion
 # version ClearIce runs on), checked against the crate's SHA-256 on crates.io; the
 # conformance test runs them through `clearice slt`.
@@ -111,6 +126,8 @@ trap 'as_pg "\"$PGBIN/pg_ctl\" -D \"$PGDIR/data\" -m fast stop" >/dev/null 2>&1;
 export CLEARICE_PG_URI="postgres://postgres@127.0.0.1:$PGPORT/postgres"
 
 export CLEARICE_INTEROP_DIR=$INTEROP
+export CLEARICE_SHARED=$SHARED
+export CLEARICE_REST_CATALOG_CP="$REST/lib/*"
 export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing
 export CLEARICE_PYTHON=$VENV/bin/python
 export CLEARICE_SUPERSET_PYTHON=$SVENV/bin/python
@@ -123,4 +140,6 @@ if [ $# -gt 0 ]; then
   cargo test "$@"
 else
   cargo test --workspace
+  echo "== the demo and policy suites (and policy over Flight SQL) with the demo lake on S3"
+  CLEARICE_DEMO_ON_S3=1 cargo test -p clearice-sqllogictest --test sqllogictests -- demo/ policy/
 fi

@@ -507,6 +507,7 @@ fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
             ("read_file_url", "file://"),
             ("read_s3_url", "'s3' URLs are not in any area"),
             ("read_catalog_store", "clearice-catalog"),
+            ("read_catalog_s3", "clearice-s3"),
             ("read_hidden_datafile", ".parquet"),
             ("read_json", "secret.json"),
             ("external_outside", "secret.csv"),

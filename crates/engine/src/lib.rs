@@ -40,7 +40,7 @@ use clearice_crypto::{
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, SecretKey};
 use clearice_policy::Policy;
 use clearice_table::pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
-use clearice_table::storage::{LakeRegistry, LakeStores, Secret};
+use clearice_table::storage::{LakeRegistry, LakeStores};
 use clearice_table::{
     IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_rest_catalog,
     open_sql_catalog,
@@ -55,7 +55,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 pub use audit::{AuditError, AuditLog};
 pub use clearice_crypto::AccessToken;
 pub use clearice_table::Error as TableError;
-pub use clearice_table::storage::{Requests as StorageRequests, S3Options};
+pub use clearice_table::storage::{Requests as StorageRequests, S3Options, Secret};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
     LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
@@ -172,13 +172,25 @@ impl Engine {
                 }
                 CatalogKind::Hms => unreachable!("refused at config load"),
             };
+            // The first listing is where a REST catalog is first reached: a failure there
+            // names the catalog and its URI.
             let provider = IcebergCatalogProvider::try_new(
                 name,
                 Arc::clone(&ice),
                 Arc::clone(&crypto),
                 stores.clone(),
             )
-            .await?;
+            .await
+            .map_err(|e| match e {
+                clearice_table::Error::Iceberg { source, .. } => {
+                    clearice_table::Error::CatalogOpen {
+                        catalog: name.clone(),
+                        uri: clearice_table::redact_uri(&cat.uri),
+                        source,
+                    }
+                }
+                other => other,
+            })?;
             catalogs.push((name.clone(), Arc::new(provider)));
             iceberg.insert(name.clone(), ice);
         }

@@ -4,6 +4,10 @@
 //! explicit keys. Each file runs in fresh sessions.
 //!
 //! `cargo test -p clearice-sqllogictest --test sqllogictests [-- FILTER...]`
+//!
+//! With `CLEARICE_DEMO_ON_S3=1` the demo lake is written to a bucket of an S3 server
+//! (`moto_server` next to `CLEARICE_PYTHON`, started here on a loopback port), so the
+//! demo and policy suites (and the policy suite over Flight SQL) run against S3.
 
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
@@ -117,7 +121,12 @@ async fn main() {
     for s in &skipped {
         println!("*** SKIPPED {s}: its fixtures are missing; run ./scripts/test.sh ***");
     }
-    if summary.finish() > 0 {
+    let failed = summary.finish() > 0;
+    for mut c in MOTO.lock().expect("moto").drain(..) {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    if failed {
         std::process::exit(1);
     }
 }
@@ -130,9 +139,13 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
     std::fs::create_dir_all(&dir).expect("suite dir");
     match suite {
         "demo" => {
-            let config = clearice_engine::demo::init(&dir.join("lake"))
-                .await
-                .expect("demo init");
+            let config = if std::env::var_os("CLEARICE_DEMO_ON_S3").is_some() {
+                demo_on_s3(&dir).await
+            } else {
+                clearice_engine::demo::init(&dir.join("lake"))
+                    .await
+                    .expect("demo init")
+            };
             let engine = Arc::new(
                 Engine::open(Config::load(&config).expect("config"))
                     .await
@@ -176,6 +189,80 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
         }
     }
 }
+
+/// The demo lake with its warehouse in a bucket of a `moto_server` started for the rest
+/// of the run (stopped when the process exits: it is killed with its parent's pipe).
+async fn demo_on_s3(dir: &Path) -> PathBuf {
+    use std::process::{Command, Stdio};
+    let python =
+        std::env::var("CLEARICE_PYTHON").expect("CLEARICE_DEMO_ON_S3 needs CLEARICE_PYTHON");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let server = Path::new(&python).with_file_name("moto_server");
+    let child = Command::new(&server)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", server.display()));
+    MOTO.lock().expect("moto").push(child);
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed().as_secs() < 60, "moto_server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let made = Command::new(&python)
+        .args([
+            "-c",
+            &format!(
+                "import boto3; boto3.client('s3', endpoint_url='{endpoint}', aws_access_key_id='testing', \
+                 aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket='demo')"
+            ),
+        ])
+        .output()
+        .expect("python");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let secret = dir.join("s3.secret");
+    std::fs::write(&secret, "testing").expect("secret");
+    let s3 = clearice_engine::S3Options {
+        endpoint: Some(endpoint),
+        region: Some("us-east-1".into()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some(clearice_engine::Secret::new("testing")),
+        ..Default::default()
+    };
+    let config = clearice_engine::demo::init_with(
+        &dir.join("lake"),
+        clearice_engine::demo::DemoOptions {
+            warehouse: Some("s3://demo/lake".into()),
+            s3,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("demo init on S3");
+    let text = std::fs::read_to_string(&config).expect("config").replace(
+        "[storage.s3]\n",
+        &format!(
+            "[storage.s3]\naccess_key_id = \"testing\"\nsecret_access_key_file = \"{}\"\n",
+            secret.display()
+        ),
+    );
+    std::fs::write(&config, text).expect("config");
+    println!("demo lake on S3: s3://demo/lake");
+    config
+}
+
+/// S3 servers started for this run, killed when it ends.
+static MOTO: std::sync::Mutex<Vec<std::process::Child>> = std::sync::Mutex::new(Vec::new());
 
 /// Serves `engine` over Flight SQL on a free loopback port for the rest of the run.
 async fn start_flight(engine: Arc<Engine>) -> String {

@@ -49,6 +49,7 @@ def attacks(p):
         ("read_file_url", f"SELECT * FROM 'file://{out}/secret.csv'"),
         ("read_s3_url", "SELECT * FROM 's3://bucket/secret.parquet'"),
         ("read_catalog_store", f"SELECT * FROM 'clearice-catalog://local{p['hidden_file']}'"),
+        ("read_catalog_s3", "SELECT * FROM 'clearice-s3://lake/wh/sales/customers/data/x.parquet'"),
         ("read_hidden_datafile", f"SELECT * FROM '{p['hidden_file']}'"),
         ("read_json", f"SELECT * FROM '{out}/secret.json'"),
         ("external_outside", f"CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '{out}/secret.csv'"),

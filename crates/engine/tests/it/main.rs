@@ -14,6 +14,7 @@ mod pme_tamper;
 mod policy;
 mod postgres;
 mod pyarrow;
+mod rest;
 mod rotation;
 mod s3;
 mod tamper;

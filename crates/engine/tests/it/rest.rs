@@ -1,0 +1,234 @@
+//! The Iceberg REST catalog: Iceberg's own `RESTCatalogServer` (Java, from the Maven
+//! artifacts `scripts/test.sh` resolves) on a loopback port, started here and stopped
+//! afterwards. PyIceberg registers the PyArrow-encrypted interop table through it;
+//! ClearIce reads it under a column policy (OAuth2 client credentials), sees a table
+//! created later, and names the catalog when it cannot reach it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clearice_engine::{Config, Engine};
+use serde_json::Value;
+
+use crate::common::*;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The REST server's classpath (`CLEARICE_REST_CATALOG_CP`) and the test venv's python.
+fn peers() -> Option<(String, String)> {
+    let cp = std::env::var("CLEARICE_REST_CATALOG_CP").ok();
+    let python = std::env::var("CLEARICE_PYTHON").ok();
+    assert!(
+        (cp.is_some() && python.is_some())
+            || std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+        "CLEARICE_REST_CATALOG_CP / CLEARICE_PYTHON are not set (scripts/test.sh sets them)"
+    );
+    Some((cp?, python?))
+}
+
+/// Starts RESTCatalogServer (JDBC catalog on SQLite, warehouse on local disk).
+fn start_rest(cp: &str, dir: &Path) -> (Server, String) {
+    let port = free_port();
+    let warehouse = dir.join("warehouse");
+    std::fs::create_dir_all(&warehouse).unwrap();
+    let log = std::fs::File::create(dir.join("rest-server.log")).unwrap();
+    let child = Command::new("java")
+        .args(["-cp", cp, "org.apache.iceberg.rest.RESTCatalogServer"])
+        .env(
+            "CATALOG_URI",
+            format!("jdbc:sqlite:{}", dir.join("rest.db").display()),
+        )
+        .env(
+            "CATALOG_WAREHOUSE",
+            format!("file://{}", warehouse.display()),
+        )
+        .env("CATALOG_REST_PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("java (17+) for Iceberg's REST catalog server");
+    let server = Server(child);
+    let start = Instant::now();
+    let uri = format!("http://127.0.0.1:{port}");
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /v1/config HTTP/1.0\r\n\r\n");
+            let mut buf = String::new();
+            let _ = s.read_to_string(&mut buf);
+            if buf.starts_with("HTTP/1.1 200") || buf.starts_with("HTTP/1.0 200") {
+                break;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "RESTCatalogServer did not start: {}",
+            std::fs::read_to_string(dir.join("rest-server.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (server, uri)
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/rest_catalog.py")
+}
+
+fn pyiceberg(python: &str, args: &[&str]) -> Value {
+    let out = Command::new(python)
+        .arg(script())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rest_catalog.py {}: {}",
+        args[0],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+const POLICY: &str = r#"
+[roles]
+admin = { description = "all plaintext" }
+analyst = { description = "identifiers masked" }
+
+[users]
+admin = { roles = ["admin"] }
+analyst = { roles = ["analyst"] }
+
+[tables."rest.sales.customers"]
+footer_key = "footer_key"
+
+[tables."rest.sales.customers".columns.ssn]
+master_key = "pii_key"
+access = { admin = "plaintext", analyst = "show_last_4" }
+
+[tables."rest.sales.customers".columns.email]
+master_key = "pii_key"
+access = { admin = "plaintext", analyst = "hide" }
+
+[tables."rest.sales.customers".columns.balance]
+master_key = "finance_key"
+access = { admin = "plaintext", analyst = "plaintext" }
+
+[tables."rest.sales.later"]
+access = { admin = "allow", analyst = "allow" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_catalog_tables_read_under_the_policy_and_new_tables_appear() {
+    let (Some(interop), Some((cp, python))) = (interop_dir(), peers()) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, uri) = start_rest(&cp, tmp.path());
+    pyiceberg(&python, &["register", &uri, interop.to_str().unwrap()]);
+    std::fs::write(tmp.path().join("rest.cred"), "clearice:s3cr3t-client\n").unwrap();
+    std::fs::write(tmp.path().join("policy.toml"), POLICY).unwrap();
+    let config = format!(
+        "[catalogs.rest]\ntype = \"rest\"\nuri = \"{uri}\"\ncredential_file = \"rest.cred\"\n\
+         [kms]\ntype = \"keyring\"\npath = \"{}\"\n[policy]\npath = \"policy.toml\"\n",
+        interop.join("keyring.json").display()
+    );
+    let engine = engine(tmp.path(), &config).await;
+
+    // The interop queries as DuckDB answered them, through the REST catalog.
+    let exp: Value =
+        serde_json::from_slice(&std::fs::read(interop.join("expected.json")).unwrap()).unwrap();
+    let admin = engine.session("admin");
+    for q in exp["queries"].as_array().unwrap() {
+        let sql = q["sql"]
+            .as_str()
+            .unwrap()
+            .replace("FROM customers", "FROM rest.sales.customers");
+        let got = json_rows(
+            &query(&admin, &sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}")),
+        );
+        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
+        assert_eq!(got, want, "query {}", q["name"]);
+    }
+
+    // The policy applies to REST tables as to any other.
+    let analyst = engine.session("analyst");
+    let rows = json_rows(
+        &query(
+            &analyst,
+            "SELECT ssn FROM rest.sales.customers WHERE ssn IS NOT NULL ORDER BY id LIMIT 1",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(
+        rows[0][0].as_str().unwrap().starts_with("XXX-XX-"),
+        "{rows:?}"
+    );
+    let e = query_err(&analyst, "SELECT email FROM rest.sales.customers").await;
+    assert!(e.contains("email"), "{e}");
+
+    // A table created later (by PyIceberg, through the same catalog) shows up.
+    let e = query_err(&admin, "SELECT * FROM rest.sales.later").await;
+    assert!(e.contains("later"), "{e}");
+    pyiceberg(&python, &["create_later", &uri]);
+    tokio::time::sleep(clearice_engine::CATALOG_LISTING_MAX_AGE + Duration::from_millis(200)).await;
+    let rows = json_rows(
+        &query(&admin, "SELECT count(*), sum(id) FROM rest.sales.later")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(rows, vec![vec![Value::from(3), Value::from(6)]]);
+}
+
+#[tokio::test]
+async fn unreachable_rest_catalog_is_one_line_naming_the_catalog() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    std::fs::write(tmp.path().join("token"), "s3cr3t-token\n").unwrap();
+    let path = tmp.path().join("clearice.toml");
+    std::fs::write(
+        &path,
+        format!("[catalogs.rest]\ntype = \"rest\"\nuri = \"{dead}\"\ntoken_file = \"token\"\n"),
+    )
+    .unwrap();
+    let e = Engine::open(Config::load(&path).unwrap())
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'rest'") && e.contains(&dead), "{e}");
+    assert!(!e.contains("s3cr3t") && !e.contains('\n'), "{e}");
+}
+
+#[test]
+fn hive_metastore_catalogs_are_refused_clearly() {
+    let e = Config::parse(
+        "[catalogs.hive]\ntype = \"hms\"\nuri = \"thrift://127.0.0.1:9083\"\nwarehouse = \"s3://b/w\"\n",
+        "clearice.toml",
+        Path::new("/"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("catalogs.hive.type") && e.contains("Hive Metastore"),
+        "{e}"
+    );
+}
