@@ -307,6 +307,15 @@ impl IcebergTableProvider {
         let options = state.config_options();
         let first = &tasks[0].data_file_path;
         let store = self.store_of(first)?;
+        // DataFusion looks the scan's store URL up before opening files, although our
+        // reader factory reads through `store`. With credentials vended by the catalog
+        // (and none configured), only the table's store can be built: register it.
+        let url = store_url.as_ref().expect("non-empty");
+        if state.runtime_env().object_store(url).is_err() {
+            state
+                .runtime_env()
+                .register_object_store(url.as_ref(), Arc::clone(&store));
+        }
         let (_, first_path, first_name) = self.object_path(first)?;
         let prefix = first_name
             .strip_suffix(&first_path)

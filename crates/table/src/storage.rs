@@ -132,8 +132,8 @@ impl S3Options {
     }
 
     /// Fills unset endpoint, credentials and region from AWS's environment and shared
-    /// files (blocking: reads files). The engine applies it once at startup; a store
-    /// built from options still missing credentials or region applies it again.
+    /// files (blocking: reads files). The engine applies it once at startup, on a
+    /// blocking thread; stores are built from the options as they are.
     pub fn with_environment(&self) -> Self {
         let mut o = self.clone();
         if o.endpoint.is_none() {
@@ -382,7 +382,9 @@ impl LakeStores {
         bucket: &str,
         options: &S3Options,
     ) -> Result<Arc<dyn ObjectStore>, StorageError> {
-        let o = options.with_environment();
+        // Options are complete here: the engine applied the environment at startup (a
+        // blocking read of AWS's shared files, not done on an async worker).
+        let o = options;
         let setup = |reason: String| StorageError::Setup {
             bucket: bucket.to_owned(),
             reason,

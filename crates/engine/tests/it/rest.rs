@@ -22,14 +22,6 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The REST server's classpath (`CLEARICE_REST_CATALOG_CP`) and the test venv's python.
 fn peers() -> Option<(String, String)> {
     let cp = std::env::var("CLEARICE_REST_CATALOG_CP").ok();
@@ -44,9 +36,22 @@ fn peers() -> Option<(String, String)> {
 
 /// Starts RESTCatalogServer (JDBC catalog on SQLite, warehouse on local disk).
 fn start_rest(cp: &str, dir: &Path) -> (Server, String) {
-    let port = free_port();
     let warehouse = dir.join("warehouse");
     std::fs::create_dir_all(&warehouse).unwrap();
+    start_rest_with(
+        cp,
+        dir,
+        &[(
+            "CATALOG_WAREHOUSE",
+            format!("file://{}", warehouse.display()),
+        )],
+    )
+}
+
+/// Starts RESTCatalogServer with catalog properties in `env` (`CATALOG_S3_ENDPOINT` is
+/// `s3.endpoint`: `__` is `-`, `_` is `.`).
+fn start_rest_with(cp: &str, dir: &Path, env: &[(&str, String)]) -> (Server, String) {
+    let port = free_port();
     let log = std::fs::File::create(dir.join("rest-server.log")).unwrap();
     let child = Command::new("java")
         .args(["-cp", cp, "org.apache.iceberg.rest.RESTCatalogServer"])
@@ -54,10 +59,7 @@ fn start_rest(cp: &str, dir: &Path) -> (Server, String) {
             "CATALOG_URI",
             format!("jdbc:sqlite:{}", dir.join("rest.db").display()),
         )
-        .env(
-            "CATALOG_WAREHOUSE",
-            format!("file://{}", warehouse.display()),
-        )
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("CATALOG_REST_PORT", port.to_string())
         .stdout(Stdio::null())
         .stderr(log)
@@ -231,4 +233,80 @@ fn hive_metastore_catalogs_are_refused_clearly() {
         e.contains("catalogs.hive.type") && e.contains("Hive Metastore"),
         "{e}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_catalog_on_s3_vends_the_credentials_clearice_reads_with() {
+    let (Some(interop), Some((cp, python))) = (interop_dir(), peers()) else {
+        return;
+    };
+    let (_moto, endpoint) = start_moto(&python);
+    make_bucket(&python, &endpoint, "restwh");
+    let tmp = tempfile::tempdir().unwrap();
+    // The catalog holds the S3 credentials and hands them out with each table
+    // (`include-credentials`): ClearIce's config names the endpoint only.
+    let (_server, uri) = start_rest_with(
+        &cp,
+        tmp.path(),
+        &[
+            ("CATALOG_WAREHOUSE", "s3://restwh/wh".into()),
+            (
+                "CATALOG_IO__IMPL",
+                "org.apache.iceberg.aws.s3.S3FileIO".into(),
+            ),
+            ("CATALOG_S3_ENDPOINT", endpoint.clone()),
+            ("CATALOG_S3_PATH__STYLE__ACCESS", "true".into()),
+            ("CATALOG_S3_ACCESS__KEY__ID", "vended-key".into()),
+            ("CATALOG_S3_SECRET__ACCESS__KEY", "vended-secret".into()),
+            ("CATALOG_CLIENT_REGION", "us-east-1".into()),
+            ("CATALOG_HTTP__CLIENT_TYPE", "urlconnection".into()),
+            ("CATALOG_INCLUDE__CREDENTIALS", "true".into()),
+        ],
+    );
+    let mf = std::env::var_os("CLEARICE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+        .join("interop/make_fixtures.py");
+    let out = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/s3_lake.py"))
+        .args([
+            "setup_rest",
+            mf.to_str().unwrap(),
+            &endpoint,
+            interop.to_str().unwrap(),
+            &uri,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(made["vended"], Value::Bool(true), "{made}");
+    let config = format!(
+        "[catalogs.rest]\ntype = \"rest\"\nuri = \"{uri}\"\n\
+         [storage.s3]\nendpoint = \"{endpoint}\"\nregion = \"us-east-1\"\n\
+         [kms]\ntype = \"keyring\"\npath = \"{}\"\n",
+        interop.join("keyring.json").display()
+    );
+    let engine = engine(tmp.path(), &config).await;
+    let exp: Value =
+        serde_json::from_slice(&std::fs::read(interop.join("expected.json")).unwrap()).unwrap();
+    let ctx = engine.session("tester");
+    for q in exp["queries"].as_array().unwrap() {
+        let sql = q["sql"]
+            .as_str()
+            .unwrap()
+            .replace("FROM customers", "FROM rest.sales.customers");
+        let got = json_rows(
+            &query(&ctx, &sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}")),
+        );
+        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
+        assert_eq!(got, want, "query {}", q["name"]);
+    }
+    assert!(engine.storage_requests().get > 0);
 }

@@ -5,7 +5,7 @@
 //! PyIceberg + PyArrow), counts its requests, and names the store when S3 fails.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clearice_engine::demo::{self, DemoOptions};
@@ -13,45 +13,6 @@ use clearice_engine::{Config, Engine, S3Options};
 use serde_json::Value;
 
 use crate::common::*;
-
-struct Moto(Child);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `moto_server` (next to the test venv's python) on a free loopback port.
-fn start_moto(python: &str) -> (Moto, String) {
-    let port = free_port();
-    let server = Path::new(python).with_file_name("moto_server");
-    let child = Command::new(&server)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e}", server.display()));
-    let moto = Moto(child);
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "moto_server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (moto, format!("http://127.0.0.1:{port}"))
-}
 
 fn python() -> Option<String> {
     let p = std::env::var("CLEARICE_PYTHON").ok();
@@ -212,21 +173,7 @@ async fn demo_lake_written_to_s3_reads_back_in_clearice_and_pyarrow() {
     let (_moto, endpoint) = start_moto(&python);
     let mf = make_fixtures(&interop);
     // An empty bucket (boto3, as a user would create it).
-    let out = Command::new(&python)
-        .args([
-            "-c",
-            &format!(
-                "import boto3; boto3.client('s3', endpoint_url='{endpoint}', aws_access_key_id='testing', \
-                 aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket='demo')"
-            ),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    make_bucket(&python, &endpoint, "demo");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("demo");
     let s3 = S3Options {
@@ -318,21 +265,7 @@ async fn demo_lake_written_to_s3_reads_back_in_clearice_and_pyarrow() {
 async fn unreachable_s3_endpoint_is_one_line_naming_the_table() {
     let Some(python) = python() else { return };
     let (_moto, endpoint) = start_moto(&python);
-    let out = Command::new(&python)
-        .args([
-            "-c",
-            &format!(
-                "import boto3; boto3.client('s3', endpoint_url='{endpoint}', aws_access_key_id='testing', \
-                 aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket='demo')"
-            ),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    make_bucket(&python, &endpoint, "demo");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("demo");
     let s3 = S3Options {

@@ -10,6 +10,9 @@ usage:
       s3://BUCKET/files/columns.parquet (a copy of the standalone file) and
       s3://BUCKET/files/external.parquet with PyArrow's *external* key material
       (_KEY_MATERIAL_FOR_external.parquet.json, written to S3 by PyArrow itself).
+  s3_lake.py setup_rest MAKE_FIXTURES.py ENDPOINT INTEROP_DIR REST_URI
+      the same table committed through a REST catalog whose warehouse is on S3 (PyIceberg
+      given no S3 credentials: it writes with those the catalog vends).
   s3_lake.py readback MAKE_FIXTURES.py ENDPOINT CATALOG_DB WAREHOUSE TABLE KEYRING
       loads TABLE with PyIceberg, reads every data file of its current snapshot from S3
       with PyArrow's CryptoFactory and prints a JSON summary.
@@ -52,18 +55,18 @@ def catalog(mf, db, warehouse, endpoint):
     })
 
 
-def setup(mf, endpoint, bucket, interop, out):
-    interop, out = Path(interop), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+def make_bucket(endpoint, bucket):
     boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY_ID,
                  aws_secret_access_key=SECRET, region_name=REGION).create_bucket(Bucket=bucket)
-    fs = s3fs(endpoint)
+
+
+def commit_interop_table(mf, cat, fs, interop):
+    """Copies the interop table's encrypted data files next to a new `sales.customers` of
+    `cat` (its location decides where) and commits them in the same two snapshots."""
     keyring = mf.load_keyring(interop / "keyring.json")
     cf = mf.crypto_factory(keyring)
     dp = cf.file_decryption_properties(mf.KMS_CONN, pe.DecryptionConfiguration())
-
     mf.patch_snapshot_ids(mf.SNAPSHOT_ID_SEED)
-    cat = catalog(mf, out / "catalog.db", f"s3://{bucket}/wh", endpoint)
     cat.create_namespace("sales")
     table = cat.create_table("sales.customers", schema=mf.iceberg_schema())
     local_data = interop / "warehouse" / "sales" / "customers" / "data"
@@ -81,6 +84,16 @@ def setup(mf, endpoint, bucket, interop, out):
                 for df in files:
                     fa.append_data_file(df)
         table = cat.load_table("sales.customers")
+    return cf
+
+
+def setup(mf, endpoint, bucket, interop, out):
+    interop, out = Path(interop), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    make_bucket(endpoint, bucket)
+    fs = s3fs(endpoint)
+    cat = catalog(mf, out / "catalog.db", f"s3://{bucket}/wh", endpoint)
+    cf = commit_interop_table(mf, cat, fs, interop)
 
     with fs.open_output_stream(f"{bucket}/files/columns.parquet") as f:
         f.write((interop / "columns.parquet").read_bytes())
@@ -94,6 +107,18 @@ def setup(mf, endpoint, bucket, interop, out):
     side = f"{bucket}/files/_KEY_MATERIAL_FOR_external.parquet.json"
     assert fs.get_file_info(side).type == pafs.FileType.File, "PyArrow wrote no side file"
     print(json.dumps({"catalog_db": str(out / "catalog.db"), "warehouse": f"s3://{bucket}/wh"}))
+
+
+def setup_rest(mf, endpoint, interop, rest_uri):
+    """The interop table committed through a REST catalog whose warehouse is on S3; PyIceberg
+    is given no S3 credentials: it uses those the catalog vends."""
+    from pyiceberg.catalog.rest import RestCatalog
+    cat = RestCatalog("rest", uri=rest_uri, **{"s3.endpoint": endpoint, "s3.region": REGION})
+    fs = s3fs(endpoint)
+    commit_interop_table(mf, cat, fs, Path(interop))
+    t = cat.load_table("sales.customers")
+    print(json.dumps({"location": t.location(),
+                      "vended": t.io.properties.get("s3.access-key-id") is not None}))
 
 
 def readback(mf, endpoint, db, warehouse, table_name, keyring_path):
@@ -118,7 +143,7 @@ def readback(mf, endpoint, db, warehouse, table_name, keyring_path):
 def main():
     cmd, mf_path, *args = sys.argv[1:]
     mf = load_make_fixtures(mf_path)
-    {"setup": setup, "readback": readback}[cmd](mf, *args)
+    {"setup": setup, "setup_rest": setup_rest, "readback": readback}[cmd](mf, *args)
     # Arrow's S3 client may abort at interpreter exit while its threads wind down
     # ("terminate called without an active exception"): the work is done, leave now.
     sys.stdout.flush()
