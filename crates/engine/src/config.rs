@@ -157,6 +157,9 @@ pub struct S3Config {
     /// Retries of a failed request (default 2).
     #[serde(default)]
     pub retries: Option<usize>,
+    /// PEM CA certificate(s) of an endpoint with a private CA.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// KMS settings.

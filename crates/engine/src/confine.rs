@@ -498,15 +498,18 @@ fn resolve_for_write(path: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// URL tables of a confined session: only paths inside a readable area.
+/// URL tables (`SELECT * FROM 'path'`): in a confined session only paths inside a
+/// readable area. Unlike DataFusion's factory, a path that cannot be opened (missing,
+/// unreadable, an S3 error) says why instead of "table not found".
 #[derive(Debug)]
 pub(crate) struct ConfinedUrlTableFactory {
-    guard: Arc<Confinement>,
+    guard: Option<Arc<Confinement>>,
     state: OnceLock<Weak<RwLock<SessionState>>>,
 }
 
 impl ConfinedUrlTableFactory {
-    pub(crate) fn new(guard: Arc<Confinement>) -> Self {
+    /// `guard`: the session's confinement (`None`: the machine's own user).
+    pub(crate) fn new(guard: Option<Arc<Confinement>>) -> Self {
         Self {
             guard,
             state: OnceLock::new(),
@@ -537,11 +540,18 @@ impl UrlTableFactory for ConfinedUrlTableFactory {
         if !looks_like_path(url) {
             return Ok(None);
         }
-        let table_url = ListingTableUrl::parse(url).map_err(|e| {
-            self.guard
-                .read_refusal(url, format!("not a path or URL: {e}"))
-        })?;
-        self.guard.check_read(url, &table_url).await?;
+        let table_url = match &self.guard {
+            Some(guard) => {
+                let table_url = ListingTableUrl::parse(url)
+                    .map_err(|e| guard.read_refusal(url, format!("not a path or URL: {e}")))?;
+                guard.check_read(url, &table_url).await?;
+                table_url
+            }
+            None => match ListingTableUrl::parse(url) {
+                Ok(u) => u,
+                Err(_) => return Ok(None),
+            },
+        };
         let state = self
             .state
             .get()
@@ -559,6 +569,25 @@ impl UrlTableFactory for ConfinedUrlTableFactory {
                     .infer_schema(&state)
                     .await?;
                 ListingTable::try_new(cfg).map(|t| Some(Arc::new(t) as Arc<dyn TableProvider>))
+            }
+            // A plain file name that is not there reads as "not found"; anything else
+            // (an object store's error, a URL) says what went wrong.
+            Err(e) if url.contains("://") => {
+                // The causes too: an HTTP client's "error sending request" alone hides
+                // the refused certificate or connection behind it.
+                let mut reason = crate::error::message_of(&e);
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    let text = c.to_string();
+                    if !reason.contains(&text) {
+                        reason = format!("{reason}: {text}");
+                    }
+                    cause = c.source();
+                }
+                Err(DataFusionError::Plan(format!(
+                    "'{url}' cannot be read: {}",
+                    reason.replace('\n', " ")
+                )))
             }
             Err(_) => Ok(None),
         }

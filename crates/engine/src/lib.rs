@@ -502,8 +502,8 @@ impl Engine {
         // stock DataFusion session does not have them (a table named like a directory in
         // the working directory would resolve to it).
         let ctx = match (&guard, stock_session) {
-            (Some(g), _) => confined_url_tables(ctx, Arc::clone(g)),
-            (None, false) => ctx.enable_url_table(),
+            (Some(g), _) => url_tables(ctx, Some(Arc::clone(g))),
+            (None, false) => url_tables(ctx, None),
             (None, true) => ctx,
         };
         let mut session = Session::new(
@@ -532,9 +532,9 @@ impl Engine {
     }
 }
 
-/// `SessionContext::enable_url_table` with a factory that admits only paths inside the
-/// principal's readable areas.
-fn confined_url_tables(ctx: SessionContext, guard: Arc<Confinement>) -> SessionContext {
+/// `SessionContext::enable_url_table` with ClearIce's factory: errors say why a path
+/// cannot be read; with `guard`, only paths inside the principal's readable areas.
+fn url_tables(ctx: SessionContext, guard: Option<Arc<Confinement>>) -> SessionContext {
     use datafusion::catalog::{DynamicFileCatalog, UrlTableFactory};
     let current = Arc::clone(ctx.state_ref().read().catalog_list());
     let factory = Arc::new(confine::ConfinedUrlTableFactory::new(guard));
@@ -674,6 +674,14 @@ impl LocalParts {
             s3.anonymous = c.anonymous;
             s3.timeout = c.timeout_s.map(Duration::from_secs);
             s3.retries = c.retries;
+            if let Some(f) = &c.ca_file {
+                let path = config.resolve(f);
+                s3.ca_pem = Some(std::fs::read(&path).map_err(|e| Error::ConfigValue {
+                    path: config.source.clone(),
+                    key: "storage.s3.ca_file".into(),
+                    reason: format!("'{}': {e}", path.display()),
+                })?);
+            }
             if let (Some(id), Some(f)) = (&c.access_key_id, &c.secret_access_key_file) {
                 s3.access_key_id = Some(id.clone());
                 s3.secret_access_key = Some(Secret::new(read_secret(

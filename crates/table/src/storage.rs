@@ -41,7 +41,8 @@ use object_store::client::{
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, RetryConfig,
+    BackoffConfig, Certificate, ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    RetryConfig,
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
@@ -103,6 +104,8 @@ pub struct S3Options {
     pub timeout: Option<Duration>,
     /// Retries of a failed request (default 2).
     pub retries: Option<usize>,
+    /// PEM CA certificates of an endpoint with a private CA (added to the trusted roots).
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl S3Options {
@@ -389,6 +392,14 @@ impl LakeStores {
             bucket: bucket.to_owned(),
             reason,
         };
+        let mut client = ClientOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(o.timeout.unwrap_or(Duration::from_secs(60)));
+        if let Some(pem) = &o.ca_pem {
+            for cert in Certificate::from_pem_bundle(pem).map_err(|e| setup(e.to_string()))? {
+                client = client.with_root_certificate(cert);
+            }
+        }
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_region(o.region.clone().unwrap_or_else(|| "us-east-1".into()))
@@ -399,11 +410,7 @@ impl LakeStores {
                 max_retries: o.retries.unwrap_or(2),
                 retry_timeout: Duration::from_secs(30),
             })
-            .with_client_options(
-                ClientOptions::new()
-                    .with_connect_timeout(Duration::from_secs(5))
-                    .with_timeout(o.timeout.unwrap_or(Duration::from_secs(60))),
-            );
+            .with_client_options(client);
         if let Some(endpoint) = &o.endpoint {
             if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
                 return Err(setup(format!("endpoint '{endpoint}' is not http(s)://")));

@@ -237,10 +237,25 @@ pub fn free_port() -> u16 {
 
 /// Starts `moto_server` (next to the test venv's python) on a free loopback port.
 pub fn start_moto(python: &str) -> (Moto, String) {
+    start_moto_with(python, None)
+}
+
+/// [`start_moto`], serving HTTPS with `tls` (certificate, key) when given.
+pub fn start_moto_with(python: &str, tls: Option<(&Path, &Path)>) -> (Moto, String) {
     let port = free_port();
     let server = Path::new(python).with_file_name("moto_server");
+    let mut args = vec![
+        "-H".to_owned(),
+        "127.0.0.1".into(),
+        "-p".into(),
+        port.to_string(),
+    ];
+    if let Some((cert, key)) = tls {
+        args.extend(["-c".into(), cert.display().to_string()]);
+        args.extend(["-k".into(), key.display().to_string()]);
+    }
     let child = Command::new(&server)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .args(&args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -254,7 +269,8 @@ pub fn start_moto(python: &str) -> (Moto, String) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    (moto, format!("http://127.0.0.1:{port}"))
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    (moto, format!("{scheme}://127.0.0.1:{port}"))
 }
 
 /// Creates `bucket` on the S3 server at `endpoint` (boto3, as a user would).

@@ -316,3 +316,76 @@ async fn unreachable_s3_endpoint_is_one_line_naming_the_table() {
     );
     assert!(e.contains("s3://demo/lake") && !e.contains('\n'), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_endpoint_with_a_private_ca() {
+    let (Some(interop), Some(python)) = (interop_dir(), python()) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let tls = tmp.path().join("tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    let made = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/python/remote_client.py"))
+        .arg("tlsgen")
+        .arg(&tls)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (_moto, endpoint) = start_moto_with(
+        &python,
+        Some((&tls.join("server.pem"), &tls.join("server.key"))),
+    );
+    assert!(endpoint.starts_with("https://"));
+    let up = Command::new(&python)
+        .args([
+            "-c",
+            &format!(
+                "import boto3; c = boto3.client('s3', endpoint_url='{endpoint}', verify='{ca}', \
+                 aws_access_key_id='testing', aws_secret_access_key='testing', region_name='us-east-1'); \
+                 c.create_bucket(Bucket='tls'); c.upload_file('{file}', 'tls', 'columns.parquet')",
+                ca = tls.join("ca.pem").display(),
+                file = interop.join("columns.parquet").display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let keyring = interop.join("keyring.json");
+    let base = format!(
+        "[kms]\ntype = \"keyring\"\npath = \"{}\"\n{}",
+        keyring.display(),
+        storage_section(tmp.path(), &endpoint)
+    );
+    // Not trusted without the CA: one line naming the object.
+    let engine1 = engine_at(tmp.path(), "untrusted.toml", &base).await;
+    let e = query_err(
+        &engine1.session("tester"),
+        "SELECT count(*) FROM 's3://tls/columns.parquet'",
+    )
+    .await;
+    assert!(
+        e.contains("s3://tls/columns.parquet") && !e.contains('\n'),
+        "{e}"
+    );
+    assert!(e.contains("certificate"), "{e}");
+    let trusted = format!("{base}ca_file = \"{}\"\n", tls.join("ca.pem").display());
+    let engine2 = engine_at(tmp.path(), "trusted.toml", &trusted).await;
+    let rows = json_rows(
+        &query(
+            &engine2.session("tester"),
+            "SELECT count(*), count(ssn) FROM 's3://tls/columns.parquet'",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(rows[0][0], Value::from(10_000));
+}
