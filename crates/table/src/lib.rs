@@ -14,7 +14,6 @@
 
 mod access;
 mod catalog;
-mod encryption;
 mod error;
 pub mod field_id;
 mod filter;
@@ -31,7 +30,6 @@ pub use catalog::{
     IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
     open_rest_catalog, open_sql_catalog, redact_uri,
 };
-pub use encryption::local_side_file_reader;
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};

@@ -791,6 +791,46 @@ mod tests {
         assert!(e.contains("'gs'") && e.contains("gs://b/k"), "{e}");
     }
 
+    #[tokio::test]
+    async fn iceberg_io_never_overwrites_and_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LakeStorage {
+            options: S3Options::default(),
+            stores: LakeStores::default(),
+        };
+        let file = format!("file://{}/t/metadata/v1.json", dir.path().display());
+        assert!(!storage.exists(&file).await.unwrap());
+        storage
+            .write(&file, Bytes::from_static(b"one"))
+            .await
+            .unwrap();
+        assert_eq!(
+            storage.read(&file).await.unwrap(),
+            Bytes::from_static(b"one")
+        );
+        assert_eq!(storage.metadata(&file).await.unwrap().size, 3);
+        // Create-only: a second writer of the same name fails and the first stays.
+        let e = storage
+            .write(&file, Bytes::from_static(b"two"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("v1.json"), "{e}");
+        assert_eq!(
+            storage.read(&file).await.unwrap(),
+            Bytes::from_static(b"one")
+        );
+        let reader = storage.reader(&file).await.unwrap();
+        assert_eq!(reader.read(1..3).await.unwrap(), Bytes::from_static(b"ne"));
+        storage
+            .delete_prefix(&format!("file://{}/t", dir.path().display()))
+            .await
+            .unwrap();
+        assert!(!storage.exists(&file).await.unwrap());
+        let e = storage.read("gs://bucket/x").await.unwrap_err().to_string();
+        assert!(e.contains("gs://bucket/x"), "{e}");
+    }
+
     #[test]
     fn catalog_props_override_and_secrets_stay_out_of_debug() {
         let base = S3Options {

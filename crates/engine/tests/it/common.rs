@@ -291,3 +291,13 @@ pub fn make_bucket(python: &str, endpoint: &str, bucket: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Reads side files (external key material) from the local filesystem, synchronously:
+/// for the parquet-rs oracle, which resolves keys outside any runtime's blocking pool.
+pub fn local_side_file_reader() -> clearice_crypto::SideFileReader {
+    Arc::new(|path: &str| match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    })
+}

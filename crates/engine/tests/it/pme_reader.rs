@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::common::local_side_file_reader;
 use bytes::Bytes;
 use clearice_crypto::{
     CallContext, KeyResolver, KeyScope, KeyringKms, Kms, LocalProvider, SecretKey,
 };
-use clearice_table::local_side_file_reader;
 use clearice_table::pme::{DecryptingReaderFactory, ScanKeys};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
