@@ -6,7 +6,8 @@
 # sqllogictest suites with those fixtures required. A throwaway PostgreSQL server (from the
 # machine's postgresql package, installed if missing) holds the PostgreSQL catalog tests.
 # The S3 tests start moto_server (from the venv), the REST catalog tests Iceberg's Java
-# RESTCatalogServer (resolved with Maven), each on a loopback port.
+# RESTCatalogServer, the HMS tests Hive's standalone metastore (both resolved with Maven),
+# each on a loopback port.
 #
 #   ./scripts/test.sh                 # everything
 #   ./scripts/test.sh -p clearice-sqllogictest --test sqllogictests -- demo
@@ -81,6 +82,17 @@ if [ ! -f "$REST/.installed" ] || ! cmp -s "$ROOT/scripts/rest-catalog/pom.xml" 
   cp "$ROOT/scripts/rest-catalog/pom.xml" "$REST/.installed"
 fi
 
+# Hive's standalone metastore 3.1 (Derby) for the Hive Metastore catalog tests, resolved the
+# same way from scripts/hive-metastore/pom.xml.
+HMS=$CACHE/hive-metastore
+if [ ! -f "$HMS/.installed" ] || ! cmp -s "$ROOT/scripts/hive-metastore/pom.xml" "$HMS/.installed"; then
+  echo "== resolving Hive's standalone metastore (Maven)"
+  rm -rf "$HMS" && mkdir -p "$HMS"
+  mvn -q -B -f "$ROOT/scripts/hive-metastore/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$HMS/lib" -DincludeScope=runtime
+  cp "$ROOT/scripts/hive-metastore/pom.xml" "$HMS/.installed"
+fi
+
 # DataFusion's own sqllogictest files (the datafusion-sqllogictest crate of the DataFusion
 # version ClearIce runs on), checked against the crate's SHA-256 on crates.io; the
 # conformance test runs them through `clearice slt`.
@@ -128,6 +140,7 @@ export CLEARICE_PG_URI="postgres://postgres@127.0.0.1:$PGPORT/postgres"
 export CLEARICE_INTEROP_DIR=$INTEROP
 export CLEARICE_SHARED=$SHARED
 export CLEARICE_REST_CATALOG_CP="$REST/lib/*"
+export CLEARICE_HMS_CP="$HMS/lib/*"
 export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing
 export CLEARICE_PYTHON=$VENV/bin/python
 export CLEARICE_SUPERSET_PYTHON=$SVENV/bin/python

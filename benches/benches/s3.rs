@@ -5,6 +5,9 @@
 //! `CLEARICE_PYTHON=.../venv/bin/python cargo bench -p clearice-benches --bench s3`
 //! (the venv of `scripts/test.sh`, which has `moto_server`; without it the bench skips).
 
+// A benchmark harness may block: it is not an async worker serving anyone.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -59,7 +62,11 @@ fn start_moto(python: &str) -> (Moto, String) {
         ])
         .output()
         .expect("python");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     (Moto(child), endpoint)
 }
 
@@ -79,7 +86,9 @@ fn s3(c: &mut Criterion) {
         ..Default::default()
     };
     let (local, remote) = rt.block_on(async {
-        let local = demo::init(&dir.path().join("local")).await.expect("local lake");
+        let local = demo::init(&dir.path().join("local"))
+            .await
+            .expect("local lake");
         let remote = demo::init_with(
             &dir.path().join("s3"),
             DemoOptions {
@@ -101,7 +110,11 @@ fn s3(c: &mut Criterion) {
         );
         std::fs::write(&remote, text).expect("config");
         let open = |p: std::path::PathBuf| async move {
-            Arc::new(Engine::open(Config::load(&p).expect("config")).await.expect("engine"))
+            Arc::new(
+                Engine::open(Config::load(&p).expect("config"))
+                    .await
+                    .expect("engine"),
+            )
         };
         (open(local).await, open(remote).await)
     });
@@ -119,7 +132,9 @@ fn s3(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("s3_{name}"));
         g.throughput(Throughput::Elements(demo::CUSTOMERS as u64));
         g.sample_size(20);
-        g.bench_function("local_disk", |b| b.to_async(&rt).iter(|| run(&on_disk, sql)));
+        g.bench_function("local_disk", |b| {
+            b.to_async(&rt).iter(|| run(&on_disk, sql))
+        });
         g.bench_function("s3_loopback", |b| b.to_async(&rt).iter(|| run(&on_s3, sql)));
         g.finish();
     }

@@ -75,12 +75,13 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogConfig {
-    /// Catalog kind: `sql` (Iceberg SQL catalog on SQLite or PostgreSQL) or `rest`
-    /// (Iceberg REST catalog).
+    /// Catalog kind: `sql` (Iceberg SQL catalog on SQLite or PostgreSQL), `rest`
+    /// (Iceberg REST catalog) or `hms` (Hive Metastore).
     #[serde(rename = "type")]
     pub kind: CatalogKind,
     /// `sql`: `sqlite:///abs/path.db`, `sqlite:relative.db` or `postgres://user@host/db`;
-    /// `rest`: the catalog's base URL (`http://host:8181`, without `/v1`).
+    /// `rest`: the catalog's base URL (`http://host:8181`, without `/v1`); `hms`: the
+    /// metastore's `thrift://host:9083`.
     pub uri: String,
     /// Warehouse root URI (`file:///abs/path/warehouse`, `s3://bucket/prefix`); for
     /// `rest`, optional: the warehouse (or its name) the catalog is asked for.
@@ -111,7 +112,7 @@ pub enum CatalogKind {
     Sql,
     /// Iceberg REST catalog (the Iceberg REST OpenAPI spec).
     Rest,
-    /// Hive Metastore: not supported (a clear error at load).
+    /// Hive Metastore (Thrift): Iceberg tables registered there, read-only.
     Hms,
 }
 
@@ -488,12 +489,15 @@ impl Config {
                     }
                 }
                 CatalogKind::Hms => {
-                    return Err(bad(
-                        "type",
-                        "Hive Metastore catalogs are not supported yet (iceberg-catalog-hms is \
-                         not built into ClearIce); register the tables in an SQL or REST catalog"
-                            .into(),
-                    ));
+                    if uri.contains("://") && !uri.starts_with("thrift://") {
+                        return Err(bad(
+                            "uri",
+                            format!("'{uri}' is not a thrift://host:port address"),
+                        ));
+                    }
+                    if let Some((key, _)) = rest_only.iter().find(|(_, set)| *set) {
+                        return Err(bad(key, "only a `rest` catalog takes it".into()));
+                    }
                 }
             }
             for key in cat.properties.keys() {

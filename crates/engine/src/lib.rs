@@ -42,8 +42,8 @@ use clearice_policy::Policy;
 use clearice_table::pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
 use clearice_table::storage::{LakeRegistry, LakeStores};
 use clearice_table::{
-    IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_rest_catalog,
-    open_sql_catalog,
+    IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_hms_catalog,
+    open_rest_catalog, open_sql_catalog,
 };
 use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
 use datafusion::execution::object_store::ObjectStoreRegistry;
@@ -170,7 +170,16 @@ impl Engine {
                     )
                     .await?
                 }
-                CatalogKind::Hms => unreachable!("refused at config load"),
+                CatalogKind::Hms => {
+                    open_hms_catalog(
+                        name,
+                        &cat.uri,
+                        cat.warehouse.as_deref(),
+                        catalog_props.get(name).cloned().unwrap_or_default(),
+                        &stores,
+                    )
+                    .await?
+                }
             };
             // The first listing is where a REST catalog is first reached: a failure there
             // names the catalog and its URI.

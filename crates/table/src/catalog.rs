@@ -9,6 +9,7 @@ use clearice_policy::TableDecision;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
+use iceberg_catalog_hms::{HMS_CATALOG_PROP_URI, HMS_CATALOG_PROP_WAREHOUSE, HmsCatalogBuilder};
 use iceberg_catalog_rest::{
     REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder,
 };
@@ -63,6 +64,38 @@ pub async fn open_rest_catalog(
         props.insert(REST_CATALOG_PROP_WAREHOUSE.into(), w.into());
     }
     let catalog = RestCatalogBuilder::default()
+        .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
+        .load(name, props)
+        .await
+        .map_err(|source| Error::CatalogOpen {
+            catalog: name.into(),
+            uri: redact_uri(uri),
+            source: Box::new(source),
+        })?;
+    Ok(Arc::new(catalog))
+}
+
+/// Opens a Hive Metastore catalog at `uri` (`thrift://host:9083`, or `host:9083`).
+/// Iceberg tables registered there (by Spark, Hive, PyIceberg...) load like any other;
+/// iceberg-catalog-hms 0.10.1 cannot commit to them (no appends through it).
+pub async fn open_hms_catalog(
+    name: &str,
+    uri: &str,
+    warehouse: Option<&str>,
+    mut props: HashMap<String, String>,
+    stores: &LakeStores,
+) -> Result<Arc<dyn Catalog>> {
+    let address = uri.strip_prefix("thrift://").unwrap_or(uri);
+    props.insert(
+        HMS_CATALOG_PROP_URI.into(),
+        address.trim_end_matches('/').into(),
+    );
+    // The warehouse is only used for tables created through this catalog.
+    props.insert(
+        HMS_CATALOG_PROP_WAREHOUSE.into(),
+        warehouse.unwrap_or("file:///nonexistent").into(),
+    );
+    let catalog = HmsCatalogBuilder::default()
         .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
         .load(name, props)
         .await

@@ -252,6 +252,9 @@ impl HttpService for CountingService {
 
 type S3Cache = HashMap<(String, S3Options), Arc<dyn ObjectStore>>;
 
+/// S3 clients kept per engine before superseded option sets are dropped.
+const MAX_S3_CLIENTS: usize = 64;
+
 /// The stores of one engine: the local filesystem, and S3 clients built on first use
 /// per bucket and option set (cloning shares them).
 #[derive(Clone)]
@@ -377,7 +380,15 @@ impl LakeStores {
             return Ok(Arc::clone(s));
         }
         let store = self.build_s3(bucket, options)?;
-        Ok(Arc::clone(self.s3.lock().entry(key).or_insert(store)))
+        let mut cache = self.s3.lock();
+        // Vended credentials change over time: drop clients of superseded option sets
+        // (their holders keep them) rather than grow without bound; clients with the
+        // configured options stay.
+        if cache.len() >= MAX_S3_CLIENTS {
+            let base = &self.options;
+            cache.retain(|(_, o), _| o == base);
+        }
+        Ok(Arc::clone(cache.entry(key).or_insert(store)))
     }
 
     fn build_s3(

@@ -7,6 +7,7 @@
 mod common;
 mod confine;
 mod demo;
+mod hms;
 mod interop;
 mod parquet_testing;
 mod pme_reader;

@@ -220,21 +220,6 @@ async fn unreachable_rest_catalog_is_one_line_naming_the_catalog() {
     assert!(!e.contains("s3cr3t") && !e.contains('\n'), "{e}");
 }
 
-#[test]
-fn hive_metastore_catalogs_are_refused_clearly() {
-    let e = Config::parse(
-        "[catalogs.hive]\ntype = \"hms\"\nuri = \"thrift://127.0.0.1:9083\"\nwarehouse = \"s3://b/w\"\n",
-        "clearice.toml",
-        Path::new("/"),
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains("catalogs.hive.type") && e.contains("Hive Metastore"),
-        "{e}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_catalog_on_s3_vends_the_credentials_clearice_reads_with() {
     let (Some(interop), Some((cp, python))) = (interop_dir(), peers()) else {

@@ -1,0 +1,172 @@
+//! Hive Metastore catalogs: Hive's standalone metastore 3.1 (Java, Derby; resolved with
+//! Maven by `scripts/test.sh`) on a loopback port, started here and stopped afterwards.
+//! PyIceberg registers the PyArrow-encrypted interop table in it; ClearIce reads it.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clearice_engine::{Config, Engine};
+use serde_json::Value;
+
+use crate::common::*;
+
+struct Metastore(Child);
+
+impl Drop for Metastore {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The metastore's classpath (`CLEARICE_HMS_CP`) and the test venv's python.
+fn peers() -> Option<(String, String)> {
+    let cp = std::env::var("CLEARICE_HMS_CP").ok();
+    let python = std::env::var("CLEARICE_PYTHON").ok();
+    assert!(
+        (cp.is_some() && python.is_some())
+            || std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+        "CLEARICE_HMS_CP / CLEARICE_PYTHON are not set (scripts/test.sh sets them)"
+    );
+    Some((cp?, python?))
+}
+
+/// Starts the metastore on a free port with an embedded Derby database under `dir`.
+fn start_metastore(cp: &str, dir: &Path) -> (Metastore, String) {
+    let port = free_port();
+    let conf = dir.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    let props = [
+        (
+            "metastore.thrift.uris",
+            format!("thrift://127.0.0.1:{port}"),
+        ),
+        ("metastore.thrift.port", port.to_string()),
+        (
+            "javax.jdo.option.ConnectionURL",
+            format!(
+                "jdbc:derby:;databaseName={};create=true",
+                dir.join("metastore_db").display()
+            ),
+        ),
+        (
+            "javax.jdo.option.ConnectionDriverName",
+            "org.apache.derby.jdbc.EmbeddedDriver".into(),
+        ),
+        ("datanucleus.schema.autoCreateAll", "true".into()),
+        ("metastore.schema.verification", "false".into()),
+        (
+            "metastore.warehouse.dir",
+            format!("file://{}", dir.join("warehouse").display()),
+        ),
+        // Hive's own implementations of these live in hive-exec, not in the metastore.
+        (
+            "metastore.expression.proxy",
+            "org.apache.hadoop.hive.metastore.DefaultPartitionExpressionProxy".into(),
+        ),
+        (
+            "metastore.task.threads.always",
+            "org.apache.hadoop.hive.metastore.events.EventCleanerTask".into(),
+        ),
+    ];
+    let xml: String = props
+        .iter()
+        .map(|(k, v)| format!("  <property><name>{k}</name><value>{v}</value></property>\n"))
+        .collect();
+    std::fs::write(
+        conf.join("metastore-site.xml"),
+        format!("<configuration>\n{xml}</configuration>\n"),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("metastore.log")).unwrap();
+    let child = Command::new("java")
+        .args([
+            "--add-opens=java.base/java.lang=ALL-UNNAMED",
+            "--add-opens=java.base/java.net=ALL-UNNAMED",
+            "--add-opens=java.base/java.util=ALL-UNNAMED",
+            "-cp",
+            &format!("{}:{cp}", conf.display()),
+            "org.apache.hadoop.hive.metastore.HiveMetaStore",
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("java (17+) for Hive's metastore");
+    let metastore = Metastore(child);
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the metastore did not start: {}",
+            std::fs::read_to_string(dir.join("metastore.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (metastore, format!("thrift://127.0.0.1:{port}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hive_metastore_tables_read_like_any_other() {
+    let (Some(interop), Some((cp, python))) = (interop_dir(), peers()) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (_metastore, uri) = start_metastore(&cp, tmp.path());
+    let out = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/hms_catalog.py"))
+        .args(["register", &uri, interop.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = format!(
+        "[catalogs.hive]\ntype = \"hms\"\nuri = \"{uri}\"\n\
+         [kms]\ntype = \"keyring\"\npath = \"{}\"\n",
+        interop.join("keyring.json").display()
+    );
+    let engine = engine(tmp.path(), &config).await;
+    let exp: Value =
+        serde_json::from_slice(&std::fs::read(interop.join("expected.json")).unwrap()).unwrap();
+    let ctx = engine.session("tester");
+    for q in exp["queries"].as_array().unwrap() {
+        let sql = q["sql"]
+            .as_str()
+            .unwrap()
+            .replace("FROM customers", "FROM hive.sales.customers");
+        let got = json_rows(
+            &query(&ctx, &sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}")),
+        );
+        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
+        assert_eq!(got, want, "query {}", q["name"]);
+    }
+}
+
+#[tokio::test]
+async fn unreachable_metastore_is_one_line_naming_the_catalog() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dead = format!("thrift://127.0.0.1:{}", free_port());
+    let path = tmp.path().join("clearice.toml");
+    std::fs::write(
+        &path,
+        format!("[catalogs.hive]\ntype = \"hms\"\nuri = \"{dead}\"\n"),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let e = Engine::open(Config::load(&path).unwrap())
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(
+        e.contains("'hive'") && e.contains(&dead) && !e.contains('\n'),
+        "{e}"
+    );
+}
