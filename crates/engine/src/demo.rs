@@ -94,6 +94,13 @@ pub async fn init_with(dir: &Path, options: DemoOptions) -> Result<PathBuf, Erro
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e.to_string())),
     }
+    if let Some(w) = &options.warehouse
+        && !(w.starts_with("s3://") || w.starts_with("file:///"))
+    {
+        return Err(fail(format!(
+            "warehouse '{w}' is not s3://BUCKET/PREFIX or file:///ABSOLUTE/PATH"
+        )));
+    }
     write_lake(dir, options)
         .await
         .map_err(|e| fail(e.to_string()))

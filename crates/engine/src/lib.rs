@@ -43,7 +43,7 @@ use clearice_table::pme::{DecryptingParquetFormatFactory, DecryptingReaderFactor
 use clearice_table::storage::{LakeRegistry, LakeStores};
 use clearice_table::{
     IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_hms_catalog,
-    open_rest_catalog, open_sql_catalog,
+    open_rest_catalog, open_sql_catalog_with,
 };
 use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
 use datafusion::execution::object_store::ObjectStoreRegistry;
@@ -152,10 +152,11 @@ impl Engine {
         for (name, cat) in &config.catalogs {
             let ice = match cat.kind {
                 CatalogKind::Sql => {
-                    open_sql_catalog(
+                    open_sql_catalog_with(
                         name,
                         &resolve_sqlite_uri(&config, &cat.uri),
                         cat.warehouse.as_deref().expect("validated at load"),
+                        catalog_props.get(name).cloned().unwrap_or_default(),
                         &stores,
                     )
                     .await?

@@ -29,12 +29,23 @@ pub async fn open_sql_catalog(
     warehouse: &str,
     stores: &LakeStores,
 ) -> Result<Arc<dyn Catalog>> {
+    open_sql_catalog_with(name, uri, warehouse, HashMap::new(), stores).await
+}
+
+/// [`open_sql_catalog`] with catalog properties (`s3.*` reach the catalog's file IO).
+pub async fn open_sql_catalog_with(
+    name: &str,
+    uri: &str,
+    warehouse: &str,
+    props: HashMap<String, String>,
+    stores: &LakeStores,
+) -> Result<Arc<dyn Catalog>> {
     sqlx::any::install_default_drivers();
     let catalog = SqlCatalogBuilder::default()
         .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
         .uri(uri)
         .warehouse_location(warehouse)
-        .load(name, HashMap::new())
+        .load(name, props)
         .await
         .map_err(|source| Error::CatalogOpen {
             catalog: name.into(),

@@ -28,7 +28,7 @@ pub mod write;
 pub use access::{QueryAccess, SessionAccess, TableAccess};
 pub use catalog::{
     IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
-    open_hms_catalog, open_rest_catalog, open_sql_catalog, redact_uri,
+    open_hms_catalog, open_rest_catalog, open_sql_catalog, open_sql_catalog_with, redact_uri,
 };
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;

@@ -199,13 +199,14 @@ pub async fn append_encrypted_with(
                 _ => {}
             }
             let size = bytes.len() as u64;
-            // Recorded before the write: a write that fails half-way is cleaned up too.
-            written.push(uri.clone());
+            // One create-only put: the object is there whole or not at all, and a name
+            // someone else holds is never overwritten (nor removed by the cleanup below).
             io.new_output(&uri)
                 .map_err(|e| werr(format!("'{uri}': {e}")))?
                 .write(bytes.into())
                 .await
                 .map_err(|e| werr(format!("'{uri}': {e}")))?;
+            written.push(uri.clone());
             let metrics =
                 plaintext_metrics(table.metadata().current_schema(), &batch, spec).map_err(werr)?;
             data_files.push(

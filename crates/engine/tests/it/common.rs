@@ -237,11 +237,16 @@ pub fn free_port() -> u16 {
 
 /// Starts `moto_server` (next to the test venv's python) on a free loopback port.
 pub fn start_moto(python: &str) -> (Moto, String) {
-    start_moto_with(python, None)
+    start_moto_with(python, None, &[])
 }
 
-/// [`start_moto`], serving HTTPS with `tls` (certificate, key) when given.
-pub fn start_moto_with(python: &str, tls: Option<(&Path, &Path)>) -> (Moto, String) {
+/// [`start_moto`], serving HTTPS with `tls` (certificate, key) when given, with `env`
+/// (`INITIAL_NO_AUTH_ACTION_COUNT`: moto checks signatures after that many requests).
+pub fn start_moto_with(
+    python: &str,
+    tls: Option<(&Path, &Path)>,
+    env: &[(&str, &str)],
+) -> (Moto, String) {
     let port = free_port();
     let server = Path::new(python).with_file_name("moto_server");
     let mut args = vec![
@@ -256,6 +261,7 @@ pub fn start_moto_with(python: &str, tls: Option<(&Path, &Path)>) -> (Moto, Stri
     }
     let child = Command::new(&server)
         .args(&args)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -339,6 +339,7 @@ async fn tls_endpoint_with_a_private_ca() {
     let (_moto, endpoint) = start_moto_with(
         &python,
         Some((&tls.join("server.pem"), &tls.join("server.key"))),
+        &[],
     );
     assert!(endpoint.starts_with("https://"));
     let up = Command::new(&python)
@@ -383,6 +384,86 @@ async fn tls_endpoint_with_a_private_ca() {
         &query(
             &engine2.session("tester"),
             "SELECT count(*), count(ssn) FROM 's3://tls/columns.parquet'",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(rows[0][0], Value::from(10_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_s3_credentials_are_one_line_without_the_secret() {
+    let (Some(interop), Some(python)) = (interop_dir(), python()) else {
+        return;
+    };
+    // moto checks signatures against its IAM after the first three requests (which
+    // create the user, its key and its policy).
+    let (_moto, endpoint) =
+        start_moto_with(&python, None, &[("INITIAL_NO_AUTH_ACTION_COUNT", "3")]);
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            &format!(
+                r#"
+import boto3, json
+E = "{endpoint}"
+iam = boto3.client("iam", endpoint_url=E, aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
+iam.create_user(UserName="lake")
+k = iam.create_access_key(UserName="lake")["AccessKey"]
+iam.put_user_policy(UserName="lake", PolicyName="all", PolicyDocument=json.dumps(
+    {{"Version": "2012-10-17", "Statement": [{{"Effect": "Allow", "Action": "*", "Resource": "*"}}]}}))
+s3 = boto3.client("s3", endpoint_url=E, aws_access_key_id=k["AccessKeyId"],
+                  aws_secret_access_key=k["SecretAccessKey"], region_name="us-east-1")
+s3.create_bucket(Bucket="authb")
+s3.upload_file("{file}", "authb", "columns.parquet")
+print(json.dumps({{"id": k["AccessKeyId"], "secret": k["SecretAccessKey"]}}))
+"#,
+                file = interop.join("columns.parquet").display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |secret: &str, name: &str| {
+        std::fs::write(tmp.path().join(format!("{name}.secret")), secret).unwrap();
+        format!(
+            "[kms]\ntype = \"keyring\"\npath = \"{}\"\n[storage.s3]\nendpoint = \"{endpoint}\"\n\
+             access_key_id = \"{}\"\nsecret_access_key_file = \"{name}.secret\"\n",
+            interop.join("keyring.json").display(),
+            key["id"].as_str().unwrap()
+        )
+    };
+    let wrong = engine_at(tmp.path(), "wrong.toml", &config("not-the-s3cr3t", "wrong")).await;
+    let e = query_err(
+        &wrong.session("tester"),
+        "SELECT count(*) FROM 's3://authb/columns.parquet'",
+    )
+    .await;
+    assert!(
+        e.contains("s3://authb/columns.parquet") && !e.contains('\n'),
+        "{e}"
+    );
+    assert!(e.contains("403") || e.contains("Signature"), "{e}");
+    assert!(
+        !e.contains("not-the-s3cr3t") && !e.contains(key["secret"].as_str().unwrap()),
+        "{e}"
+    );
+    let right = engine_at(
+        tmp.path(),
+        "right.toml",
+        &config(key["secret"].as_str().unwrap(), "right"),
+    )
+    .await;
+    let rows = json_rows(
+        &query(
+            &right.session("tester"),
+            "SELECT count(*) FROM 's3://authb/columns.parquet'",
         )
         .await
         .unwrap(),
