@@ -430,8 +430,10 @@ impl LakeStores {
                 .with_endpoint(endpoint.trim_end_matches('/'))
                 .with_allow_http(endpoint.starts_with("http://"))
                 .with_virtual_hosted_style_request(!o.path_style.unwrap_or(true));
-        } else if o.path_style == Some(false) {
-            b = b.with_virtual_hosted_style_request(true);
+        } else {
+            // AWS itself: virtual-hosted requests (`BUCKET.s3.REGION.amazonaws.com`), as
+            // Iceberg's S3FileIO and PyArrow use, unless path style is asked for.
+            b = b.with_virtual_hosted_style_request(!o.path_style.unwrap_or(false));
         }
         if o.anonymous {
             b = b.with_skip_signature(true);
