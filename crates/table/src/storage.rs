@@ -246,6 +246,20 @@ impl HttpService for CountingService {
             _ => &self.counts.other,
         };
         c.fetch_add(1, Ordering::Relaxed);
+        // Method, object and range only: the signature headers are never logged.
+        tracing::debug!(
+            target: "clearice::s3",
+            method = %req.method(),
+            path = %req.uri().path(),
+            range = ?req.headers().get("range"),
+            "S3 request"
+        );
+        eprintln!(
+            "S3REQ {} {} {:?}",
+            req.method(),
+            req.uri().path(),
+            req.headers().get("range")
+        );
         self.inner.execute(req).await
     }
 }

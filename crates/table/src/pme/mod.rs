@@ -1023,20 +1023,11 @@ impl DecryptingReader {
                 plain_idx.push(i);
             }
         }
-        if !plain_idx.is_empty() {
-            let fetched = self
-                .inner()
-                .get_byte_ranges(plain_idx.iter().map(|i| ranges[*i].clone()).collect())
-                .await?;
-            for (i, b) in plain_idx.into_iter().zip(fetched) {
-                out[i] = Some(b);
-            }
-        }
-        // Whole regions the requests need, fetched in one call (concurrent on object
-        // stores) before decrypting.
+        // Whole regions the requests need, fetched with the plaintext ranges in one call
+        // (one coalesced GET per row group on object stores) before decrypting.
         let mut wanted: Vec<Range<u64>> = Vec::new();
         for (i, r) in ranges.iter().enumerate() {
-            if out[i].is_some() {
+            if plain_idx.contains(&i) {
                 continue;
             }
             let hits = overlapping(&crypto.regions, r);
@@ -1076,9 +1067,15 @@ impl DecryptingReader {
                 }
             }
         }
-        if !wanted.is_empty() {
-            let fetched = self.inner().get_byte_ranges(wanted.clone()).await?;
-            self.prefetched.extend(wanted.into_iter().zip(fetched));
+        if !plain_idx.is_empty() || !wanted.is_empty() {
+            let mut all: Vec<Range<u64>> = plain_idx.iter().map(|i| ranges[*i].clone()).collect();
+            all.extend(wanted.iter().cloned());
+            let mut fetched = self.inner().get_byte_ranges(all).await?;
+            let encrypted = fetched.split_off(plain_idx.len());
+            for (i, b) in plain_idx.into_iter().zip(fetched) {
+                out[i] = Some(b);
+            }
+            self.prefetched.extend(wanted.into_iter().zip(encrypted));
         }
         // Whole column chunks of this request (a row group's projected columns) are
         // decrypted concurrently: a remote provider answers them in parallel.
