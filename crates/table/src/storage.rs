@@ -254,12 +254,6 @@ impl HttpService for CountingService {
             range = ?req.headers().get("range"),
             "S3 request"
         );
-        eprintln!(
-            "S3REQ {} {} {:?}",
-            req.method(),
-            req.uri().path(),
-            req.headers().get("range")
-        );
         self.inner.execute(req).await
     }
 }
