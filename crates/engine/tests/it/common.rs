@@ -216,10 +216,10 @@ pub async fn register(ctx: &Session, name: &str, path: &Path) -> datafusion::err
     ctx.sql(&sql).await.map(|_| ())
 }
 
-/// A running `moto_server` (S3 and KMS APIs), killed when dropped.
-pub struct Moto(Child);
+/// A test peer's process (S3 server, catalog server, metastore), killed when dropped.
+pub struct Peer(pub Child);
 
-impl Drop for Moto {
+impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -236,7 +236,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Starts `moto_server` (next to the test venv's python) on a free loopback port.
-pub fn start_moto(python: &str) -> (Moto, String) {
+pub fn start_moto(python: &str) -> (Peer, String) {
     start_moto_with(python, None, &[])
 }
 
@@ -246,7 +246,7 @@ pub fn start_moto_with(
     python: &str,
     tls: Option<(&Path, &Path)>,
     env: &[(&str, &str)],
-) -> (Moto, String) {
+) -> (Peer, String) {
     let port = free_port();
     let server = Path::new(python).with_file_name("moto_server");
     let mut args = vec![
@@ -266,7 +266,7 @@ pub fn start_moto_with(
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("{}: {e}", server.display()));
-    let moto = Moto(child);
+    let moto = Peer(child);
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -306,4 +306,30 @@ pub fn local_side_file_reader() -> clearice_crypto::SideFileReader {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     })
+}
+
+/// Asserts every query of the interop lake's expected.json (DuckDB over the plaintext twin)
+/// over `table` as `principal`.
+pub async fn assert_expected(engine: &Engine, interop: &Path, table: &str, principal: &str) {
+    let exp: Value =
+        serde_json::from_slice(&std::fs::read(interop.join("expected.json")).unwrap()).unwrap();
+    let ctx = engine.session(principal);
+    let queries = exp["queries"].as_array().unwrap();
+    assert!(queries.len() >= 8);
+    for q in queries {
+        let sql = q["sql"]
+            .as_str()
+            .unwrap()
+            .replace("FROM customers", &format!("FROM {table}"));
+        let batches = query(&ctx, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
+        assert_eq!(
+            json_rows(&batches),
+            want,
+            "query {} over {table}",
+            q["name"]
+        );
+    }
 }

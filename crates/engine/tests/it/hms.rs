@@ -3,22 +3,12 @@
 //! PyIceberg registers the PyArrow-encrypted interop table in it; ClearIce reads it.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clearice_engine::{Config, Engine};
-use serde_json::Value;
 
 use crate::common::*;
-
-struct Metastore(Child);
-
-impl Drop for Metastore {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The metastore's classpath (`CLEARICE_HMS_CP`) and the test venv's python.
 fn peers() -> Option<(String, String)> {
@@ -33,7 +23,7 @@ fn peers() -> Option<(String, String)> {
 }
 
 /// Starts the metastore on a free port with an embedded Derby database under `dir`.
-fn start_metastore(cp: &str, dir: &Path) -> (Metastore, String) {
+fn start_metastore(cp: &str, dir: &Path) -> (Peer, String) {
     let port = free_port();
     let conf = dir.join("conf");
     std::fs::create_dir_all(&conf).unwrap();
@@ -94,7 +84,7 @@ fn start_metastore(cp: &str, dir: &Path) -> (Metastore, String) {
         .stderr(log)
         .spawn()
         .expect("java (17+) for Hive's metastore");
-    let metastore = Metastore(child);
+    let metastore = Peer(child);
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -130,22 +120,7 @@ async fn hive_metastore_tables_read_like_any_other() {
         interop.join("keyring.json").display()
     );
     let engine = engine(tmp.path(), &config).await;
-    let exp: Value =
-        serde_json::from_slice(&std::fs::read(interop.join("expected.json")).unwrap()).unwrap();
-    let ctx = engine.session("tester");
-    for q in exp["queries"].as_array().unwrap() {
-        let sql = q["sql"]
-            .as_str()
-            .unwrap()
-            .replace("FROM customers", "FROM hive.sales.customers");
-        let got = json_rows(
-            &query(&ctx, &sql)
-                .await
-                .unwrap_or_else(|e| panic!("{sql}: {e}")),
-        );
-        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
-        assert_eq!(got, want, "query {}", q["name"]);
-    }
+    assert_expected(&engine, &interop, "hive.sales.customers", "tester").await;
 }
 
 #[tokio::test]

@@ -18,22 +18,7 @@ async fn check_expected(table: &str) {
     let Some(dir) = interop_dir() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path(), &interop_config(&dir, &dir.join("keyring.json"))).await;
-    let ctx = engine.session("tester");
-    let exp = expected(&dir);
-    let queries = exp["queries"].as_array().unwrap();
-    assert!(queries.len() >= 8);
-    for q in queries {
-        let sql = q["sql"]
-            .as_str()
-            .unwrap()
-            .replace("FROM customers", &format!("FROM {table}"));
-        let batches = query(&ctx, &sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        let got = json_rows(&batches);
-        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
-        assert_eq!(got, want, "query {} over {table}", q["name"]);
-    }
+    assert_expected(&engine, &dir, table, "tester").await;
 }
 
 #[tokio::test]

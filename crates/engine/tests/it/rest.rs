@@ -5,22 +5,13 @@
 //! created later, and names the catalog when it cannot reach it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clearice_engine::{Config, Engine};
 use serde_json::Value;
 
 use crate::common::*;
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The REST server's classpath (`CLEARICE_REST_CATALOG_CP`) and the test venv's python.
 fn peers() -> Option<(String, String)> {
@@ -35,7 +26,7 @@ fn peers() -> Option<(String, String)> {
 }
 
 /// Starts RESTCatalogServer (JDBC catalog on SQLite, warehouse on local disk).
-fn start_rest(cp: &str, dir: &Path) -> (Server, String) {
+fn start_rest(cp: &str, dir: &Path) -> (Peer, String) {
     let warehouse = dir.join("warehouse");
     std::fs::create_dir_all(&warehouse).unwrap();
     start_rest_with(
@@ -50,7 +41,7 @@ fn start_rest(cp: &str, dir: &Path) -> (Server, String) {
 
 /// Starts RESTCatalogServer with catalog properties in `env` (`CATALOG_S3_ENDPOINT` is
 /// `s3.endpoint`: `__` is `-`, `_` is `.`).
-fn start_rest_with(cp: &str, dir: &Path, env: &[(&str, String)]) -> (Server, String) {
+fn start_rest_with(cp: &str, dir: &Path, env: &[(&str, String)]) -> (Peer, String) {
     let port = free_port();
     let log = std::fs::File::create(dir.join("rest-server.log")).unwrap();
     let child = Command::new("java")
@@ -65,7 +56,7 @@ fn start_rest_with(cp: &str, dir: &Path, env: &[(&str, String)]) -> (Server, Str
         .stderr(log)
         .spawn()
         .expect("java (17+) for Iceberg's REST catalog server");
-    let server = Server(child);
+    let server = Peer(child);
     let start = Instant::now();
     let uri = format!("http://127.0.0.1:{port}");
     loop {
@@ -153,22 +144,8 @@ async fn rest_catalog_tables_read_under_the_policy_and_new_tables_appear() {
     let engine = engine(tmp.path(), &config).await;
 
     // The interop queries as DuckDB answered them, through the REST catalog.
-    let exp: Value =
-        serde_json::from_slice(&std::fs::read(interop.join("expected.json")).unwrap()).unwrap();
+    assert_expected(&engine, &interop, "rest.sales.customers", "admin").await;
     let admin = engine.session("admin");
-    for q in exp["queries"].as_array().unwrap() {
-        let sql = q["sql"]
-            .as_str()
-            .unwrap()
-            .replace("FROM customers", "FROM rest.sales.customers");
-        let got = json_rows(
-            &query(&admin, &sql)
-                .await
-                .unwrap_or_else(|e| panic!("{sql}: {e}")),
-        );
-        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
-        assert_eq!(got, want, "query {}", q["name"]);
-    }
 
     // The policy applies to REST tables as to any other.
     let analyst = engine.session("analyst");
@@ -277,21 +254,6 @@ async fn rest_catalog_on_s3_vends_the_credentials_clearice_reads_with() {
         interop.join("keyring.json").display()
     );
     let engine = engine(tmp.path(), &config).await;
-    let exp: Value =
-        serde_json::from_slice(&std::fs::read(interop.join("expected.json")).unwrap()).unwrap();
-    let ctx = engine.session("tester");
-    for q in exp["queries"].as_array().unwrap() {
-        let sql = q["sql"]
-            .as_str()
-            .unwrap()
-            .replace("FROM customers", "FROM rest.sales.customers");
-        let got = json_rows(
-            &query(&ctx, &sql)
-                .await
-                .unwrap_or_else(|e| panic!("{sql}: {e}")),
-        );
-        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
-        assert_eq!(got, want, "query {}", q["name"]);
-    }
+    assert_expected(&engine, &interop, "rest.sales.customers", "tester").await;
     assert!(engine.storage_requests().get > 0);
 }

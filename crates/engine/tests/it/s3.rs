@@ -71,31 +71,6 @@ fn credentials(dir: &Path) -> String {
     )
 }
 
-fn expected(dir: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap()
-}
-
-async fn check_expected(engine: &Engine, interop: &Path, table: &str) {
-    let ctx = engine.session("tester");
-    let exp = expected(interop);
-    for q in exp["queries"].as_array().unwrap() {
-        let sql = q["sql"]
-            .as_str()
-            .unwrap()
-            .replace("FROM customers", &format!("FROM {table}"));
-        let batches = query(&ctx, &sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        let want: Vec<Vec<Value>> = serde_json::from_value(q["rows"].clone()).unwrap();
-        assert_eq!(
-            json_rows(&batches),
-            want,
-            "query {} over {table}",
-            q["name"]
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interop_lake_side_files_and_standalone_files_read_from_s3() {
     let (Some(interop), Some(python)) = (interop_dir(), python()) else {
@@ -154,10 +129,22 @@ async fn interop_lake_side_files_and_standalone_files_read_from_s3() {
         "{gets} GETs for 63 column chunks: reads are not coalesced"
     );
 
-    check_expected(&engine, &interop, "lake.sales.customers").await;
-    check_expected(&engine, &interop, "'s3://lake/files/columns.parquet'").await;
+    assert_expected(&engine, &interop, "lake.sales.customers", "tester").await;
+    assert_expected(
+        &engine,
+        &interop,
+        "'s3://lake/files/columns.parquet'",
+        "tester",
+    )
+    .await;
     // PyArrow wrote the key material to a side file next to the data file, on S3.
-    check_expected(&engine, &interop, "'s3://lake/files/external.parquet'").await;
+    assert_expected(
+        &engine,
+        &interop,
+        "'s3://lake/files/external.parquet'",
+        "tester",
+    )
+    .await;
 
     // Failures name the store and the object, in one line, without the secret.
     let e = query_err(&ctx, "SELECT * FROM 's3://lake/files/missing.parquet'").await;
