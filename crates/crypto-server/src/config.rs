@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::Error;
+pub use clearice_crypto::KmsConfig;
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
@@ -77,30 +78,6 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// PEM private key.
     pub key: PathBuf,
-}
-
-/// `[kms]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KmsConfig {
-    /// `keyring` or `aws`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Keyring file.
-    #[serde(default)]
-    pub path: Option<PathBuf>,
-    /// AWS region.
-    #[serde(default)]
-    pub region: Option<String>,
-    /// AWS-compatible endpoint.
-    #[serde(default)]
-    pub endpoint: Option<String>,
-    /// AWS shared-files profile.
-    #[serde(default)]
-    pub profile: Option<String>,
-    /// KEK cache lifetime, seconds; default 600.
-    #[serde(default)]
-    pub key_cache_ttl_s: Option<u64>,
 }
 
 /// `[auth]`.

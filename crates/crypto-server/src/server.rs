@@ -20,8 +20,8 @@ use clearice_crypto::protocol::{
     ErrorResponse, ValueFormat,
 };
 use clearice_crypto::{
-    Algorithm, AwsKms, AwsKmsConfig, CallContext, CryptoProvider, KeyResolver, KeyringKms, Kms,
-    LocalProvider, Module, ModuleBatch, ModulePosition, ModuleType, ProviderError,
+    Algorithm, CallContext, CryptoProvider, KeyResolver, KmsKind, LocalProvider, Module,
+    ModuleBatch, ModulePosition, ModuleType, ProviderError,
 };
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -52,31 +52,14 @@ impl Service {
     /// Builds the service: KMS, verifier, audit file (blocking: startup).
     #[expect(clippy::disallowed_methods, reason = "startup, before serving")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        let kms: Arc<dyn Kms> = match config.kms.kind.as_str() {
-            "keyring" => {
-                let path = config.kms.path.as_ref().ok_or_else(|| Error::Config {
-                    path: "kms.path".into(),
-                    reason: "a keyring KMS needs `path`".into(),
-                })?;
-                Arc::new(KeyringKms::from_file(&config.resolve(path))?)
-            }
-            "aws" => Arc::new(AwsKms::new(&AwsKmsConfig {
-                region: config.kms.region.clone(),
-                endpoint: config.kms.endpoint.clone(),
-                profile: config.kms.profile.clone(),
-                timeout: None,
-            })?),
-            other => {
-                return Err(Error::Config {
-                    path: "kms.type".into(),
-                    reason: format!("'{other}' is not keyring or aws"),
-                });
-            }
-        };
-        let ttl = config
-            .kms
-            .key_cache_ttl_s
-            .map_or(clearice_crypto::DEFAULT_KEY_CACHE_TTL, Duration::from_secs);
+        if config.kms.kind == KmsKind::Keyring && config.kms.path.is_none() {
+            return Err(Error::Config {
+                path: "kms.path".into(),
+                reason: "a keyring KMS needs `path`".into(),
+            });
+        }
+        let kms = config.kms.open(|p| config.resolve(p))?;
+        let ttl = config.kms.cache_ttl();
         let resolver = Arc::new(KeyResolver::new(Some(kms), Default::default(), ttl));
         let audit = match &config.audit {
             Some(p) => {

@@ -284,3 +284,74 @@ mod tests {
         assert!(s.contains("k16") && !s.contains("MDEy"), "{s}");
     }
 }
+
+/// The `[kms]` section of ClearIce's and the crypto service's config files.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KmsConfig {
+    /// KMS kind; `keyring` (master keys in a local JSON file) or `aws` (AWS KMS).
+    #[serde(rename = "type")]
+    pub kind: KmsKind,
+    /// Keyring file (for `keyring`).
+    pub path: Option<std::path::PathBuf>,
+    /// Lifetime of unwrapped keys in the cache, seconds; default 600.
+    #[serde(default)]
+    pub key_cache_ttl_s: Option<u64>,
+    /// AWS region (`aws`; default from AWS_REGION or the profile).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// AWS KMS endpoint URL (`aws`; default from AWS_ENDPOINT_URL_KMS / AWS_ENDPOINT_URL,
+    /// else the region's).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// AWS shared-files profile (`aws`; default AWS_PROFILE, else `default`).
+    #[serde(default)]
+    pub profile: Option<String>,
+}
+
+/// KMS kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KmsKind {
+    /// Master keys in a local JSON file (embedded default).
+    Keyring,
+    /// AWS KMS (or an AWS-compatible KMS endpoint).
+    Aws,
+}
+
+impl KmsConfig {
+    /// The AWS KMS client settings of this section.
+    pub fn aws(&self) -> crate::AwsKmsConfig {
+        crate::AwsKmsConfig {
+            region: self.region.clone(),
+            endpoint: self.endpoint.clone(),
+            profile: self.profile.clone(),
+            timeout: None,
+        }
+    }
+
+    /// How long unwrapped keys stay cached.
+    pub fn cache_ttl(&self) -> std::time::Duration {
+        self.key_cache_ttl_s
+            .map_or(crate::DEFAULT_KEY_CACHE_TTL, std::time::Duration::from_secs)
+    }
+
+    /// Opens the KMS; `resolve` turns the keyring path into a file to read (relative to
+    /// the config file). A keyring needs `path` (callers check it when loading the
+    /// config). Blocking: reads the keyring or AWS's shared files.
+    pub fn open(
+        &self,
+        resolve: impl Fn(&Path) -> std::path::PathBuf,
+    ) -> Result<std::sync::Arc<dyn Kms>> {
+        Ok(match self.kind {
+            KmsKind::Keyring => {
+                let path = self.path.as_deref().ok_or_else(|| Error::Keyring {
+                    path: "[kms]".into(),
+                    reason: "a keyring KMS needs `path` (the keyring JSON file)".into(),
+                })?;
+                std::sync::Arc::new(KeyringKms::from_file(&resolve(path))?)
+            }
+            KmsKind::Aws => std::sync::Arc::new(crate::AwsKms::new(&self.aws())?),
+        })
+    }
+}

@@ -42,7 +42,7 @@ mod writer;
 pub use aws::{AwsEnvironment, AwsKms, AwsKmsConfig};
 pub use error::{BoxError, Error, Result};
 pub use key_material::{KeyMaterial, side_file_name};
-pub use kms::{KeyringKms, Kms};
+pub use kms::{KeyringKms, Kms, KmsConfig, KmsKind};
 pub use local::LocalProvider;
 pub use modules::{Algorithm, ModuleCipher, ModuleError, ModulePosition, ModuleType};
 pub use provider::{

@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use clearice_crypto::{KmsConfig, KmsKind};
+
 use crate::error::{Error, Result};
 
 /// The whole config file.
@@ -161,40 +163,6 @@ pub struct S3Config {
     /// PEM CA certificate(s) of an endpoint with a private CA.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
-}
-
-/// KMS settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KmsConfig {
-    /// KMS kind; `keyring` (master keys in a local JSON file) or `aws` (AWS KMS).
-    #[serde(rename = "type")]
-    pub kind: KmsKind,
-    /// Keyring file (for `keyring`).
-    pub path: Option<PathBuf>,
-    /// Lifetime of unwrapped keys in the cache, seconds; default 600.
-    #[serde(default)]
-    pub key_cache_ttl_s: Option<u64>,
-    /// AWS region (`aws`; default from AWS_REGION or the profile).
-    #[serde(default)]
-    pub region: Option<String>,
-    /// AWS KMS endpoint URL (`aws`; default from AWS_ENDPOINT_URL_KMS / AWS_ENDPOINT_URL,
-    /// else the region's).
-    #[serde(default)]
-    pub endpoint: Option<String>,
-    /// AWS shared-files profile (`aws`; default AWS_PROFILE, else `default`).
-    #[serde(default)]
-    pub profile: Option<String>,
-}
-
-/// KMS kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KmsKind {
-    /// Master keys in a local JSON file (embedded default).
-    Keyring,
-    /// AWS KMS (or an AWS-compatible KMS endpoint).
-    Aws,
 }
 
 /// `[providers.NAME]`: a crypto provider (keys stay in a protection service).

@@ -37,7 +37,7 @@ use clearice_crypto::{
     CallContext, KeyScope, LocalProvider, ProviderRef, Providers, RemoteConfig, RemoteCredential,
     RemoteProvider,
 };
-use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, SecretKey};
+use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, SecretKey};
 use clearice_policy::Policy;
 use clearice_table::pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
 use clearice_table::storage::{LakeRegistry, LakeStores};
@@ -596,25 +596,8 @@ impl LocalParts {
         reason = "startup file reads; Engine::open runs this on a blocking thread"
     )]
     fn load(config: &Config) -> Result<Self> {
-        let (kms, ttl): (Option<Arc<dyn Kms>>, Duration) = match &config.kms {
-            Some(k) => {
-                let ttl = k.key_cache_ttl_s.map(Duration::from_secs);
-                let kms: Arc<dyn Kms> = match k.kind {
-                    KmsKind::Keyring => {
-                        let path = k.path.as_ref().expect("validated at load");
-                        Arc::new(KeyringKms::from_file(&config.resolve(path))?)
-                    }
-                    KmsKind::Aws => Arc::new(clearice_crypto::AwsKms::new(
-                        &clearice_crypto::AwsKmsConfig {
-                            region: k.region.clone(),
-                            endpoint: k.endpoint.clone(),
-                            profile: k.profile.clone(),
-                            timeout: None,
-                        },
-                    )?),
-                };
-                (Some(kms), ttl.unwrap_or(DEFAULT_KEY_CACHE_TTL))
-            }
+        let (kms, ttl) = match &config.kms {
+            Some(k) => (Some(k.open(|p| config.resolve(p))?), k.cache_ttl()),
             None => (None, DEFAULT_KEY_CACHE_TTL),
         };
         let mut remote = Vec::new();

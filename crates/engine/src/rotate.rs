@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clearice_crypto::{
-    AwsKms, AwsKmsConfig, DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, rotate_side_file,
+    AwsKms, DEFAULT_KEY_CACHE_TTL, KeyResolver, KeyringKms, Kms, rotate_side_file,
 };
 
 use crate::config::{Config, KmsKind};
@@ -52,15 +52,7 @@ pub fn rotate_master_key(
             write_atomically(&path, keyring.to_json().as_bytes(), true)?;
             (Arc::new(keyring), Some(version))
         }
-        KmsKind::Aws => (
-            Arc::new(AwsKms::new(&AwsKmsConfig {
-                region: kms_config.region.clone(),
-                endpoint: kms_config.endpoint.clone(),
-                profile: kms_config.profile.clone(),
-                timeout: None,
-            })?),
-            None,
-        ),
+        KmsKind::Aws => (Arc::new(AwsKms::new(&kms_config.aws())?), None),
     };
     let resolver = KeyResolver::new(
         Some(Arc::clone(&kms)),
