@@ -41,10 +41,27 @@ pub async fn open_sql_catalog_with(
     stores: &LakeStores,
 ) -> Result<Arc<dyn Catalog>> {
     sqlx::any::install_default_drivers();
-    let catalog = SqlCatalogBuilder::default()
-        .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
+    let builder = SqlCatalogBuilder::default()
         .uri(uri)
-        .warehouse_location(warehouse)
+        .warehouse_location(warehouse);
+    load(builder, name, uri, props, stores).await
+}
+
+/// Loads a catalog whose file IO is `stores`; a failure names the catalog and its URI
+/// (without a password).
+async fn load<B>(
+    builder: B,
+    name: &str,
+    uri: &str,
+    props: HashMap<String, String>,
+    stores: &LakeStores,
+) -> Result<Arc<dyn Catalog>>
+where
+    B: CatalogBuilder,
+    B::C: 'static,
+{
+    let catalog = builder
+        .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
         .load(name, props)
         .await
         .map_err(|source| Error::CatalogOpen {
@@ -74,16 +91,7 @@ pub async fn open_rest_catalog(
     if let Some(w) = warehouse {
         props.insert(REST_CATALOG_PROP_WAREHOUSE.into(), w.into());
     }
-    let catalog = RestCatalogBuilder::default()
-        .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
-        .load(name, props)
-        .await
-        .map_err(|source| Error::CatalogOpen {
-            catalog: name.into(),
-            uri: redact_uri(uri),
-            source: Box::new(source),
-        })?;
-    Ok(Arc::new(catalog))
+    load(RestCatalogBuilder::default(), name, uri, props, stores).await
 }
 
 /// Opens a Hive Metastore catalog at `uri` (`thrift://host:9083`, or `host:9083`).
@@ -106,16 +114,7 @@ pub async fn open_hms_catalog(
         HMS_CATALOG_PROP_WAREHOUSE.into(),
         warehouse.unwrap_or("file:///nonexistent").into(),
     );
-    let catalog = HmsCatalogBuilder::default()
-        .with_storage_factory(Arc::new(LakeStorageFactory::new(stores.clone())))
-        .load(name, props)
-        .await
-        .map_err(|source| Error::CatalogOpen {
-            catalog: name.into(),
-            uri: redact_uri(uri),
-            source: Box::new(source),
-        })?;
-    Ok(Arc::new(catalog))
+    load(HmsCatalogBuilder::default(), name, uri, props, stores).await
 }
 
 /// The URI without a password (`postgres://user:secret@host` → `postgres://user:***@host`).
