@@ -333,3 +333,59 @@ pub async fn assert_expected(engine: &Engine, interop: &Path, table: &str, princ
         );
     }
 }
+
+/// The test venv's python (`CLEARICE_PYTHON`, set by scripts/test.sh).
+pub fn python() -> Option<String> {
+    let p = std::env::var("CLEARICE_PYTHON").ok();
+    if p.is_none() {
+        assert!(
+            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+            "CLEARICE_PYTHON is not set"
+        );
+        eprintln!(
+            "\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh to run this test ***\n"
+        );
+    }
+    p
+}
+
+/// A Java test peer's classpath (`var`, resolved by scripts/test.sh) and the venv's python.
+pub fn java_peer(var: &str) -> Option<(String, String)> {
+    let cp = std::env::var(var).ok();
+    assert!(
+        cp.is_some() || std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+        "{var} is not set (scripts/test.sh sets it)"
+    );
+    Some((cp?, python()?))
+}
+
+/// The shared generator of the interop lake (`CLEARICE_SHARED/interop/make_fixtures.py`):
+/// the S3 and REST helpers reuse its writers and keys.
+pub fn make_fixtures() -> PathBuf {
+    let shared = std::env::var_os("CLEARICE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    let p = shared.join("interop/make_fixtures.py");
+    assert!(p.exists(), "{} (set CLEARICE_SHARED)", p.display());
+    p
+}
+
+/// Runs `tests/python/SCRIPT` with `args`; its stdout as JSON.
+pub fn run_python(python: &str, script: &str, args: &[&str]) -> Value {
+    let out = Command::new(python)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/python")
+                .join(script),
+        )
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} {}: {}",
+        args.first().unwrap_or(&""),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

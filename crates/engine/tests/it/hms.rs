@@ -10,18 +10,6 @@ use clearice_engine::{Config, Engine};
 
 use crate::common::*;
 
-/// The metastore's classpath (`CLEARICE_HMS_CP`) and the test venv's python.
-fn peers() -> Option<(String, String)> {
-    let cp = std::env::var("CLEARICE_HMS_CP").ok();
-    let python = std::env::var("CLEARICE_PYTHON").ok();
-    assert!(
-        (cp.is_some() && python.is_some())
-            || std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
-        "CLEARICE_HMS_CP / CLEARICE_PYTHON are not set (scripts/test.sh sets them)"
-    );
-    Some((cp?, python?))
-}
-
 /// Starts the metastore on a free port with an embedded Derby database under `dir`.
 fn start_metastore(cp: &str, dir: &Path) -> (Peer, String) {
     let port = free_port();
@@ -99,20 +87,15 @@ fn start_metastore(cp: &str, dir: &Path) -> (Peer, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hive_metastore_tables_read_like_any_other() {
-    let (Some(interop), Some((cp, python))) = (interop_dir(), peers()) else {
+    let (Some(interop), Some((cp, python))) = (interop_dir(), java_peer("CLEARICE_HMS_CP")) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
     let (_metastore, uri) = start_metastore(&cp, tmp.path());
-    let out = Command::new(&python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/hms_catalog.py"))
-        .args(["register", &uri, interop.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_python(
+        &python,
+        "hms_catalog.py",
+        &["register", &uri, interop.to_str().unwrap()],
     );
     let config = format!(
         "[catalogs.hive]\ntype = \"hms\"\nuri = \"{uri}\"\n\

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::common::local_side_file_reader;
 use bytes::Bytes;
 use clearice_crypto::{
     CallContext, KeyResolver, KeyScope, KeyringKms, Kms, LocalProvider, SecretKey,
@@ -447,7 +446,7 @@ pub fn pme_fixtures() -> Option<(PathBuf, Keys)> {
 fn pyarrow_fixtures() -> Option<&'static Path> {
     static DIR: std::sync::OnceLock<Option<tempfile::TempDir>> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let python = crate::pyarrow::python()?;
+        let python = python()?;
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("pme");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pme_fixtures.py");

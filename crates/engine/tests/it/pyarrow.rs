@@ -9,20 +9,6 @@ use serde_json::Value;
 
 use crate::common::*;
 
-pub fn python() -> Option<String> {
-    let p = std::env::var("CLEARICE_PYTHON").ok();
-    if p.is_none() {
-        assert!(
-            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
-            "CLEARICE_PYTHON is not set"
-        );
-        eprintln!(
-            "\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh to run this test ***\n"
-        );
-    }
-    p
-}
-
 #[tokio::test]
 async fn pyarrow_reads_files_written_by_clearice() {
     let Some(python) = python() else { return };

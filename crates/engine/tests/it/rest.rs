@@ -4,7 +4,7 @@
 //! ClearIce reads it under a column policy (OAuth2 client credentials), sees a table
 //! created later, and names the catalog when it cannot reach it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,18 +12,6 @@ use clearice_engine::{Config, Engine};
 use serde_json::Value;
 
 use crate::common::*;
-
-/// The REST server's classpath (`CLEARICE_REST_CATALOG_CP`) and the test venv's python.
-fn peers() -> Option<(String, String)> {
-    let cp = std::env::var("CLEARICE_REST_CATALOG_CP").ok();
-    let python = std::env::var("CLEARICE_PYTHON").ok();
-    assert!(
-        (cp.is_some() && python.is_some())
-            || std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
-        "CLEARICE_REST_CATALOG_CP / CLEARICE_PYTHON are not set (scripts/test.sh sets them)"
-    );
-    Some((cp?, python?))
-}
 
 /// Starts RESTCatalogServer (JDBC catalog on SQLite, warehouse on local disk).
 fn start_rest(cp: &str, dir: &Path) -> (Peer, String) {
@@ -79,25 +67,6 @@ fn start_rest_with(cp: &str, dir: &Path, env: &[(&str, String)]) -> (Peer, Strin
     (server, uri)
 }
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/rest_catalog.py")
-}
-
-fn pyiceberg(python: &str, args: &[&str]) -> Value {
-    let out = Command::new(python)
-        .arg(script())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "rest_catalog.py {}: {}",
-        args[0],
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 const POLICY: &str = r#"
 [roles]
 admin = { description = "all plaintext" }
@@ -128,12 +97,18 @@ access = { admin = "allow", analyst = "allow" }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_catalog_tables_read_under_the_policy_and_new_tables_appear() {
-    let (Some(interop), Some((cp, python))) = (interop_dir(), peers()) else {
+    let (Some(interop), Some((cp, python))) =
+        (interop_dir(), java_peer("CLEARICE_REST_CATALOG_CP"))
+    else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
     let (_server, uri) = start_rest(&cp, tmp.path());
-    pyiceberg(&python, &["register", &uri, interop.to_str().unwrap()]);
+    run_python(
+        &python,
+        "rest_catalog.py",
+        &["register", &uri, interop.to_str().unwrap()],
+    );
     std::fs::write(tmp.path().join("rest.cred"), "clearice:s3cr3t-client\n").unwrap();
     std::fs::write(tmp.path().join("policy.toml"), POLICY).unwrap();
     let config = format!(
@@ -167,7 +142,7 @@ async fn rest_catalog_tables_read_under_the_policy_and_new_tables_appear() {
     // A table created later (by PyIceberg, through the same catalog) shows up.
     let e = query_err(&admin, "SELECT * FROM rest.sales.later").await;
     assert!(e.contains("later"), "{e}");
-    pyiceberg(&python, &["create_later", &uri]);
+    run_python(&python, "rest_catalog.py", &["create_later", &uri]);
     tokio::time::sleep(clearice_engine::CATALOG_LISTING_MAX_AGE + Duration::from_millis(200)).await;
     let rows = json_rows(
         &query(&admin, "SELECT count(*), sum(id) FROM rest.sales.later")
@@ -199,7 +174,9 @@ async fn unreachable_rest_catalog_is_one_line_naming_the_catalog() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_catalog_on_s3_vends_the_credentials_clearice_reads_with() {
-    let (Some(interop), Some((cp, python))) = (interop_dir(), peers()) else {
+    let (Some(interop), Some((cp, python))) =
+        (interop_dir(), java_peer("CLEARICE_REST_CATALOG_CP"))
+    else {
         return;
     };
     let (_moto, endpoint) = start_moto(&python);
@@ -225,27 +202,17 @@ async fn rest_catalog_on_s3_vends_the_credentials_clearice_reads_with() {
             ("CATALOG_INCLUDE__CREDENTIALS", "true".into()),
         ],
     );
-    let mf = std::env::var_os("CLEARICE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-        .join("interop/make_fixtures.py");
-    let out = Command::new(&python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/s3_lake.py"))
-        .args([
+    let made = run_python(
+        &python,
+        "s3_lake.py",
+        &[
             "setup_rest",
-            mf.to_str().unwrap(),
+            make_fixtures().to_str().unwrap(),
             &endpoint,
             interop.to_str().unwrap(),
             &uri,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let made: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(made["vended"], Value::Bool(true), "{made}");
     let config = format!(
         "[catalogs.rest]\ntype = \"rest\"\nuri = \"{uri}\"\n\

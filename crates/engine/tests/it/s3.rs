@@ -14,43 +14,27 @@ use serde_json::Value;
 
 use crate::common::*;
 
-fn python() -> Option<String> {
-    let p = std::env::var("CLEARICE_PYTHON").ok();
-    assert!(
-        p.is_some() || std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
-        "CLEARICE_PYTHON is not set"
-    );
-    p
-}
+const SCRIPT: &str = "s3_lake.py";
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/s3_lake.py")
-}
-
-fn make_fixtures(interop: &Path) -> PathBuf {
-    // The interop dir is generated from the shared make_fixtures.py (scripts/test.sh).
-    let shared = std::env::var_os("CLEARICE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let p = shared.join("interop/make_fixtures.py");
-    assert!(p.exists(), "{} (set CLEARICE_SHARED)", p.display());
-    let _ = interop;
-    p
-}
-
-fn run_script(python: &str, args: &[&str]) -> Value {
-    let out = Command::new(python)
-        .arg(script())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "s3_lake.py {}: {}",
-        args[0],
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+/// The demo lake written by ClearIce into `s3://demo/lake` on `endpoint` (moto's key pair).
+async fn demo_on_s3(endpoint: &str, dir: &Path) -> PathBuf {
+    let s3 = S3Options {
+        endpoint: Some(endpoint.to_owned()),
+        region: Some("us-east-1".into()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some(clearice_table::storage::Secret::new("testing")),
+        ..Default::default()
+    };
+    demo::init_with(
+        dir,
+        DemoOptions {
+            warehouse: Some("s3://demo/lake".into()),
+            s3,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
 }
 
 /// `[storage.s3]` for the moto server (moto takes any key pair).
@@ -79,9 +63,10 @@ async fn interop_lake_side_files_and_standalone_files_read_from_s3() {
     let (_moto, endpoint) = start_moto(&python);
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("pyiceberg");
-    let mf = make_fixtures(&interop);
-    let lake = run_script(
+    let mf = make_fixtures();
+    let lake = run_python(
         &python,
+        SCRIPT,
         &[
             "setup",
             mf.to_str().unwrap(),
@@ -156,32 +141,16 @@ async fn interop_lake_side_files_and_standalone_files_read_from_s3() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_lake_written_to_s3_reads_back_in_clearice_and_pyarrow() {
-    let (Some(interop), Some(python)) = (interop_dir(), python()) else {
+    let (Some(_), Some(python)) = (interop_dir(), python()) else {
         return;
     };
     let (_moto, endpoint) = start_moto(&python);
-    let mf = make_fixtures(&interop);
+    let mf = make_fixtures();
     // An empty bucket (boto3, as a user would create it).
     make_bucket(&python, &endpoint, "demo");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("demo");
-    let s3 = S3Options {
-        endpoint: Some(endpoint.clone()),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some(clearice_table::storage::Secret::new("testing")),
-        ..Default::default()
-    };
-    let config_path = demo::init_with(
-        &dir,
-        DemoOptions {
-            warehouse: Some("s3://demo/lake".into()),
-            s3,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let config_path = demo_on_s3(&endpoint, &dir).await;
     assert!(
         !dir.join("warehouse").exists(),
         "data went to the local disk"
@@ -226,8 +195,9 @@ async fn demo_lake_written_to_s3_reads_back_in_clearice_and_pyarrow() {
     );
 
     // PyIceberg plans the snapshot ClearIce committed; PyArrow decrypts every file from S3.
-    let back = run_script(
+    let back = run_python(
         &python,
+        SCRIPT,
         &[
             "readback",
             mf.to_str().unwrap(),
@@ -257,22 +227,7 @@ async fn unreachable_s3_endpoint_is_one_line_naming_the_table() {
     make_bucket(&python, &endpoint, "demo");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("demo");
-    let s3 = S3Options {
-        endpoint: Some(endpoint.clone()),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some(clearice_table::storage::Secret::new("testing")),
-        ..Default::default()
-    };
-    let config_path = demo::init_with(
-        &dir,
-        DemoOptions {
-            warehouse: Some("s3://demo/lake".into()),
-            s3,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let config_path = demo_on_s3(&endpoint, &dir).await;
     // The server goes away: the catalog (SQLite) still lists the tables; reading them
     // fails in one line naming the table and the object store.
     drop(_moto);
