@@ -584,14 +584,32 @@ impl UrlTableFactory for ConfinedUrlTableFactory {
                     }
                     cause = c.source();
                 }
-                Err(DataFusionError::Plan(format!(
-                    "'{url}' cannot be read: {}",
-                    reason.replace('\n', " ")
-                )))
+                let missing = matches!(
+                    e.find_root(),
+                    DataFusionError::ObjectStore(o) if matches!(**o, object_store::Error::NotFound { .. })
+                );
+                Err(DataFusionError::External(Box::new(UnreadableUrl {
+                    url: url.to_owned(),
+                    reason: reason.replace('\n', " "),
+                    missing,
+                })))
             }
             Err(_) => Ok(None),
         }
     }
+}
+
+/// A URL in FROM (`'s3://bucket/f.parquet'`) that cannot be read: its object is missing,
+/// or the store refused or could not be reached (the reason carries the cause chain).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("'{url}' cannot be read: {reason}")]
+pub struct UnreadableUrl {
+    /// The URL as written.
+    pub url: String,
+    /// Why, with the causes.
+    pub reason: String,
+    /// The object (or bucket) does not exist.
+    pub missing: bool,
 }
 
 /// `file://` of a confined session: reads only inside readable areas, writes only inside

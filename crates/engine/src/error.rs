@@ -136,6 +136,13 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             }
         };
     }
+    if let Some(u) = cause_of::<crate::confine::UnreadableUrl>(e) {
+        return if u.missing {
+            ErrorClass::NotFound
+        } else {
+            ErrorClass::Unavailable
+        };
+    }
     if let Some(l) = cause_of::<LimitExceeded>(e) {
         return match l {
             LimitExceeded::Timeout { .. } => ErrorClass::Timeout,

@@ -53,8 +53,7 @@ pub const CATALOG_S3_SCHEME: &str = "clearice-s3";
 
 /// A secret string (access key secret, session token): zeroized when dropped, never in
 /// `Debug`.
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Secret(String);
 
 impl Secret {
@@ -92,9 +91,11 @@ pub struct S3Options {
     pub path_style: Option<bool>,
     /// Access key id.
     pub access_key_id: Option<String>,
-    /// Secret access key.
+    /// Secret access key (never serialized: a serialized file IO carries no secret).
+    #[serde(skip)]
     pub secret_access_key: Option<Secret>,
-    /// Session token (temporary credentials).
+    /// Session token (temporary credentials; never serialized).
+    #[serde(skip)]
     pub session_token: Option<Secret>,
     /// Shared-files profile for credentials and region.
     pub profile: Option<String>,
@@ -879,5 +880,14 @@ mod tests {
             }
         );
         assert!(!shown.contains("s3cr3t"), "{shown}");
+        let serialized = serde_json::to_string(&LakeStorage {
+            options: o,
+            stores: LakeStores::default(),
+        })
+        .unwrap();
+        assert!(
+            serialized.contains("AKIDVENDED") && !serialized.contains("s3cr3t"),
+            "{serialized}"
+        );
     }
 }
