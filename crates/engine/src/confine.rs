@@ -558,7 +558,7 @@ impl UrlTableFactory for ConfinedUrlTableFactory {
             .and_then(Weak::upgrade)
             .map(|s| s.read().clone())
             .ok_or_else(|| DataFusionError::Internal("confined session state is gone".into()))?;
-        match ListingTableConfig::new(table_url)
+        match ListingTableConfig::new(table_url.clone())
             .infer_options(&state)
             .await
         {
@@ -573,6 +573,21 @@ impl UrlTableFactory for ConfinedUrlTableFactory {
             // A plain file name that is not there reads as "not found"; anything else
             // (an object store's error, a URL) says what went wrong.
             Err(e) if url.contains("://") => {
+                // Nothing there at all (DataFusion reports an empty listing as an internal
+                // error): say so.
+                if let Ok(store) = state.runtime_env().object_store(table_url.object_store())
+                    && let Ok(None) = store
+                        .list(Some(table_url.prefix()))
+                        .next()
+                        .await
+                        .transpose()
+                {
+                    return Err(DataFusionError::External(Box::new(UnreadableUrl {
+                        url: url.to_owned(),
+                        reason: "no object at or under this URL".into(),
+                        missing: true,
+                    })));
+                }
                 // The causes too: an HTTP client's "error sending request" alone hides
                 // the refused certificate or connection behind it.
                 let mut reason = crate::error::message_of(&e);

@@ -641,7 +641,13 @@ impl LakeStorage {
     fn resolve(&self, location: &str) -> iceberg::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
         self.stores
             .resolve_with(location, &self.options)
-            .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::FeatureUnsupported, e.to_string()))
+            .map_err(|e| {
+                let kind = match e {
+                    StorageError::Unsupported { .. } => iceberg::ErrorKind::FeatureUnsupported,
+                    StorageError::Setup { .. } => iceberg::ErrorKind::Unexpected,
+                };
+                iceberg::Error::new(kind, e.to_string())
+            })
     }
 }
 
