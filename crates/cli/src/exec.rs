@@ -33,7 +33,9 @@ impl StatementResult {
 /// Splits SQL text into statements with DataFusion's parser (`;`-separated).
 pub fn split_statements(sql: &str) -> Result<Vec<Statement>> {
     // Kept typed (DataFusionError::SQL): the exit code is decided by it.
-    Ok(DFParser::parse_sql(sql)?.into())
+    // Time travel clauses (FOR VERSION AS OF...) become table names first.
+    let sql = clearice_engine::rewrite_time_travel(sql)?;
+    Ok(DFParser::parse_sql(&sql)?.into())
 }
 
 /// Runs one SQL statement to completion (audited).

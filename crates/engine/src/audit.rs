@@ -192,6 +192,7 @@ mod tests {
             query_id: format!("q-{i}"),
             sql_sha256: String::new(),
             table: "lake.sales.customers".into(),
+            snapshot_id: None,
             columns: vec![],
             allowed: true,
             rows: Some(i as u64),

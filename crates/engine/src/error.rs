@@ -130,7 +130,9 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             | TableError::Iceberg { .. }
             | TableError::Storage { .. } => ErrorClass::Unavailable,
             TableError::Provider { source, .. } => provider_class(source),
-            TableError::DeletesNotSupported { .. } => ErrorClass::Unsupported,
+            TableError::Unsupported { .. } => ErrorClass::Unsupported,
+            TableError::SnapshotNotFound { .. } => ErrorClass::NotFound,
+            TableError::DeleteFile { .. } => ErrorClass::DataUnusable,
             TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {
                 ErrorClass::DataUnusable
             }

@@ -56,6 +56,7 @@ pub use audit::{AuditError, AuditLog};
 pub use clearice_crypto::AccessToken;
 pub use clearice_table::Error as TableError;
 pub use clearice_table::storage::{Requests as StorageRequests, S3Options, Secret};
+pub use clearice_table::travel::rewrite_sql as rewrite_time_travel;
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
     LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
@@ -240,6 +241,7 @@ impl Engine {
             query_id: String::new(),
             sql_sha256: String::new(),
             table: resource.to_owned(),
+            snapshot_id: None,
             columns: vec![],
             allowed: false,
             rows: None,

@@ -98,7 +98,8 @@ impl Session {
     /// Plans a statement; a confined session checks the plan before anything runs (DDL
     /// runs when planned: `CREATE EXTERNAL TABLE` would infer a schema from the file).
     async fn plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
-        let plan = self.ctx.state().create_logical_plan(sql).await?;
+        let sql = clearice_table::travel::rewrite_sql(sql)?;
+        let plan = self.ctx.state().create_logical_plan(&sql).await?;
         self.checked(plan).await
     }
 
@@ -458,6 +459,7 @@ impl PendingAudit {
                 query_id: self.query_id.clone(),
                 sql_sha256: self.sql_sha256.clone(),
                 table: resource,
+                snapshot_id: None,
                 columns: vec![],
                 allowed: false,
                 rows: None,
@@ -473,6 +475,7 @@ impl PendingAudit {
                 query_id: self.query_id.clone(),
                 sql_sha256: self.sql_sha256.clone(),
                 table: a.table,
+                snapshot_id: a.snapshot_id,
                 columns: a.columns,
                 allowed: a.allowed,
                 rows: outcome.as_ref().ok().copied(),

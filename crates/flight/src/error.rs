@@ -82,13 +82,20 @@ mod tests {
                 "principal 'eve' is not a user in policy",
             ),
             (
-                ext(TableError::DeletesNotSupported {
+                ext(TableError::SnapshotNotFound {
                     table: "lake.s.t".into(),
-                    snapshot_id: 1,
-                    file: "d.parquet".into(),
+                    reason: "no snapshot 1".into(),
+                }),
+                Code::NotFound,
+                "no snapshot 1",
+            ),
+            (
+                ext(TableError::Unsupported {
+                    table: "lake.s.t".into(),
+                    what: "ORC data files".into(),
                 }),
                 Code::Unimplemented,
-                "row-level deletes",
+                "ORC data files is not supported yet",
             ),
             (
                 ext(Refusal::FileRead {

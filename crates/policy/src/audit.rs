@@ -35,6 +35,9 @@ pub struct AuditRecord {
     pub sql_sha256: String,
     /// `catalog.namespace.table`.
     pub table: String,
+    /// The snapshot the query read (absent for events that read no table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<i64>,
     /// Columns the query used, with decisions.
     pub columns: Vec<AuditColumn>,
     /// Whether access was allowed.

@@ -11,6 +11,8 @@ use clearice_policy::{AuditColumn, Policy};
 pub struct TableAccess {
     /// `catalog.namespace.table`.
     pub table: String,
+    /// The snapshot read (`None` before a snapshot was chosen, or for an empty table).
+    pub snapshot_id: Option<i64>,
     /// Columns used, with decisions.
     pub columns: Vec<AuditColumn>,
     /// Whether access was allowed.
@@ -48,7 +50,10 @@ impl QueryAccess {
 
     fn record(&self, access: TableAccess) {
         let mut all = self.0.accesses.lock().expect("accesses");
-        if let Some(prev) = all.iter_mut().find(|a| a.table == access.table) {
+        if let Some(prev) = all
+            .iter_mut()
+            .find(|a| a.table == access.table && a.snapshot_id == access.snapshot_id)
+        {
             for c in access.columns {
                 if !prev.columns.iter().any(|p| p.name == c.name) {
                     prev.columns.push(c);

@@ -17,9 +17,11 @@ use iceberg_catalog_sql::SqlCatalogBuilder;
 
 use crate::access::{SessionAccess, TableAccess};
 use crate::error::{Error, Result};
+use crate::metadata::metadata_table;
 use crate::policy_provider::PolicyTableProvider;
 use crate::provider::IcebergTableProvider;
 use crate::storage::{LakeStorageFactory, LakeStores};
+use crate::travel::{NameSuffix, split_name};
 
 /// Opens an Iceberg SQL catalog (SQLite or PostgreSQL, the schema of the Iceberg JDBC
 /// catalog and PyIceberg's `SqlCatalog`) whose files are on `stores` (local or S3).
@@ -278,11 +280,18 @@ impl SchemaProvider for IcebergSchemaProvider {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if let (base, NameSuffix::Metadata(kind)) = split_name(name) {
+            let Some(t) = self.load(base).await? else {
+                return Ok(None);
+            };
+            return Ok(Some(metadata_table(&t, kind, &|_| true).await?));
+        }
         Ok(self.load(name).await?.map(|t| Arc::new(t) as _))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.tables.iter().any(|t| t == name)
+        let base = split_name(name).0;
+        self.tables.iter().any(|t| t == base)
     }
 }
 
@@ -292,9 +301,11 @@ impl IcebergSchemaProvider {
         format!("{}.{}.{table}", self.catalog_name, self.schema_name)
     }
 
-    /// Loads a table fresh from the catalog.
+    /// Loads a table fresh from the catalog; `t@version=…` (a rewritten time travel
+    /// clause) loads it as of that snapshot.
     pub async fn load(&self, name: &str) -> DfResult<Option<IcebergTableProvider>> {
-        if !self.table_exist(name) {
+        let (name, suffix) = split_name(name);
+        if !self.tables.iter().any(|t| t == name) {
             return Ok(None);
         }
         let ident = TableIdent::new(self.namespace.clone(), name.to_owned());
@@ -307,12 +318,16 @@ impl IcebergSchemaProvider {
                 table: full.clone(),
                 source: Box::new(source),
             })?;
-        Ok(Some(IcebergTableProvider::try_new(
+        let provider = IcebergTableProvider::try_new(
             full,
             table,
             Arc::clone(&self.crypto),
             self.stores.clone(),
-        )?))
+        )?;
+        Ok(Some(match suffix {
+            NameSuffix::AsOf(as_of) => provider.as_of(as_of)?,
+            _ => provider,
+        }))
     }
 }
 
@@ -377,13 +392,14 @@ impl SchemaProvider for SessionSchemaProvider {
         if self.is_hidden(name) {
             // As for a table that does not exist, so the name leaks nothing; audited.
             if self.inner.table_exist(name) {
-                let table = self.inner.full_name(name);
+                let table = self.inner.full_name(split_name(name).0);
                 let (_, rule) = self
                     .access
                     .policy()
                     .table_access(self.access.principal(), &table);
                 self.access.record(TableAccess {
                     table,
+                    snapshot_id: None,
                     columns: vec![],
                     allowed: false,
                     error: Some(format!("table hidden from principal (rule: {rule})")),
@@ -391,12 +407,28 @@ impl SchemaProvider for SessionSchemaProvider {
             }
             return Ok(None);
         }
+        let (base, suffix) = split_name(name);
         let Some(t) = self.inner.load(name).await? else {
             return Ok(None);
         };
-        Ok(Some(Arc::new(
-            PolicyTableProvider::try_new(t, Arc::clone(&self.access)).await?,
-        )))
+        let policy = PolicyTableProvider::try_new(t, Arc::clone(&self.access)).await?;
+        if let NameSuffix::Metadata(kind) = suffix {
+            // A metadata table shows what the table's columns would: nothing of a denied
+            // table, no statistics of a column not readable in plaintext.
+            policy.check_readable(&self.inner.full_name(base))?;
+            self.access.record(TableAccess {
+                table: self.inner.full_name(name),
+                snapshot_id: policy.inner().snapshot().map(|s| s.snapshot_id()),
+                columns: vec![],
+                allowed: true,
+                error: None,
+            });
+            let plaintext = |c: &str| policy.is_plaintext(c);
+            return Ok(Some(
+                metadata_table(policy.inner(), kind, &plaintext).await?,
+            ));
+        }
+        Ok(Some(Arc::new(policy)))
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -406,7 +438,7 @@ impl SchemaProvider for SessionSchemaProvider {
 
 impl SessionSchemaProvider {
     fn is_hidden(&self, name: &str) -> bool {
-        let table = self.inner.full_name(name);
+        let table = self.inner.full_name(split_name(name).0);
         self.access
             .policy()
             .table_access(self.access.principal(), &table)

@@ -72,17 +72,31 @@ pub enum Error {
         #[source]
         source: Box<iceberg::Error>,
     },
-    /// The table's snapshot has delete files, which the scan does not apply yet.
-    #[error(
-        "table '{table}': snapshot {snapshot_id} has delete files ({file}); reading tables with row-level deletes is not supported yet"
-    )]
-    DeletesNotSupported {
+    /// A delete file could not be read or applied.
+    #[error("table '{table}': delete file '{file}': {reason}")]
+    DeleteFile {
         /// Table.
         table: String,
-        /// Snapshot id.
-        snapshot_id: i64,
-        /// First delete file.
+        /// The delete file.
         file: String,
+        /// Why.
+        reason: String,
+    },
+    /// Time travel to a snapshot, timestamp or ref the table does not have.
+    #[error("table '{table}': {reason}")]
+    SnapshotNotFound {
+        /// Table.
+        table: String,
+        /// What was asked and what the table has.
+        reason: String,
+    },
+    /// A table feature ClearIce does not read yet.
+    #[error("table '{table}': {what} is not supported yet")]
+    Unsupported {
+        /// Table.
+        table: String,
+        /// The feature.
+        what: String,
     },
     /// The object store of a table's files could not be set up (credentials, endpoint).
     #[error("table '{table}': {source}")]

@@ -14,15 +14,18 @@
 
 mod access;
 mod catalog;
+mod deletes;
 mod error;
 pub mod field_id;
 mod filter;
 pub mod mask;
+pub mod metadata;
 pub mod pme;
 mod policy_provider;
 mod provider;
 mod schema;
 pub mod storage;
+pub mod travel;
 pub mod write;
 
 pub use access::{QueryAccess, SessionAccess, TableAccess};
@@ -30,8 +33,9 @@ pub use catalog::{
     IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
     open_hms_catalog, open_rest_catalog, open_sql_catalog, open_sql_catalog_with, redact_uri,
 };
+pub use deletes::IcebergDeletesExec;
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};
-pub use provider::{CATALOG_STORE_URL, IcebergTableProvider, ScanAs};
+pub use provider::{AsOf, CATALOG_STORE_URL, IcebergTableProvider, ScanAs};
 pub use schema::arrow_schema;

@@ -131,6 +131,7 @@ impl PolicyTableProvider {
             };
             access.record(TableAccess {
                 table,
+                snapshot_id: inner.snapshot().map(|s| s.snapshot_id()),
                 columns: vec![],
                 allowed: false,
                 error: Some(e.to_string()),
@@ -258,7 +259,38 @@ impl PolicyTableProvider {
         })
     }
 
-    fn is_plaintext(&self, name: &str) -> bool {
+    /// The Iceberg table under the policy.
+    pub fn inner(&self) -> &IcebergTableProvider {
+        &self.inner
+    }
+
+    /// Fails (audited) if the whole table is denied to the principal.
+    pub fn check_readable(&self, table: &str) -> Result<()> {
+        if let Some(Error::TableDenied {
+            table: t,
+            principal: p,
+            rule: r,
+        }) = &self.denied
+        {
+            let e = Error::TableDenied {
+                table: t.clone(),
+                principal: p.clone(),
+                rule: r.clone(),
+            };
+            self.access.record(TableAccess {
+                table: table.to_owned(),
+                snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
+                columns: vec![],
+                allowed: false,
+                error: Some(e.to_string()),
+            });
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Whether the principal may read column `name` in plaintext.
+    pub fn is_plaintext(&self, name: &str) -> bool {
         self.columns
             .iter()
             .any(|c| c.field.name() == name && c.resolved.decision == Decision::Plaintext)
@@ -335,6 +367,7 @@ impl TableProvider for PolicyTableProvider {
             };
             self.access.record(TableAccess {
                 table,
+                snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
                 columns: self.audit_columns(&projected),
                 allowed: false,
                 error: Some(e.to_string()),
@@ -353,6 +386,7 @@ impl TableProvider for PolicyTableProvider {
             };
             self.access.record(TableAccess {
                 table,
+                snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
                 columns: self.audit_columns(&projected),
                 allowed: false,
                 error: Some(e.to_string()),
@@ -371,6 +405,7 @@ impl TableProvider for PolicyTableProvider {
             };
             self.access.record(TableAccess {
                 table,
+                snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
                 columns: self.audit_columns(&projected),
                 allowed: false,
                 error: Some(e.to_string()),
@@ -379,6 +414,7 @@ impl TableProvider for PolicyTableProvider {
         }
         self.access.record(TableAccess {
             table: table.clone(),
+            snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
             columns: self.audit_columns(&projected),
             allowed: true,
             error: None,
@@ -429,6 +465,14 @@ impl TableProvider for PolicyTableProvider {
                         .map(|p| p.as_bytes().to_vec()),
                     provider: Some(Arc::clone(&self.crypto)),
                     credential: self.access.credential().cloned(),
+                    column_keys: self
+                        .inner
+                        .schema()
+                        .fields()
+                        .iter()
+                        .zip(&self.protected_keys)
+                        .filter_map(|(f, k)| Some((f.name().clone(), k.clone()?)))
+                        .collect(),
                 },
                 !all_plaintext,
             )

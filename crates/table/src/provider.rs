@@ -3,13 +3,14 @@
 //! file through the PME encryption factory and resolving columns by field id.
 
 use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::TableParquetOptions;
 use datafusion::common::stats::Precision;
-use datafusion::common::{DFSchema, Statistics, project_schema};
+use datafusion::common::{DFSchema, Statistics};
 use datafusion::datasource::TableType;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
@@ -21,13 +22,16 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::union::UnionExec;
 use futures::TryStreamExt;
 use iceberg::scan::FileScanTask;
+use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
 use object_store::ObjectStore;
 
 use clearice_crypto::{CallContext, KeyScope, ProviderRef};
 
+use crate::deletes::{Deletes, FileReading, IcebergDeletesExec, column_of};
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
@@ -53,6 +57,9 @@ pub struct ScanAs<'a> {
     pub provider: Option<ProviderRef>,
     /// The principal's own provider token.
     pub credential: Option<clearice_crypto::AccessToken>,
+    /// Master key of each protected column, by column name (the policy's): equality
+    /// deletes on a column need its key.
+    pub column_keys: BTreeMap<String, String>,
 }
 
 /// A table of an Iceberg catalog, at its current snapshot.
@@ -66,6 +73,49 @@ pub struct IcebergTableProvider {
     /// S3 options with the table's FileIO properties (a REST catalog's table config,
     /// vended credentials) merged in.
     s3: S3Options,
+    /// The snapshot scanned (the current one unless the query travelled in time).
+    snapshot: Option<SnapshotRef>,
+    /// How the query named the snapshot (`FOR VERSION AS OF ...`), if it did.
+    as_of: Option<AsOf>,
+}
+
+/// A snapshot named by a query (`FOR VERSION AS OF`, `FOR TIMESTAMP AS OF`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AsOf {
+    /// A snapshot id.
+    Version(i64),
+    /// A branch or tag name.
+    Ref(String),
+    /// The snapshot current at this time (milliseconds since the epoch, UTC).
+    Timestamp(i64),
+}
+
+impl std::fmt::Display for AsOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Version(v) => write!(f, "version {v}"),
+            Self::Ref(r) => write!(f, "ref '{r}'"),
+            Self::Timestamp(ms) => write!(f, "timestamp {}", format_ms(*ms)),
+        }
+    }
+}
+
+/// The table's branches and tags (iceberg 0.10.1 has no accessor: read from the
+/// metadata's own serialization).
+pub(crate) fn refs_of(
+    m: &iceberg::spec::TableMetadata,
+) -> BTreeMap<String, iceberg::spec::SnapshotReference> {
+    serde_json::to_value(m)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("refs")?.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// `2024-01-02 03:04:05.678 UTC` for milliseconds since the epoch.
+pub(crate) fn format_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
+        .unwrap_or_else(|| ms.to_string())
 }
 
 impl std::fmt::Debug for IcebergTableProvider {
@@ -88,6 +138,7 @@ impl IcebergTableProvider {
         let s3 = stores
             .options()
             .with_catalog_props(table.file_io().config().props());
+        let snapshot = table.metadata().current_snapshot().cloned();
         Ok(Self {
             name,
             table,
@@ -95,7 +146,82 @@ impl IcebergTableProvider {
             crypto,
             stores,
             s3,
+            snapshot,
+            as_of: None,
         })
+    }
+
+    /// The table as of a snapshot, branch, tag or time, with that snapshot's schema.
+    pub fn as_of(mut self, as_of: AsOf) -> Result<Self> {
+        let m = self.table.metadata();
+        let not_found = |reason: String| Error::SnapshotNotFound {
+            table: self.name.clone(),
+            reason,
+        };
+        let snapshot = match &as_of {
+            AsOf::Version(id) => m.snapshot_by_id(*id).cloned().ok_or_else(|| {
+                let mut ids: Vec<String> =
+                    m.snapshots().map(|s| s.snapshot_id().to_string()).collect();
+                ids.truncate(20);
+                not_found(format!(
+                    "no snapshot {id} (snapshots: {})",
+                    if ids.is_empty() {
+                        "none".into()
+                    } else {
+                        ids.join(", ")
+                    }
+                ))
+            })?,
+            AsOf::Ref(r) => m.snapshot_for_ref(r).cloned().ok_or_else(|| {
+                let refs: Vec<String> = refs_of(m).into_keys().collect();
+                not_found(format!(
+                    "no branch or tag '{r}' (refs: {})",
+                    if refs.is_empty() {
+                        "none".into()
+                    } else {
+                        refs.join(", ")
+                    }
+                ))
+            })?,
+            AsOf::Timestamp(ms) => {
+                // The snapshot that was current at that time (the snapshot log of main).
+                let id = m
+                    .history()
+                    .iter()
+                    .filter(|l| l.timestamp_ms <= *ms)
+                    .max_by_key(|l| l.timestamp_ms)
+                    .map(|l| l.snapshot_id)
+                    .ok_or_else(|| match m.history().iter().map(|l| l.timestamp_ms).min() {
+                        Some(first) => not_found(format!(
+                            "no snapshot at {} (the first snapshot was committed at {})",
+                            format_ms(*ms),
+                            format_ms(first)
+                        )),
+                        None => not_found("the table has no snapshot".into()),
+                    })?;
+                m.snapshot_by_id(id).cloned().ok_or_else(|| {
+                    not_found(format!("snapshot {id} of the table's history is expired"))
+                })?
+            }
+        };
+        let schema = snapshot.schema(m).map_err(|source| Error::Iceberg {
+            table: self.name.clone(),
+            source: Box::new(source),
+        })?;
+        self.schema = arrow_schema(&self.name, &schema)?;
+        self.snapshot = Some(snapshot);
+        self.as_of = Some(as_of);
+        Ok(self)
+    }
+
+    /// The snapshot this provider scans (`None`: the table has none).
+    pub fn snapshot(&self) -> Option<&SnapshotRef> {
+        self.snapshot.as_ref()
+    }
+
+    /// How the query named the snapshot, if it travelled in time.
+    pub fn travelled(&self) -> Option<&AsOf> {
+        self.as_of.as_ref()
     }
 
     /// `catalog.namespace.table`.
@@ -105,17 +231,24 @@ impl IcebergTableProvider {
 
     /// Application context sent to crypto providers: table, namespace, schema id and
     /// snapshot id.
-    pub fn application_context(&self) -> std::collections::BTreeMap<String, String> {
+    pub fn application_context(&self) -> BTreeMap<String, String> {
         let m = self.table.metadata();
-        let mut app = std::collections::BTreeMap::from([
+        let mut app = BTreeMap::from([
             ("table".to_owned(), self.name.clone()),
             (
                 "namespace".to_owned(),
                 self.table.identifier().namespace().to_url_string(),
             ),
-            ("schema_id".to_owned(), m.current_schema_id().to_string()),
+            (
+                "schema_id".to_owned(),
+                self.snapshot
+                    .as_ref()
+                    .and_then(|s| s.schema_id())
+                    .unwrap_or(m.current_schema_id())
+                    .to_string(),
+            ),
         ]);
-        if let Some(s) = m.current_snapshot() {
+        if let Some(s) = &self.snapshot {
             app.insert("snapshot_id".into(), s.snapshot_id().to_string());
         }
         app
@@ -131,8 +264,17 @@ impl IcebergTableProvider {
             table: self.name.clone(),
             source: Box::new(source),
         };
-        let mut scan = self.table.scan().select_all();
-        if let Some(p) = to_iceberg_predicate(filters, self.table.metadata().current_schema()) {
+        let Some(snapshot) = &self.snapshot else {
+            return Ok(vec![]);
+        };
+        let m = self.table.metadata();
+        let schema = snapshot.schema(m).map_err(err)?;
+        let mut scan = self
+            .table
+            .scan()
+            .snapshot_id(snapshot.snapshot_id())
+            .select_all();
+        if let Some(p) = to_iceberg_predicate(filters, &schema) {
             scan = scan.with_filter(p);
         }
         let tasks: Vec<FileScanTask> = scan
@@ -144,15 +286,16 @@ impl IcebergTableProvider {
             .try_collect()
             .await
             .map_err(err)?;
-        if let Some(t) = tasks.iter().find(|t| !t.deletes.is_empty()) {
-            return Err(Error::DeletesNotSupported {
+        if let Some(t) = tasks
+            .iter()
+            .find(|t| t.data_file_format != iceberg::spec::DataFileFormat::Parquet)
+        {
+            return Err(Error::Unsupported {
                 table: self.name.clone(),
-                snapshot_id: self
-                    .table
-                    .metadata()
-                    .current_snapshot_id()
-                    .unwrap_or_default(),
-                file: t.deletes[0].file_path.clone(),
+                what: format!(
+                    "data file '{}' in format {:?} (only Parquet is read)",
+                    t.data_file_path, t.data_file_format
+                ),
             });
         }
         Ok(tasks)
@@ -252,6 +395,7 @@ impl TableProvider for IcebergTableProvider {
             aad_prefix: None,
             provider: None,
             credential: None,
+            column_keys: BTreeMap::new(),
         };
         self.scan_with(state, projection, filters, limit, keys, false)
             .await
@@ -262,6 +406,8 @@ impl IcebergTableProvider {
     /// Scans as `keys.principal` with keys limited to `keys.scope`. With `set_predicate`, `filters` (which must
     /// only name columns the principal may see in plaintext) are also given to the
     /// Parquet reader, for use when a node above blocks DataFusion's own pushdown.
+    ///
+    /// Row-level deletes of the snapshot are applied here (see [`crate::deletes`]).
     pub async fn scan_with(
         &self,
         state: &dyn Session,
@@ -271,23 +417,18 @@ impl IcebergTableProvider {
         keys: ScanAs<'_>,
         set_predicate: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if self.table.metadata().current_snapshot().is_none() {
-            return Ok(Arc::new(EmptyExec::new(project_schema(
-                &self.schema,
-                projection,
-            )?)));
-        }
+        let projection: Vec<usize> = projection
+            .cloned()
+            .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
         let tasks = self.plan_files(filters).await?;
         if tasks.is_empty() {
-            return Ok(Arc::new(EmptyExec::new(project_schema(
-                &self.schema,
-                projection,
-            )?)));
+            return Ok(Arc::new(EmptyExec::new(Arc::new(
+                self.schema.project(&projection)?,
+            ))));
         }
         let mut store_url = None;
-        let mut files = Vec::with_capacity(tasks.len());
         for t in &tasks {
-            let (url, path, _) = self.object_path(&t.data_file_path)?;
+            let (url, _, _) = self.object_path(&t.data_file_path)?;
             if store_url.get_or_insert_with(|| url.clone()) != &url {
                 return Err(Error::UnsupportedLocation {
                     table: self.name.clone(),
@@ -296,32 +437,35 @@ impl IcebergTableProvider {
                 }
                 .into());
             }
-            let mut f = PartitionedFile::new(path, t.file_size_in_bytes);
-            if let Some(n) = t.record_count {
-                let mut stats = Statistics::new_unknown(&self.schema);
-                stats.num_rows = Precision::Exact(n as usize);
-                f = f.with_statistics(Arc::new(stats));
-            }
-            files.push(f);
         }
+        let store_url = store_url.expect("non-empty");
         let options = state.config_options();
         let first = &tasks[0].data_file_path;
         let store = self.store_of(first)?;
         // DataFusion looks the scan's store URL up before opening files, although our
         // reader factory reads through `store`. With credentials vended by the catalog
         // (and none configured), only the table's store can be built: register it.
-        let url = store_url.as_ref().expect("non-empty");
-        if state.runtime_env().object_store(url).is_err() {
+        if state.runtime_env().object_store(&store_url).is_err() {
             state
                 .runtime_env()
-                .register_object_store(url.as_ref(), Arc::clone(&store));
+                .register_object_store(store_url.as_ref(), Arc::clone(&store));
         }
         let (_, first_path, first_name) = self.object_path(first)?;
         let prefix = first_name
             .strip_suffix(&first_path)
             .unwrap_or("/")
             .to_owned();
-        let keys = ScanKeys {
+        // Equality deletes need their columns' keys even where the query does not read
+        // them (the values are used inside the scan only, then projected away).
+        let delete_keys: BTreeSet<String> = tasks
+            .iter()
+            .flat_map(|t| &t.deletes)
+            .filter_map(|d| d.equality_ids.as_ref())
+            .flatten()
+            .filter_map(|id| column_of(&self.schema, *id))
+            .filter_map(|i| keys.column_keys.get(self.schema.field(i).name()).cloned())
+            .collect();
+        let scan_keys = ScanKeys {
             provider: keys.provider.unwrap_or_else(|| Arc::clone(&self.crypto)),
             scope: keys.scope,
             context: CallContext {
@@ -333,36 +477,176 @@ impl IcebergTableProvider {
             aad_prefix: keys.aad_prefix,
             given: None,
         };
-        // The decrypting reader decrypts only the page index of columns this scan may
-        // read (others get a stand-in), so the page index is on, as for plaintext files.
-        let source = ParquetSource::new(Arc::clone(&self.schema))
-            .with_parquet_file_reader_factory(Arc::new(
-                DecryptingReaderFactory::new(store, keys).with_file_prefix(prefix),
-            ))
-            .with_table_parquet_options(TableParquetOptions {
-                global: options.execution.parquet.clone(),
-                ..Default::default()
-            });
-        let source = match conjunction(filters.iter().cloned().map(unnormalize_col)) {
+        let factory = |scope: KeyScope| {
+            Arc::new(
+                DecryptingReaderFactory::new(
+                    Arc::clone(&store),
+                    ScanKeys {
+                        scope,
+                        ..scan_keys.clone()
+                    },
+                )
+                .with_file_prefix(prefix.clone()),
+            )
+        };
+        let data_factory = factory(scan_keys.scope.clone());
+        let delete_factory = factory(widen(&scan_keys.scope, &delete_keys));
+        let predicate = match conjunction(filters.iter().cloned().map(unnormalize_col)) {
             Some(expr) if set_predicate => {
                 let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
-                source.with_predicate(state.create_physical_expr(expr, &df_schema)?)
+                Some(state.create_physical_expr(expr, &df_schema)?)
             }
-            _ => source,
+            _ => None,
         };
-        // Iceberg's record counts are exact (no delete files): `count(*)` needs no IO.
-        let mut table_stats = Statistics::new_unknown(&self.schema);
-        if let Some(n) = tasks.iter().map(|t| t.record_count).sum::<Option<u64>>() {
-            table_stats.num_rows = Precision::Exact(n as usize);
+        let path_of = |location: &str| self.object_path(location).map(|(_, p, _)| p);
+        let reading = |factory: &Arc<DecryptingReaderFactory>| FileReading {
+            table: &self.name,
+            state,
+            store_url: store_url.clone(),
+            factory: Arc::clone(factory),
+            path_of: &path_of,
+            file_io: self.table.file_io(),
+        };
+        let deletes = if tasks.iter().any(|t| !t.deletes.is_empty()) {
+            Deletes::load(&reading(&delete_factory), &self.schema, &tasks).await?
+        } else {
+            Deletes::default()
+        };
+        // Files by the equality delete files that apply to them (most often none).
+        let mut groups: BTreeMap<Vec<String>, Vec<ScanFile>> = BTreeMap::new();
+        for t in &tasks {
+            let (_, path, _) = self.object_path(&t.data_file_path)?;
+            let mut file = PartitionedFile::new(path, t.file_size_in_bytes);
+            let eq_files = deletes.equality_files(t);
+            let reader = if eq_files.is_empty() {
+                &data_factory
+            } else {
+                &delete_factory
+            };
+            if let Some(plan) = deletes.access_plan(&reading(reader), t).await? {
+                file = file.with_extensions(Arc::new(plan));
+            }
+            groups.entry(eq_files).or_default().push(ScanFile {
+                file,
+                rows: t.record_count,
+                exact: t.deletes.is_empty(),
+            });
         }
-        let groups = split_groups(files, options.execution.target_partitions);
-        let config = FileScanConfigBuilder::new(store_url.expect("non-empty"), Arc::new(source))
+        let source = |factory: &Arc<DecryptingReaderFactory>| {
+            let source = ParquetSource::new(Arc::clone(&self.schema))
+                .with_parquet_file_reader_factory(Arc::clone(factory) as _)
+                .with_table_parquet_options(TableParquetOptions {
+                    global: options.execution.parquet.clone(),
+                    ..Default::default()
+                });
+            match &predicate {
+                Some(p) => source.with_predicate(Arc::clone(p)),
+                None => source,
+            }
+        };
+        let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::with_capacity(groups.len());
+        for (eq_files, files) in groups {
+            if eq_files.is_empty() {
+                let limit = if filters.is_empty() { limit } else { None };
+                plans.push(self.data_scan(
+                    source(&data_factory),
+                    &store_url,
+                    files,
+                    &projection,
+                    limit,
+                    options.execution.target_partitions,
+                )?);
+                continue;
+            }
+            // Also read the equality columns, drop deleted rows, then project them away.
+            let mut columns = projection.clone();
+            for id in deletes.equality_ids(&eq_files) {
+                let i = column_of(&self.schema, id).expect("checked when loaded");
+                if !columns.contains(&i) {
+                    columns.push(i);
+                }
+            }
+            let scan = self.data_scan(
+                source(&delete_factory),
+                &store_url,
+                files,
+                &columns,
+                None,
+                options.execution.target_partitions,
+            )?;
+            let keys = deletes.filter_for(&eq_files, &self.schema, &columns)?;
+            plans.push(Arc::new(IcebergDeletesExec::try_new(
+                scan,
+                keys,
+                (0..projection.len()).collect(),
+            )?));
+        }
+        Ok(if plans.len() == 1 {
+            plans.pop().expect("one plan")
+        } else {
+            UnionExec::try_new(plans)?
+        })
+    }
+
+    /// One `DataSourceExec` over `files`, split into byte-balanced groups.
+    fn data_scan(
+        &self,
+        source: ParquetSource,
+        store_url: &ObjectStoreUrl,
+        files: Vec<ScanFile>,
+        projection: &[usize],
+        limit: Option<usize>,
+        partitions: usize,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // Iceberg's record counts are exact for files without deletes: `count(*)` over
+        // them needs no IO.
+        let mut table_stats = Statistics::new_unknown(&self.schema);
+        let rows: Option<u64> = files.iter().map(|f| f.rows).sum();
+        let exact = files.iter().all(|f| f.exact);
+        if let Some(n) = rows {
+            table_stats.num_rows = if exact {
+                Precision::Exact(n as usize)
+            } else {
+                Precision::Inexact(n as usize)
+            };
+        }
+        let files = files
+            .into_iter()
+            .map(|f| match f.rows {
+                Some(n) if f.exact => {
+                    let mut stats = Statistics::new_unknown(&self.schema);
+                    stats.num_rows = Precision::Exact(n as usize);
+                    f.file.with_statistics(Arc::new(stats))
+                }
+                _ => f.file,
+            })
+            .collect();
+        let groups = split_groups(files, partitions);
+        let config = FileScanConfigBuilder::new(store_url.clone(), Arc::new(source))
             .with_statistics(table_stats)
             .with_file_groups(groups)
-            .with_projection_indices(projection.cloned())?
-            .with_limit(if filters.is_empty() { limit } else { None })
+            .with_projection_indices(Some(projection.to_vec()))?
+            .with_limit(limit)
             .with_expr_adapter(Some(Arc::new(FieldIdExprAdapterFactory)))
             .build();
         Ok(DataSourceExec::from_data_source(config))
+    }
+}
+
+/// A data file of a scan and what is known of its rows.
+struct ScanFile {
+    file: PartitionedFile,
+    rows: Option<u64>,
+    /// No delete applies: `rows` is exact.
+    exact: bool,
+}
+
+/// `scope` plus the master keys `extra` (for equality deletes).
+fn widen(scope: &KeyScope, extra: &BTreeSet<String>) -> KeyScope {
+    match scope {
+        KeyScope::All => KeyScope::All,
+        KeyScope::MasterKeys(keys) => KeyScope::MasterKeys(keys.union(extra).cloned().collect()),
+        KeyScope::Except(keys) => KeyScope::Except(keys.difference(extra).cloned().collect()),
+        KeyScope::None(reason) => KeyScope::None(reason.clone()),
     }
 }

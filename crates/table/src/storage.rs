@@ -312,6 +312,13 @@ impl Location {
         if location.starts_with('/') {
             return Ok(Self::Local(location.to_owned()));
         }
+        // Hadoop's spelling of a local path (Spark's Hadoop catalog writes it).
+        if let Some(path) = location.strip_prefix("file:")
+            && path.starts_with('/')
+            && !path.starts_with("//")
+        {
+            return Ok(Self::Local(path.to_owned()));
+        }
         let (scheme, rest) = location
             .split_once("://")
             .ok_or_else(|| unsupported("not a URI or an absolute path".into()))?;
