@@ -7,7 +7,8 @@
 # machine's postgresql package, installed if missing) holds the PostgreSQL catalog tests.
 # The S3 tests start moto_server (from the venv), the REST catalog tests Iceberg's Java
 # RESTCatalogServer, the HMS tests Hive's standalone metastore (both resolved with Maven),
-# each on a loopback port.
+# each on a loopback port. pyspark 4.1 (local mode, Java 17) with Iceberg's Spark runtime
+# writes the Spark lake (row-level deletes, time travel) with Spark's own answers.
 #
 #   ./scripts/test.sh                 # everything
 #   ./scripts/test.sh -p clearice-sqllogictest --test sqllogictests -- demo
@@ -93,6 +94,17 @@ if [ ! -f "$HMS/.installed" ] || ! cmp -s "$ROOT/scripts/hive-metastore/pom.xml"
   cp "$ROOT/scripts/hive-metastore/pom.xml" "$HMS/.installed"
 fi
 
+# Iceberg's Spark runtime (one shaded jar) for pyspark, resolved from scripts/spark/pom.xml.
+SPARK=$CACHE/spark
+if [ ! -f "$SPARK/.installed" ] || ! cmp -s "$ROOT/scripts/spark/pom.xml" "$SPARK/.installed"; then
+  echo "== resolving Iceberg's Spark runtime (Maven)"
+  rm -rf "$SPARK" && mkdir -p "$SPARK"
+  mvn -q -B -f "$ROOT/scripts/spark/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$SPARK/lib" -DincludeScope=runtime
+  cp "$ROOT/scripts/spark/pom.xml" "$SPARK/.installed"
+fi
+SPARK_JAR=$(ls "$SPARK"/lib/iceberg-spark-runtime-*.jar)
+
 # DataFusion's own sqllogictest files (the datafusion-sqllogictest crate of the DataFusion
 # version ClearIce runs on), checked against the crate's SHA-256 on crates.io; the
 # conformance test runs them through `clearice slt`.
@@ -115,6 +127,16 @@ echo "== generating the interop lake in $INTEROP"
 rm -rf "$INTEROP"
 "$VENV/bin/python" "$SHARED/interop/make_fixtures.py" "$INTEROP" > "$CACHE/make_fixtures.log" 2>&1 \
   || { cat "$CACHE/make_fixtures.log"; exit 1; }
+
+# Tables as Spark leaves them (merge-on-read deletes, deletion vectors, equality deletes,
+# PME-encrypted data and delete files, refs), with Spark's own answers; needs the
+# interop lake's keyring.
+SPARK_LAKE=$CACHE/spark-lake
+echo "== writing the Spark lake in $SPARK_LAKE (pyspark, local mode)"
+rm -rf "$SPARK_LAKE" && mkdir -p "$SPARK_LAKE"
+"$VENV/bin/python" "$ROOT/crates/engine/tests/python/spark_tables.py" "$SHARED/interop/make_fixtures.py" \
+  "$SPARK_JAR" "$INTEROP/keyring.json" "$SPARK_LAKE" > "$CACHE/spark_tables.log" 2>&1 \
+  || { cat "$CACHE/spark_tables.log"; exit 1; }
 
 # A PostgreSQL server for the PostgreSQL Iceberg catalog tests: a throwaway cluster on a
 # free loopback port, stopped when this script exits.
@@ -141,6 +163,8 @@ export CLEARICE_INTEROP_DIR=$INTEROP
 export CLEARICE_SHARED=$SHARED
 export CLEARICE_REST_CATALOG_CP="$REST/lib/*"
 export CLEARICE_HMS_CP="$HMS/lib/*"
+export CLEARICE_SPARK_LAKE=$SPARK_LAKE
+export CLEARICE_SPARK_ICEBERG_JAR=$SPARK_JAR
 export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing
 export CLEARICE_PYTHON=$VENV/bin/python
 export CLEARICE_SUPERSET_PYTHON=$SVENV/bin/python

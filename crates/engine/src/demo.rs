@@ -678,9 +678,15 @@ access = {{ admin = "plaintext", analyst = "deny", support = "show_last_4" }}
 
 /// `[server.users.*]` for the demo principals, password = user name (argon2 hashes).
 fn demo_server_users() -> Result<String> {
+    server_users(&["admin", "analyst", "support"])
+}
+
+/// `[server]` user sections for demo principals whose password is their name (test and
+/// demo configs only: `demo = true` marks them).
+pub fn server_users(users: &[&str]) -> Result<String> {
     use argon2::password_hash::{PasswordHasher, SaltString, rand_core::OsRng};
     let mut out = String::new();
-    for user in ["admin", "analyst", "support"] {
+    for user in users.iter().copied() {
         let salt = SaltString::generate(&mut OsRng);
         let hash = argon2::Argon2::default()
             .hash_password(user.as_bytes(), &salt)

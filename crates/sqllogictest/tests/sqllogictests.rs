@@ -1,6 +1,8 @@
 //! Runs `sql-tests/**/*.slt` (harness = false). The first directory level picks the lake:
 //! `demo/` a demo lake written by ClearIce, `interop/` the PyArrow/PyIceberg lake
-//! (`CLEARICE_INTEROP_DIR`), `parquet_testing/` parquet-testing's files with their
+//! (`CLEARICE_INTEROP_DIR`), `spark/` tables written by Spark 4.1 with Iceberg's runtime
+//! (`CLEARICE_SPARK_LAKE`: row-level deletes, time travel, metadata tables; also run over
+//! Flight SQL), `parquet_testing/` parquet-testing's files with their
 //! explicit keys. Each file runs in fresh sessions.
 //!
 //! `cargo test -p clearice-sqllogictest --test sqllogictests [-- FILTER...]`
@@ -75,7 +77,7 @@ async fn main() {
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .unwrap_or_default();
         // policy/ runs on the demo lake, whose policy it tests, and again over Flight SQL.
-        let over_flight = suite == "policy";
+        let over_flight = suite == "policy" || suite == "spark";
         let suite = if suite == "policy" {
             "demo".to_owned()
         } else {
@@ -167,6 +169,21 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
                 vec![("INTEROP_DIR".into(), i.display().to_string())],
             ))
         }
+        "spark" => {
+            let l = env_dir("CLEARICE_SPARK_LAKE", None)?;
+            let i = env_dir("CLEARICE_INTEROP_DIR", None)?;
+            let toml = format!(
+                "[catalogs.spark]\ntype = \"sql\"\nuri = \"sqlite://{l}/catalog.db\"\nwarehouse = \"file://{l}/warehouse\"\n\
+                 [kms]\ntype = \"keyring\"\npath = \"{i}/keyring.json\"\n\
+                 [policy]\npath = \"{p}\"\n\
+                 [server]\naddr = \"127.0.0.1:0\"\n{u}",
+                l = l.display(),
+                i = i.display(),
+                p = root().join("spark/policy.toml").display(),
+                u = clearice_engine::demo::server_users(&["admin", "analyst"]).expect("users")
+            );
+            Some((open(&dir, &toml).await, vec![]))
+        }
         "parquet_testing" => {
             let default = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../../../shared/interop/parquet-testing");
@@ -185,7 +202,7 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
             ))
         }
         other => {
-            panic!("sql-tests/{other}: unknown suite (expected demo, interop or parquet_testing)")
+            panic!("sql-tests/{other}: unknown suite (expected demo, interop, spark or parquet_testing)")
         }
     }
 }
