@@ -202,7 +202,9 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
             ))
         }
         other => {
-            panic!("sql-tests/{other}: unknown suite (expected demo, interop, spark or parquet_testing)")
+            panic!(
+                "sql-tests/{other}: unknown suite (expected demo, interop, spark or parquet_testing)"
+            )
         }
     }
 }

@@ -18,4 +18,5 @@ mod pyarrow;
 mod rest;
 mod rotation;
 mod s3;
+mod spark;
 mod tamper;

@@ -280,7 +280,8 @@ def answers(spark, name, source=None):
     source = source or name
     snaps = spark.sql(f"SELECT snapshot_id, unix_millis(committed_at) AS ms, operation "
                       f"FROM sp.db.{source}.snapshots ORDER BY committed_at, snapshot_id").collect()
-    own = spark.sql(f"SELECT snapshot_id FROM sp.db.{name}.snapshots ORDER BY committed_at, snapshot_id").collect()
+    own = spark.sql(f"SELECT snapshot_id, unix_millis(committed_at) AS ms "
+                    f"FROM sp.db.{name}.snapshots ORDER BY committed_at, snapshot_id").collect()
     assert len(own) == len(snaps), (name, len(own), len(snaps))
     out = []
     for s, o in zip(snaps, own):
@@ -290,7 +291,7 @@ def answers(spark, name, source=None):
         data = spark.sql(f"SELECT {sel} FROM sp.db.{source} VERSION AS OF {s.snapshot_id} ORDER BY id").collect()
         out.append({
             "snapshot_id": o.snapshot_id,
-            "committed_at_ms": s.ms,
+            "committed_at_ms": o.ms,
             "operation": s.operation,
             "columns": cols,
             "rows": [[render(r[c]) for c in cols] for r in data],
