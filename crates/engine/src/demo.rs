@@ -686,7 +686,7 @@ fn demo_server_users() -> Result<String> {
 pub fn server_users(users: &[&str]) -> Result<String> {
     use argon2::password_hash::{PasswordHasher, SaltString, rand_core::OsRng};
     let mut out = String::new();
-    for user in users.iter().copied() {
+    for &user in users {
         let salt = SaltString::generate(&mut OsRng);
         let hash = argon2::Argon2::default()
             .hash_password(user.as_bytes(), &salt)
