@@ -152,17 +152,24 @@ impl PolicyTableProvider {
             application: inner.application_context(),
             credential: access.credential().cloned(),
         };
-        let decided: Vec<Resolved> = inner_schema
+        // Rules name columns as the table names them now: a snapshot read by time travel
+        // may call a column by an older name, which must not escape its rule.
+        let policy_names: Vec<String> = inner_schema
             .fields()
             .iter()
-            .map(|f| policy.decide(&principal, &table, f.name()))
+            .map(|f| inner.current_name(f))
+            .collect();
+        let decided: Vec<Resolved> = policy_names
+            .iter()
+            .map(|n| policy.decide(&principal, &table, n))
             .collect();
         let wanted: Vec<String> = inner_schema
             .fields()
             .iter()
             .zip(&decided)
-            .filter(|(_, r)| r.decision.needs_value())
-            .filter_map(|(f, _)| tpol?.columns.get(f.name())?.master_key.clone())
+            .zip(&policy_names)
+            .filter(|((_, r), _)| r.decision.needs_value())
+            .filter_map(|(_, n)| tpol?.columns.get(n)?.master_key.clone())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
@@ -188,7 +195,8 @@ impl PolicyTableProvider {
         let mut columns = Vec::new();
         let mut protected_keys = Vec::new();
         for ((i, f), mut resolved) in inner_schema.fields().iter().enumerate().zip(decided) {
-            let cpol = tpol.and_then(|t| t.columns.get(f.name()));
+            let pname = &policy_names[i];
+            let cpol = tpol.and_then(|t| t.columns.get(pname));
             let master_key = cpol.and_then(|c| c.master_key.clone());
             protected_keys.push(master_key.clone());
             // on_missing_key: the KMS lacks the key a value-reading rule needs, or the
@@ -205,7 +213,7 @@ impl PolicyTableProvider {
                     },
                     _ => RuleSource::MissingKey(k.clone()),
                 };
-                let fallback = match policy.on_missing_key(&table, f.name()) {
+                let fallback = match policy.on_missing_key(&table, pname) {
                     // A missing key fails when read (the KMS names it); a refusal is a
                     // denial of the column.
                     MissingKey::Error if *answer == KeyAccess::Denied => Some(Decision::Deny),

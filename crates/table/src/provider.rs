@@ -214,6 +214,21 @@ impl IcebergTableProvider {
         Ok(self)
     }
 
+    /// The name the table's current schema gives the column `field` (of the scanned
+    /// snapshot's schema), by field id: what policy rules name. A column dropped since
+    /// keeps its old name.
+    pub fn current_name(&self, field: &datafusion::arrow::datatypes::Field) -> String {
+        crate::field_id::field_id(field)
+            .and_then(|id| {
+                self.table
+                    .metadata()
+                    .current_schema()
+                    .name_by_field_id(id)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| field.name().clone())
+    }
+
     /// The snapshot this provider scans (`None`: the table has none).
     pub fn snapshot(&self) -> Option<&SnapshotRef> {
         self.snapshot.as_ref()
