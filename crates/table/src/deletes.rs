@@ -37,7 +37,7 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::DataContentType;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
@@ -51,6 +51,8 @@ use crate::storage::Location;
 /// Field ids of a position delete file's columns (Iceberg spec, reserved ids).
 const FILE_PATH_ID: i32 = 2147483546;
 const POS_ID: i32 = 2147483545;
+/// Delete files read, or data file footers fetched, at once.
+pub(crate) const LOAD_CONCURRENCY: usize = 8;
 /// Magic bytes of a `deletion-vector-v1` blob.
 const DV_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
 
@@ -155,15 +157,42 @@ impl Deletes {
                 files.entry(d.file_path.as_str()).or_insert(d);
             }
         }
-        let mut out = Deletes::default();
+        // Delete files are read concurrently (a few at a time), then merged.
+        let wanted = &wanted;
+        let mut pending = Vec::with_capacity(files.len());
         for (location, d) in files {
-            match d.file_type {
-                DataContentType::PositionDeletes if is_puffin(location) => {
-                    out.load_vectors(reading, location, &wanted).await?
+            pending.push(
+                async move {
+                    let mut part = Deletes::default();
+                    match d.file_type {
+                        DataContentType::PositionDeletes if is_puffin(location) => {
+                            part.load_vectors(reading, location, wanted).await?
+                        }
+                        DataContentType::PositionDeletes => {
+                            part.load_positions(reading, d, wanted).await?
+                        }
+                        DataContentType::EqualityDeletes => {
+                            part.load_equality(reading, schema, d).await?
+                        }
+                        DataContentType::Data => {}
+                    }
+                    Ok::<_, DataFusionError>(part)
                 }
-                DataContentType::PositionDeletes => out.load_positions(reading, d, &wanted).await?,
-                DataContentType::EqualityDeletes => out.load_equality(reading, schema, d).await?,
-                DataContentType::Data => {}
+                .boxed(),
+            );
+        }
+        let parts: Vec<Deletes> = futures::stream::iter(pending)
+            .buffer_unordered(LOAD_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let mut out = Deletes::default();
+        for part in parts {
+            for (file, positions) in part.positions {
+                *out.positions.entry(file).or_default() |= positions;
+            }
+            out.equality.extend(part.equality);
+            for (ids, c) in part.converters {
+                out.converters.entry(ids).or_insert(c);
             }
         }
         Ok(out)

@@ -23,7 +23,7 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
-use futures::TryStreamExt;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use iceberg::scan::FileScanTask;
 use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
@@ -31,7 +31,7 @@ use object_store::ObjectStore;
 
 use clearice_crypto::{CallContext, KeyScope, ProviderRef};
 
-use crate::deletes::{Deletes, FileReading, IcebergDeletesExec, column_of};
+use crate::deletes::{Deletes, FileReading, IcebergDeletesExec, LOAD_CONCURRENCY, column_of};
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
@@ -527,25 +527,38 @@ impl IcebergTableProvider {
         } else {
             Deletes::default()
         };
-        // Files by the equality delete files that apply to them (most often none).
-        let mut groups: BTreeMap<Vec<String>, Vec<ScanFile>> = BTreeMap::new();
+        // Row selections of files with position deletes (their footers fetched a few at
+        // a time), then files grouped by the equality delete files that apply to them
+        // (most often none).
+        let (data_reading, delete_reading) = (reading(&data_factory), reading(&delete_factory));
+        let mut pending = Vec::with_capacity(tasks.len());
         for t in &tasks {
+            let r = if deletes.equality_files(t).is_empty() {
+                &data_reading
+            } else {
+                &delete_reading
+            };
+            pending.push(deletes.access_plan(r, t).boxed());
+        }
+        let plans: Vec<_> = futures::stream::iter(pending)
+            .buffered(LOAD_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let mut groups: BTreeMap<Vec<String>, Vec<ScanFile>> = BTreeMap::new();
+        for (t, plan) in tasks.iter().zip(plans) {
             let (_, path, _) = self.object_path(&t.data_file_path)?;
             let mut file = PartitionedFile::new(path, t.file_size_in_bytes);
-            let eq_files = deletes.equality_files(t);
-            let reader = if eq_files.is_empty() {
-                &data_factory
-            } else {
-                &delete_factory
-            };
-            if let Some(plan) = deletes.access_plan(&reading(reader), t).await? {
+            if let Some(plan) = plan {
                 file = file.with_extensions(Arc::new(plan));
             }
-            groups.entry(eq_files).or_default().push(ScanFile {
-                file,
-                rows: t.record_count,
-                exact: t.deletes.is_empty(),
-            });
+            groups
+                .entry(deletes.equality_files(t))
+                .or_default()
+                .push(ScanFile {
+                    file,
+                    rows: t.record_count,
+                    exact: t.deletes.is_empty(),
+                });
         }
         let source = |factory: &Arc<DecryptingReaderFactory>| {
             let source = ParquetSource::new(Arc::clone(&self.schema))
