@@ -286,7 +286,10 @@ impl SchemaProvider for IcebergSchemaProvider {
             };
             return Ok(Some(metadata_table(&t, kind, &|_| true).await?));
         }
-        Ok(self.load(name).await?.map(|t| Arc::new(t) as _))
+        match self.load(name).await {
+            Err(e) => unreadable(e),
+            Ok(t) => Ok(t.map(|t| Arc::new(t) as _)),
+        }
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -310,14 +313,24 @@ impl IcebergSchemaProvider {
         }
         let ident = TableIdent::new(self.namespace.clone(), name.to_owned());
         let full = self.full_name(name);
-        let table = self
-            .catalog
-            .load_table(&ident)
-            .await
-            .map_err(|source| Error::Iceberg {
+        let table = self.catalog.load_table(&ident).await.map_err(|source| {
+            // iceberg 0.10.1's catalogs build tables without a KMS client, so a table
+            // with Iceberg-native encryption fails to load with this precondition.
+            if source.kind() == iceberg::ErrorKind::PreconditionFailed
+                && source.message().contains("encryption.key-id")
+            {
+                return Error::Unsupported {
+                    table: full.clone(),
+                    what: "Iceberg-native table encryption (format v3 'encryption.key-id'; \
+                               ClearIce reads Parquet Modular Encryption key material only)"
+                        .into(),
+                };
+            }
+            Error::Iceberg {
                 table: full.clone(),
                 source: Box::new(source),
-            })?;
+            }
+        })?;
         let provider = IcebergTableProvider::try_new(
             full,
             table,
@@ -408,8 +421,10 @@ impl SchemaProvider for SessionSchemaProvider {
             return Ok(None);
         }
         let (base, suffix) = split_name(name);
-        let Some(t) = self.inner.load(name).await? else {
-            return Ok(None);
+        let t = match self.inner.load(name).await {
+            Err(e) => return unreadable(e),
+            Ok(None) => return Ok(None),
+            Ok(Some(t)) => t,
         };
         let policy = PolicyTableProvider::try_new(t, Arc::clone(&self.access)).await?;
         if let NameSuffix::Metadata(kind) = suffix {
@@ -444,5 +459,56 @@ impl SessionSchemaProvider {
             .table_access(self.access.principal(), &table)
             .0
             == TableDecision::Hide
+    }
+}
+
+/// A table ClearIce cannot read at all (`Error::Unsupported` when loading it) stands in
+/// as [`UnreadableTable`], so listings (`information_schema`, Flight `GetTables`, DBeaver's
+/// browser) still work; other load errors fail the statement.
+fn unreadable(e: datafusion::error::DataFusionError) -> DfResult<Option<Arc<dyn TableProvider>>> {
+    if let datafusion::error::DataFusionError::External(inner) = &e
+        && let Some(Error::Unsupported { table, what }) = inner.downcast_ref::<Error>()
+    {
+        return Ok(Some(Arc::new(UnreadableTable {
+            table: table.clone(),
+            what: what.clone(),
+        })));
+    }
+    Err(e)
+}
+
+/// A table that lists (no columns) and fails with its reason when scanned.
+#[derive(Debug)]
+pub struct UnreadableTable {
+    table: String,
+    what: String,
+}
+
+#[async_trait::async_trait]
+impl TableProvider for UnreadableTable {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef {
+        Arc::new(datafusion::arrow::datatypes::Schema::empty())
+    }
+
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn datafusion::catalog::Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[datafusion::logical_expr::Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        Err(Error::Unsupported {
+            table: self.table.clone(),
+            what: self.what.clone(),
+        }
+        .into())
     }
 }

@@ -422,7 +422,7 @@ impl IcebergTableProvider {
     /// only name columns the principal may see in plaintext) are also given to the
     /// Parquet reader, for use when a node above blocks DataFusion's own pushdown.
     ///
-    /// Row-level deletes of the snapshot are applied here (see [`crate::deletes`]).
+    /// Row-level deletes of the snapshot are applied here (see `deletes.rs`).
     pub async fn scan_with(
         &self,
         state: &dyn Session,

@@ -312,6 +312,16 @@ def register(out, names):
         meta = out / "warehouse/db" / n / "metadata"
         version = int((meta / "version-hint.text").read_text().strip())
         cat.register_table(f"db.{n}", f"file://{meta / f'v{version}.metadata.json'}")
+    # A v3 table whose metadata asks for Iceberg-native encryption (what Iceberg 1.11+ writes
+    # through its Hive catalog): db.dv's metadata with `encryption.key-id` set, to check
+    # ClearIce's error.
+    meta = out / "warehouse/db/dv/metadata"
+    version = int((meta / "version-hint.text").read_text().strip())
+    md = json.loads((meta / f"v{version}.metadata.json").read_text())
+    md.setdefault("properties", {})["encryption.key-id"] = "keyA"
+    target = meta / "native-encryption.metadata.json"
+    target.write_text(json.dumps(md))
+    cat.register_table("db.native_enc", f"file://{target}")
 
 
 def main():
