@@ -37,5 +37,5 @@ pub use deletes::IcebergDeletesExec;
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};
-pub use provider::{AsOf, CATALOG_STORE_URL, IcebergTableProvider, ScanAs};
+pub use provider::{AsOf, CATALOG_STORE_URL, IcebergSnapshotExec, IcebergTableProvider, ScanAs};
 pub use schema::arrow_schema;

@@ -609,10 +609,19 @@ impl IcebergTableProvider {
                 (0..projection.len()).collect(),
             )?));
         }
-        Ok(if plans.len() == 1 {
+        let plan = if plans.len() == 1 {
             plans.pop().expect("one plan")
         } else {
             UnionExec::try_new(plans)?
+        };
+        Ok(match (&self.as_of, &self.snapshot) {
+            (Some(as_of), Some(s)) => Arc::new(IcebergSnapshotExec {
+                input: plan,
+                table: self.name.clone(),
+                snapshot_id: s.snapshot_id(),
+                as_of: as_of.clone(),
+            }),
+            _ => plan,
         })
     }
 
@@ -676,5 +685,107 @@ fn widen(scope: &KeyScope, extra: &BTreeSet<String>) -> KeyScope {
         KeyScope::MasterKeys(keys) => KeyScope::MasterKeys(keys.union(extra).cloned().collect()),
         KeyScope::Except(keys) => KeyScope::Except(keys.difference(extra).cloned().collect()),
         KeyScope::None(reason) => KeyScope::None(reason.clone()),
+    }
+}
+
+/// Names the snapshot a time travel scan reads, in `EXPLAIN`; otherwise transparent
+/// (rows, partitioning, statistics and filter pushdown are its input's).
+#[derive(Debug)]
+pub struct IcebergSnapshotExec {
+    input: Arc<dyn ExecutionPlan>,
+    table: String,
+    snapshot_id: i64,
+    as_of: AsOf,
+}
+
+impl datafusion::physical_plan::DisplayAs for IcebergSnapshotExec {
+    fn fmt_as(
+        &self,
+        _t: datafusion::physical_plan::DisplayFormatType,
+        f: &mut std::fmt::Formatter<'_>,
+    ) -> std::fmt::Result {
+        write!(
+            f,
+            "IcebergSnapshotExec: table={}, snapshot_id={} (as of {})",
+            self.table, self.snapshot_id, self.as_of
+        )
+    }
+}
+
+impl ExecutionPlan for IcebergSnapshotExec {
+    fn name(&self) -> &str {
+        "IcebergSnapshotExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let input = children.into_iter().next().ok_or_else(|| {
+            datafusion::error::DataFusionError::Internal("IcebergSnapshotExec: no child".into())
+        })?;
+        Ok(Arc::new(Self {
+            input,
+            table: self.table.clone(),
+            snapshot_id: self.snapshot_id,
+            as_of: self.as_of.clone(),
+        }))
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<datafusion::execution::TaskContext>,
+    ) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
+        self.input.execute(partition, context)
+    }
+
+    fn partition_statistics(&self, partition: Option<usize>) -> DfResult<Statistics> {
+        self.input.partition_statistics(partition)
+    }
+
+    fn gather_filters_for_pushdown(
+        &self,
+        _phase: datafusion::physical_plan::filter_pushdown::FilterPushdownPhase,
+        parent_filters: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+        _config: &datafusion::common::config::ConfigOptions,
+    ) -> DfResult<datafusion::physical_plan::filter_pushdown::FilterDescription> {
+        datafusion::physical_plan::filter_pushdown::FilterDescription::from_children(
+            parent_filters,
+            &self.children(),
+        )
+    }
+
+    fn handle_child_pushdown_result(
+        &self,
+        _phase: datafusion::physical_plan::filter_pushdown::FilterPushdownPhase,
+        child_pushdown_result: datafusion::physical_plan::filter_pushdown::ChildPushdownResult,
+        _config: &datafusion::common::config::ConfigOptions,
+    ) -> DfResult<
+        datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation<
+            Arc<dyn ExecutionPlan>,
+        >,
+    > {
+        Ok(
+            datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation::if_all(
+                child_pushdown_result,
+            ),
+        )
     }
 }

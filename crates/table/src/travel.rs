@@ -88,8 +88,8 @@ pub fn split_name(name: &str) -> (&str, NameSuffix) {
 /// Rewrites time travel clauses into table names (see the module docs). SQL without
 /// one is returned as is; SQL the tokenizer rejects is left to the parser's message.
 pub fn rewrite_sql(sql: &str) -> Result<Cow<'_, str>> {
-    let upper = sql.to_ascii_uppercase();
-    if !upper.contains(" AS OF") && !upper.contains("\nAS OF") {
+    // Fast path: no time travel clause without the word OF.
+    if !sql.to_ascii_uppercase().contains("OF") {
         return Ok(Cow::Borrowed(sql));
     }
     let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
@@ -320,6 +320,10 @@ mod tests {
         assert_eq!(
             rw("SELECT 1 FROM T TIMESTAMP AS OF '2024-01-01' AS o JOIN u ON true"),
             "SELECT 1 FROM \"t@timestamp_ms=1704067200000\" AS o JOIN u ON true"
+        );
+        assert_eq!(
+            rw("SELECT 1 FROM t\n\tFOR  VERSION\tAS OF 7"),
+            "SELECT 1 FROM \"t@version=7\" AS \"t\""
         );
         assert_eq!(
             rw("SELECT 1 FROM t FOR SYSTEM_TIME AS OF 1704067200"),
