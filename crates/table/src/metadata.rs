@@ -1,9 +1,8 @@
 //! Iceberg metadata tables (`"t$snapshots"`, `"t$history"`, `"t$manifests"`,
 //! `"t$files"`, `"t$partitions"`, `"t$refs"`), as Trino and Spark name them.
 //!
-//! `$snapshots` and `$manifests` come from iceberg's own `inspect` tables (what
-//! iceberg-datafusion serves); the others are built here from the table metadata and the
-//! snapshot's manifests. Column statistics and partition values are shown only for
+//! `$manifests` comes from iceberg's own `inspect` table (what iceberg-datafusion serves);
+//! the others are built here from the table metadata and the snapshot's manifests. Column statistics and partition values are shown only for
 //! columns the principal may read in plaintext: a masked, hidden or denied column has no
 //! bounds, counts or partition values in any metadata table (`***` in partition names),
 //! and partitions on such columns are merged in `$partitions`.
@@ -41,16 +40,11 @@ pub async fn metadata_table(
     let t = table.table();
     let batch = match kind {
         MetadataTable::Snapshots => {
-            let batches: Vec<RecordBatch> = t
-                .inspect()
-                .snapshots()
-                .scan()
-                .await
-                .map_err(err)?
-                .try_collect()
-                .await
-                .map_err(err)?;
-            return mem(batches);
+            // Summaries may name partitions (`partitions.region=EU`, when a writer sets
+            // `write.summary.partition-limit`): dropped unless every partition source
+            // column is readable in plaintext.
+            let readable = partition_sources(table).iter().all(|c| plaintext(c));
+            snapshots(table, readable)
         }
         MetadataTable::Manifests => {
             let batches: Vec<RecordBatch> = t
@@ -124,6 +118,55 @@ fn ms_utc() -> DataType {
 }
 
 type BatchResult = std::result::Result<RecordBatch, datafusion::arrow::error::ArrowError>;
+
+/// `$snapshots`: every snapshot, its operation and summary (as iceberg's `inspect`
+/// table, with partition entries of the summary only when `partitions` are readable).
+fn snapshots(table: &IcebergTableProvider, partitions: bool) -> BatchResult {
+    let m = table.table().metadata();
+    let mut committed = TimestampMillisecondBuilder::new().with_timezone("UTC");
+    let mut id = Int64Builder::new();
+    let mut parent = Int64Builder::new();
+    let mut operation = StringBuilder::new();
+    let mut list = StringBuilder::new();
+    let mut summary = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+    let mut all: Vec<_> = m.snapshots().collect();
+    all.sort_by_key(|s| (s.timestamp_ms(), s.sequence_number()));
+    for s in all {
+        committed.append_value(s.timestamp_ms());
+        id.append_value(s.snapshot_id());
+        parent.append_option(s.parent_snapshot_id());
+        operation.append_value(s.summary().operation.as_str());
+        list.append_value(s.manifest_list());
+        let entries: BTreeMap<&String, &String> = s
+            .summary()
+            .additional_properties
+            .iter()
+            .filter(|(k, _)| partitions || !k.starts_with("partitions."))
+            .collect();
+        for (k, v) in entries {
+            summary.keys().append_value(k);
+            summary.values().append_value(v);
+        }
+        summary.append(true)?;
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(committed.finish()),
+        Arc::new(id.finish()),
+        Arc::new(parent.finish()),
+        Arc::new(operation.finish()),
+        Arc::new(list.finish()),
+        Arc::new(summary.finish()),
+    ];
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("committed_at", ms_utc(), false),
+        Field::new("snapshot_id", DataType::Int64, false),
+        Field::new("parent_id", DataType::Int64, true),
+        Field::new("operation", DataType::Utf8, true),
+        Field::new("manifest_list", DataType::Utf8, true),
+        Field::new("summary", columns[5].data_type().clone(), true),
+    ]));
+    RecordBatch::try_new(schema, columns)
+}
 
 /// `$history`: when each snapshot became current, and whether it is an ancestor of
 /// the current snapshot.

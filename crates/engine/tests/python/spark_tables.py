@@ -13,7 +13,8 @@ under OUT_DIR/warehouse; PyIceberg then registers each one in a SQLite SqlCatalo
   db.eq       v2, unpartitioned: equality delete files (PyArrow-written, committed through
               Iceberg's Java API: RowDelta) on `id` (global) and on `name` (with a NULL),
               with rows re-inserted after a delete (sequence-number rule).
-  db.eqp      v2, partitioned by region: an equality delete scoped to one partition.
+  db.eqp      v2, partitioned by region: an equality delete scoped to one partition;
+              snapshot summaries name the partitions (write.summary.partition-limit).
   db.pme      v2: data files PME-encrypted by PyArrow (keyring KMS of the interop lake:
               footer_key, ssn/email under pii_key, amount under finance_key), committed
               through the Java API. Its deletes: Spark's position deletes computed on the
@@ -191,7 +192,8 @@ def build_eq(spark, java, out):
 
 def build_eqp(spark, java, out):
     spark.sql("CREATE TABLE sp.db.eqp (id bigint, region string, name string, amount decimal(10,2)) "
-              "USING iceberg PARTITIONED BY (region) TBLPROPERTIES ('format-version'='2')")
+              "USING iceberg PARTITIONED BY (region) TBLPROPERTIES ('format-version'='2', "
+              "'write.summary.partition-limit'='10')")
     rows(spark, 1, 301).writeTo("sp.db.eqp").append()
     t = java.table("sp.db.eqp")
     # ids 3, 6, 9 are in EU; 1, 4 in US: an EU-scoped delete of all five removes only 3, 6, 9.
