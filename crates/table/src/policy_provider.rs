@@ -267,6 +267,22 @@ impl PolicyTableProvider {
         })
     }
 
+    /// A copy of the table's denial for this principal, if the table is denied.
+    fn denial(&self) -> Option<Error> {
+        match &self.denied {
+            Some(Error::TableDenied {
+                table,
+                principal,
+                rule,
+            }) => Some(Error::TableDenied {
+                table: table.clone(),
+                principal: principal.clone(),
+                rule: rule.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// The Iceberg table under the policy.
     pub fn inner(&self) -> &IcebergTableProvider {
         &self.inner
@@ -274,17 +290,7 @@ impl PolicyTableProvider {
 
     /// Fails (audited) if the whole table is denied to the principal.
     pub fn check_readable(&self, table: &str) -> Result<()> {
-        if let Some(Error::TableDenied {
-            table: t,
-            principal: p,
-            rule: r,
-        }) = &self.denied
-        {
-            let e = Error::TableDenied {
-                table: t.clone(),
-                principal: p.clone(),
-                rule: r.clone(),
-            };
+        if let Some(e) = self.denial() {
             self.access.record(TableAccess {
                 table: table.to_owned(),
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
@@ -362,17 +368,7 @@ impl TableProvider for PolicyTableProvider {
             Some(p) => p.iter().map(|i| &self.columns[*i]).collect(),
             None => self.columns.iter().collect(),
         };
-        if let Some(Error::TableDenied {
-            table: t,
-            principal: p,
-            rule: r,
-        }) = &self.denied
-        {
-            let e = Error::TableDenied {
-                table: t.clone(),
-                principal: p.clone(),
-                rule: r.clone(),
-            };
+        if let Some(e) = self.denial() {
             self.access.record(TableAccess {
                 table,
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
