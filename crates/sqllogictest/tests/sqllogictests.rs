@@ -14,6 +14,7 @@
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -67,8 +68,9 @@ async fn main() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut summary = Summary::default();
     let mut skipped = Vec::new();
-    let mut flight_url: Option<String> = None;
-    let mut engines: std::collections::HashMap<String, Option<Suite>> = Default::default();
+    // One Flight SQL server per suite (each suite has its own lake and policy).
+    let mut flight_urls: HashMap<String, String> = HashMap::new();
+    let mut engines: HashMap<String, Option<Suite>> = Default::default();
     for f in &files {
         let rel = f.strip_prefix(root()).unwrap_or(f);
         let suite = rel
@@ -106,11 +108,11 @@ async fn main() {
         let r = run_file(Arc::clone(&engine), f, &options).await;
         summary.report(&r, start);
         if over_flight && !complete {
-            let url = match &flight_url {
+            let url = match flight_urls.get(&suite) {
                 Some(u) => u.clone(),
                 None => {
                     let u = start_flight(Arc::clone(&engine)).await;
-                    flight_url = Some(u.clone());
+                    flight_urls.insert(suite.clone(), u.clone());
                     u
                 }
             };
