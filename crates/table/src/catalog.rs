@@ -21,7 +21,7 @@ use crate::metadata::metadata_table;
 use crate::policy_provider::PolicyTableProvider;
 use crate::provider::IcebergTableProvider;
 use crate::storage::{LakeStorageFactory, LakeStores};
-use crate::travel::{NameSuffix, split_name};
+use crate::travel::split_name;
 
 /// Opens an Iceberg SQL catalog (SQLite or PostgreSQL, the schema of the Iceberg JDBC
 /// catalog and PyIceberg's `SqlCatalog`) whose files are on `stores` (local or S3).
@@ -280,8 +280,8 @@ impl SchemaProvider for IcebergSchemaProvider {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        if let (base, NameSuffix::Metadata(kind)) = split_name(name) {
-            let Some(t) = self.load(base).await? else {
+        if let Some(kind) = split_name(name).1.metadata() {
+            let Some(t) = self.load(name).await? else {
                 return Ok(None);
             };
             return Ok(Some(metadata_table(&t, kind, &|_| true).await?));
@@ -337,9 +337,9 @@ impl IcebergSchemaProvider {
             Arc::clone(&self.crypto),
             self.stores.clone(),
         )?;
-        Ok(Some(match suffix {
-            NameSuffix::AsOf(as_of) => provider.as_of(as_of)?,
-            _ => provider,
+        Ok(Some(match suffix.as_of() {
+            Some(as_of) => provider.as_of(as_of.clone())?,
+            None => provider,
         }))
     }
 }
@@ -427,12 +427,12 @@ impl SchemaProvider for SessionSchemaProvider {
             Ok(Some(t)) => t,
         };
         let policy = PolicyTableProvider::try_new(t, Arc::clone(&self.access)).await?;
-        if let NameSuffix::Metadata(kind) = suffix {
+        if let Some(kind) = suffix.metadata() {
             // A metadata table shows what the table's columns would: nothing of a denied
             // table, no statistics of a column not readable in plaintext.
             policy.check_readable(&self.inner.full_name(base))?;
             self.access.record(TableAccess {
-                table: self.inner.full_name(name),
+                table: format!("{}${}", self.inner.full_name(base), kind.name()),
                 snapshot_id: policy.inner().snapshot().map(|s| s.snapshot_id()),
                 columns: vec![],
                 allowed: true,

@@ -1,8 +1,9 @@
 //! Iceberg metadata tables (`"t$snapshots"`, `"t$history"`, `"t$manifests"`,
 //! `"t$files"`, `"t$partitions"`, `"t$refs"`), as Trino and Spark name them.
 //!
-//! `$manifests` comes from iceberg's own `inspect` table (what iceberg-datafusion serves);
-//! the others are built here from the table metadata and the snapshot's manifests. Column statistics and partition values are shown only for
+//! All are built here from the table metadata and the scanned snapshot's manifest list
+//! and manifests (iceberg's `inspect` tables, which iceberg-datafusion serves, read the
+//! current snapshot only and print partition bounds unconditionally). Column statistics and partition values are shown only for
 //! columns the principal may read in plaintext: a masked, hidden or denied column has no
 //! bounds, counts or partition values in any metadata table (`***` in partition names),
 //! and partitions on such columns are merged in `$partitions`.
@@ -17,7 +18,6 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::MemTable;
-use futures::TryStreamExt;
 use iceberg::spec::{DataContentType, DataFile, PartitionSpec, Schema as IcebergSchema};
 
 use crate::error::{Error, Result};
@@ -33,11 +33,6 @@ pub async fn metadata_table(
     kind: MetadataTable,
     plaintext: Plaintext<'_>,
 ) -> Result<Arc<dyn TableProvider>> {
-    let err = |source: iceberg::Error| Error::Iceberg {
-        table: table.name().to_owned(),
-        source: Box::new(source),
-    };
-    let t = table.table();
     let batch = match kind {
         MetadataTable::Snapshots => {
             // Summaries may name partitions (`partitions.region=EU`, when a writer sets
@@ -47,38 +42,10 @@ pub async fn metadata_table(
             snapshots(table, readable)
         }
         MetadataTable::Manifests => {
-            let batches: Vec<RecordBatch> = t
-                .inspect()
-                .manifests()
-                .scan()
-                .await
-                .map_err(err)?
-                .try_collect()
-                .await
-                .map_err(err)?;
             // Partition summaries hold bounds of partition values: only when every
             // partition source column is readable in plaintext.
             let readable = partition_sources(table).iter().all(|c| plaintext(c));
-            let batches = batches
-                .into_iter()
-                .map(|b| {
-                    if readable {
-                        return Ok(b);
-                    }
-                    let keep: Vec<usize> = (0..b.num_columns())
-                        .filter(|i| b.schema().field(*i).name() != "partition_summaries")
-                        .collect();
-                    b.project(&keep)
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| Error::Iceberg {
-                    table: table.name().to_owned(),
-                    source: Box::new(iceberg::Error::new(
-                        iceberg::ErrorKind::Unexpected,
-                        e.to_string(),
-                    )),
-                })?;
-            return mem(batches);
+            manifests(table, readable).await?
         }
         MetadataTable::History => history(table),
         MetadataTable::Refs => refs(table),
@@ -166,6 +133,124 @@ fn snapshots(table: &IcebergTableProvider, partitions: bool) -> BatchResult {
         Field::new("summary", columns[5].data_type().clone(), true),
     ]));
     RecordBatch::try_new(schema, columns)
+}
+
+/// `$manifests`: the manifests of the scanned snapshot, with partition summaries
+/// (`region: [APAC, US]`, null/NaN flags) only when `partitions` are readable.
+async fn manifests(table: &IcebergTableProvider, partitions: bool) -> Result<BatchResult> {
+    use iceberg::spec::ManifestContentType;
+    let err = |source: iceberg::Error| Error::Iceberg {
+        table: table.name().to_owned(),
+        source: Box::new(source),
+    };
+    let t = table.table();
+    let m = t.metadata();
+    let list = match table.snapshot() {
+        Some(s) => t
+            .manifest_list_reader(s)
+            .load()
+            .await
+            .map_err(err)?
+            .consume_entries()
+            .into_iter()
+            .collect(),
+        None => vec![],
+    };
+    let schema = table
+        .snapshot()
+        .and_then(|s| s.schema(m).ok())
+        .unwrap_or_else(|| Arc::clone(m.current_schema()));
+    let mut content = Int32Builder::new();
+    let mut path = StringBuilder::new();
+    let mut length = Int64Builder::new();
+    let mut spec_id = Int32Builder::new();
+    let mut added_snapshot = Int64Builder::new();
+    let mut counts: Vec<Int32Builder> = (0..6).map(|_| Int32Builder::new()).collect();
+    let mut summaries = StringBuilder::new();
+    for mf in &list {
+        let deletes = mf.content == ManifestContentType::Deletes;
+        content.append_value(if deletes { 1 } else { 0 });
+        path.append_value(&mf.manifest_path);
+        length.append_value(mf.manifest_length);
+        spec_id.append_value(mf.partition_spec_id);
+        added_snapshot.append_value(mf.added_snapshot_id);
+        let c = [
+            mf.added_files_count,
+            mf.existing_files_count,
+            mf.deleted_files_count,
+        ];
+        for (k, b) in counts.iter_mut().enumerate() {
+            // Data counts for data manifests, delete counts for delete manifests.
+            let of_kind = (k >= 3) == deletes;
+            b.append_value(if of_kind {
+                c[k % 3].unwrap_or(0) as i32
+            } else {
+                0
+            });
+        }
+        let spec = m.partition_spec_by_id(mf.partition_spec_id);
+        match (&mf.partitions, spec) {
+            (Some(fs), Some(spec)) if partitions => {
+                let ptype = spec.partition_type(&schema).ok();
+                let parts: Vec<String> = spec
+                    .fields()
+                    .iter()
+                    .zip(fs)
+                    .enumerate()
+                    .map(|(i, (f, sum))| {
+                        let ty = ptype
+                            .as_ref()
+                            .and_then(|p| p.fields().get(i))
+                            .and_then(|pf| pf.field_type.as_primitive_type().cloned());
+                        let render = |b: Option<&[u8]>| match (b, &ty) {
+                            (Some(b), Some(ty)) => {
+                                iceberg::spec::Datum::try_from_bytes(b, ty.clone())
+                                    .map(|d| d.to_human_string())
+                                    .unwrap_or_else(|_| "?".into())
+                            }
+                            _ => "null".into(),
+                        };
+                        format!(
+                            "{}: [{}, {}]{}",
+                            f.name,
+                            render(sum.lower_bound.as_ref().map(|b| b.as_slice())),
+                            render(sum.upper_bound.as_ref().map(|b| b.as_slice())),
+                            if sum.contains_null { " with nulls" } else { "" }
+                        )
+                    })
+                    .collect();
+                summaries.append_value(parts.join(", "))
+            }
+            _ => summaries.append_null(),
+        }
+    }
+    let names = [
+        "added_data_files_count",
+        "existing_data_files_count",
+        "deleted_data_files_count",
+        "added_delete_files_count",
+        "existing_delete_files_count",
+        "deleted_delete_files_count",
+    ];
+    let mut fields = vec![
+        Field::new("content", DataType::Int32, false),
+        Field::new("path", DataType::Utf8, false),
+        Field::new("length", DataType::Int64, false),
+        Field::new("partition_spec_id", DataType::Int32, false),
+        Field::new("added_snapshot_id", DataType::Int64, false),
+    ];
+    fields.extend(names.iter().map(|n| Field::new(*n, DataType::Int32, false)));
+    fields.push(Field::new("partition_summaries", DataType::Utf8, true));
+    let mut arrays: Vec<ArrayRef> = vec![
+        Arc::new(content.finish()),
+        Arc::new(path.finish()),
+        Arc::new(length.finish()),
+        Arc::new(spec_id.finish()),
+        Arc::new(added_snapshot.finish()),
+    ];
+    arrays.extend(counts.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+    arrays.push(Arc::new(summaries.finish()));
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays))
 }
 
 /// `$history`: when each snapshot became current, and whether it is an ancestor of

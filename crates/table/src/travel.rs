@@ -41,6 +41,14 @@ pub enum MetadataTable {
 }
 
 impl MetadataTable {
+    /// The suffix naming it (`files` for `"t$files"`).
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("", |(s, _)| s)
+    }
+
     /// Every metadata table, with its suffix.
     pub const ALL: [(&'static str, MetadataTable); 6] = [
         ("snapshots", Self::Snapshots),
@@ -61,28 +69,59 @@ pub enum NameSuffix {
     AsOf(AsOf),
     /// One of its metadata tables.
     Metadata(MetadataTable),
+    /// One of its metadata tables, as of a snapshot (`$files`, `$partitions` and
+    /// `$manifests` list that snapshot's files).
+    MetadataAsOf(MetadataTable, AsOf),
 }
 
-/// Splits `t@version=1` / `t$files` into the table name and what it asks for. A name
-/// whose suffix is not one of ours is taken as a plain table name.
-pub fn split_name(name: &str) -> (&str, NameSuffix) {
-    if let Some((base, suffix)) = name.rsplit_once('$')
-        && let Some((_, kind)) = MetadataTable::ALL.iter().find(|(s, _)| *s == suffix)
-    {
-        return (base, NameSuffix::Metadata(*kind));
-    }
-    if let Some((base, suffix)) = name.split_once('@') {
-        let as_of = match suffix.split_once('=') {
-            Some(("version", v)) => v.parse().ok().map(AsOf::Version),
-            Some(("timestamp_ms", v)) => v.parse().ok().map(AsOf::Timestamp),
-            Some(("ref", r)) if !r.is_empty() => Some(AsOf::Ref(r.to_owned())),
+impl NameSuffix {
+    /// The metadata table asked for, if any.
+    pub fn metadata(&self) -> Option<MetadataTable> {
+        match self {
+            Self::Metadata(m) | Self::MetadataAsOf(m, _) => Some(*m),
             _ => None,
-        };
-        if let Some(a) = as_of {
-            return (base, NameSuffix::AsOf(a));
         }
     }
-    (name, NameSuffix::None)
+
+    /// The snapshot asked for, if any.
+    pub fn as_of(&self) -> Option<&AsOf> {
+        match self {
+            Self::AsOf(a) | Self::MetadataAsOf(_, a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+fn metadata_of(name: &str) -> Option<(&str, MetadataTable)> {
+    let (base, suffix) = name.rsplit_once('$')?;
+    let (_, kind) = MetadataTable::ALL.iter().find(|(s, _)| *s == suffix)?;
+    Some((base, *kind))
+}
+
+fn as_of_of(suffix: &str) -> Option<AsOf> {
+    match suffix.split_once('=') {
+        Some(("version", v)) => v.parse().ok().map(AsOf::Version),
+        Some(("timestamp_ms", v)) => v.parse().ok().map(AsOf::Timestamp),
+        Some(("ref", r)) if !r.is_empty() => Some(AsOf::Ref(r.to_owned())),
+        _ => None,
+    }
+}
+
+/// Splits `t@version=1`, `t$files` and `t$files@version=1` into the table name and what
+/// it asks for. A name whose suffix is not one of ours is taken as a plain table name.
+pub fn split_name(name: &str) -> (&str, NameSuffix) {
+    if let Some((left, right)) = name.split_once('@')
+        && let Some(as_of) = as_of_of(right)
+    {
+        return match metadata_of(left) {
+            Some((base, kind)) => (base, NameSuffix::MetadataAsOf(kind, as_of)),
+            None => (left, NameSuffix::AsOf(as_of)),
+        };
+    }
+    match metadata_of(name) {
+        Some((base, kind)) => (base, NameSuffix::Metadata(kind)),
+        None => (name, NameSuffix::None),
+    }
 }
 
 /// Rewrites time travel clauses into table names (see the module docs). SQL without
@@ -372,6 +411,13 @@ mod tests {
             ("t", NameSuffix::Metadata(MetadataTable::Files))
         );
         assert_eq!(split_name("t$other"), ("t$other", NameSuffix::None));
+        assert_eq!(
+            split_name("t$files@version=3"),
+            (
+                "t",
+                NameSuffix::MetadataAsOf(MetadataTable::Files, AsOf::Version(3))
+            )
+        );
         assert_eq!(split_name("plain"), ("plain", NameSuffix::None));
     }
 }
