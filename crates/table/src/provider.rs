@@ -560,6 +560,8 @@ impl IcebergTableProvider {
                     exact: t.deletes.is_empty(),
                 });
         }
+        // The decrypting reader decrypts only the page index of columns this scan may
+        // read (others get a stand-in), so the page index is on, as for plaintext files.
         let source = |factory: &Arc<DecryptingReaderFactory>| {
             let source = ParquetSource::new(Arc::clone(&self.schema))
                 .with_parquet_file_reader_factory(Arc::clone(factory) as _)
