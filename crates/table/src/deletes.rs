@@ -100,6 +100,11 @@ impl FileReading<'_> {
         datafusion::physical_plan::collect(plan, self.state.task_ctx())
             .await
             .map_err(|e| {
+                // Decryption failures keep their type (a refused key is a denial, a
+                // tampered file is tampering) and already name the file.
+                if has_cause::<crate::pme::DecryptError>(&e) {
+                    return e;
+                }
                 DataFusionError::External(Box::new(Error::DeleteFile {
                     table: self.table.to_owned(),
                     file: location.to_owned(),
@@ -124,6 +129,23 @@ impl FileReading<'_> {
             .map(|rg| rg.num_rows() as u64)
             .collect())
     }
+}
+
+/// Whether `T` is somewhere in the error's cause chain.
+fn has_cause<T: std::error::Error + 'static>(e: &DataFusionError) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<T>() {
+            return true;
+        }
+        if let Some(DataFusionError::External(inner)) = err.downcast_ref::<DataFusionError>()
+            && inner.is::<T>()
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// Equality deletes of one delete file: the equality columns and the deleted keys.
