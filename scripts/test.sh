@@ -178,5 +178,6 @@ if [ $# -gt 0 ]; then
 else
   cargo test --workspace
   echo "== the demo and policy suites (and policy over Flight SQL) with the demo lake on S3"
-  CLEARICE_DEMO_ON_S3=1 cargo test -p clearice-sqllogictest --test sqllogictests -- demo/ policy/
+  # --workspace: the binary `cargo test --workspace` built (same features), not a rebuild.
+  CLEARICE_DEMO_ON_S3=1 cargo test --workspace --test sqllogictests -- demo/ policy/
 fi
