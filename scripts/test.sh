@@ -70,39 +70,29 @@ for v in 18.3.0 17.0.0; do
 done
 command -v java >/dev/null || { echo "error: java (17+) is needed for the JDBC driver tests" >&2; exit 2; }
 
+# Java test peers, each resolved by Maven from scripts/NAME/pom.xml into $CACHE/NAME/lib
+# (again only when the pom changes): `resolve_java_peer NAME WHAT`.
+resolve_java_peer() {
+  local dir=$CACHE/$1 pom=$ROOT/scripts/$1/pom.xml
+  if [ ! -f "$dir/.installed" ] || ! cmp -s "$pom" "$dir/.installed"; then
+    echo "== resolving $2 (Maven)"
+    command -v mvn >/dev/null || { echo "error: Maven (mvn) is needed to fetch $2" >&2; exit 2; }
+    rm -rf "$dir" && mkdir -p "$dir"
+    mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$dir/lib" -DincludeScope=runtime
+    cp "$pom" "$dir/.installed"
+  fi
+}
 # Iceberg's own REST catalog server (org.apache.iceberg.rest.RESTCatalogServer, from the
-# iceberg-open-api test fixtures) with its runtime classpath, resolved by Maven from
-# scripts/rest-catalog/pom.xml; the REST catalog tests start it on a loopback port.
+# iceberg-open-api test fixtures) with its runtime classpath; the REST catalog tests start
+# it on a loopback port.
+resolve_java_peer rest-catalog "Iceberg's REST catalog server"
 REST=$CACHE/rest-catalog
-if [ ! -f "$REST/.installed" ] || ! cmp -s "$ROOT/scripts/rest-catalog/pom.xml" "$REST/.installed"; then
-  echo "== resolving Iceberg's REST catalog server (Maven)"
-  command -v mvn >/dev/null || { echo "error: Maven (mvn) is needed to fetch Iceberg's REST catalog server" >&2; exit 2; }
-  rm -rf "$REST" && mkdir -p "$REST"
-  mvn -q -B -f "$ROOT/scripts/rest-catalog/pom.xml" dependency:copy-dependencies \
-    -DoutputDirectory="$REST/lib" -DincludeScope=runtime
-  cp "$ROOT/scripts/rest-catalog/pom.xml" "$REST/.installed"
-fi
-
-# Hive's standalone metastore 3.1 (Derby) for the Hive Metastore catalog tests, resolved the
-# same way from scripts/hive-metastore/pom.xml.
+# Hive's standalone metastore 3.1 (Derby) for the Hive Metastore catalog tests.
+resolve_java_peer hive-metastore "Hive's standalone metastore"
 HMS=$CACHE/hive-metastore
-if [ ! -f "$HMS/.installed" ] || ! cmp -s "$ROOT/scripts/hive-metastore/pom.xml" "$HMS/.installed"; then
-  echo "== resolving Hive's standalone metastore (Maven)"
-  rm -rf "$HMS" && mkdir -p "$HMS"
-  mvn -q -B -f "$ROOT/scripts/hive-metastore/pom.xml" dependency:copy-dependencies \
-    -DoutputDirectory="$HMS/lib" -DincludeScope=runtime
-  cp "$ROOT/scripts/hive-metastore/pom.xml" "$HMS/.installed"
-fi
-
-# Iceberg's Spark runtime (one shaded jar) for pyspark, resolved from scripts/spark/pom.xml.
+# Iceberg's Spark runtime (one shaded jar) for pyspark.
+resolve_java_peer spark "Iceberg's Spark runtime"
 SPARK=$CACHE/spark
-if [ ! -f "$SPARK/.installed" ] || ! cmp -s "$ROOT/scripts/spark/pom.xml" "$SPARK/.installed"; then
-  echo "== resolving Iceberg's Spark runtime (Maven)"
-  rm -rf "$SPARK" && mkdir -p "$SPARK"
-  mvn -q -B -f "$ROOT/scripts/spark/pom.xml" dependency:copy-dependencies \
-    -DoutputDirectory="$SPARK/lib" -DincludeScope=runtime
-  cp "$ROOT/scripts/spark/pom.xml" "$SPARK/.installed"
-fi
 SPARK_JAR=$(ls "$SPARK"/lib/iceberg-spark-runtime-*.jar)
 
 # DataFusion's own sqllogictest files (the datafusion-sqllogictest crate of the DataFusion

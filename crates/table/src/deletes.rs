@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
-use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::catalog::Session;
 use datafusion::common::config::ConfigOptions;
@@ -33,13 +33,11 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
 };
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
@@ -48,6 +46,7 @@ use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use roaring::RoaringTreemap;
 
 use crate::error::{Error, Result};
+use crate::exec::{map_batches, mapped_properties, only_child};
 use crate::field_id::{FieldIdExprAdapterFactory, field_id};
 use crate::pme::DecryptingReaderFactory;
 use crate::storage::Location;
@@ -230,23 +229,9 @@ impl Deletes {
         d: &FileScanTaskDeleteFile,
         wanted: &HashSet<String>,
     ) -> DfResult<()> {
-        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
-            with_id(
-                datafusion::arrow::datatypes::Field::new(
-                    "file_path",
-                    datafusion::arrow::datatypes::DataType::Utf8,
-                    false,
-                ),
-                FILE_PATH_ID,
-            ),
-            with_id(
-                datafusion::arrow::datatypes::Field::new(
-                    "pos",
-                    datafusion::arrow::datatypes::DataType::Int64,
-                    false,
-                ),
-                POS_ID,
-            ),
+        let schema = Arc::new(Schema::new(vec![
+            with_id(Field::new("file_path", DataType::Utf8, false), FILE_PATH_ID),
+            with_id(Field::new("pos", DataType::Int64, false), POS_ID),
         ]));
         let batches = reading
             .read(&d.file_path, d.file_size_in_bytes, schema)
@@ -254,10 +239,7 @@ impl Deletes {
         // Delete files group rows by data file: canonicalize each path once per run.
         let mut last: Option<(String, bool)> = None;
         for b in batches {
-            let paths = datafusion::arrow::compute::cast(
-                b.column(0),
-                &datafusion::arrow::datatypes::DataType::Utf8,
-            )?;
+            let paths = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)?;
             let paths = paths.as_string::<i32>();
             let pos = b.column(1).as_primitive::<Int64Type>();
             for i in 0..b.num_rows() {
@@ -353,7 +335,7 @@ impl Deletes {
             })
             .collect::<DfResult<Vec<_>>>()?;
         let converter = self.converter(&ids, &fields)?;
-        let file_schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let file_schema = Arc::new(Schema::new(fields));
         let batches = reading
             .read(&d.file_path, d.file_size_in_bytes, file_schema)
             .await?;
@@ -372,11 +354,7 @@ impl Deletes {
         Ok(())
     }
 
-    fn converter(
-        &mut self,
-        ids: &[i32],
-        fields: &[datafusion::arrow::datatypes::FieldRef],
-    ) -> DfResult<Arc<RowConverter>> {
+    fn converter(&mut self, ids: &[i32], fields: &[FieldRef]) -> DfResult<Arc<RowConverter>> {
         if let Some(c) = self.converters.get(ids) {
             return Ok(Arc::clone(c));
         }
@@ -482,7 +460,7 @@ impl Deletes {
     }
 }
 
-fn with_id(f: datafusion::arrow::datatypes::Field, id: i32) -> datafusion::arrow::datatypes::Field {
+fn with_id(f: Field, id: i32) -> Field {
     f.with_metadata(HashMap::from([(
         parquet::arrow::PARQUET_FIELD_ID_META_KEY.to_owned(),
         id.to_string(),
@@ -598,12 +576,7 @@ impl IcebergDeletesExec {
         output: Vec<usize>,
     ) -> DfResult<Self> {
         let schema = Arc::new(input.schema().project(&output)?);
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
-            input.properties().output_partitioning().clone(),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let properties = mapped_properties(&input, &schema);
         Ok(Self {
             input,
             deletes,
@@ -648,12 +621,8 @@ impl ExecutionPlan for IcebergDeletesExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let input = children
-            .into_iter()
-            .next()
-            .ok_or_else(|| DataFusionError::Internal("no child".into()))?;
         Ok(Arc::new(Self::try_new(
-            input,
+            only_child("IcebergDeletesExec", children)?,
             self.deletes.clone(),
             self.output.clone(),
         )?))
@@ -688,8 +657,7 @@ impl ExecutionPlan for IcebergDeletesExec {
         let input = self.input.execute(partition, context)?;
         let deletes = self.deletes.clone();
         let output = self.output.clone();
-        let stream = input.map(move |batch| {
-            let batch = batch?;
+        Ok(map_batches(input, Arc::clone(&self.schema), move |batch| {
             let mut keep = vec![true; batch.num_rows()];
             for d in &deletes {
                 let cols: Vec<ArrayRef> = d
@@ -706,11 +674,7 @@ impl ExecutionPlan for IcebergDeletesExec {
             }
             let kept = filter_record_batch(&batch, &BooleanArray::from(keep))?;
             Ok(kept.project(&output)?)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.schema),
-            stream,
-        )))
+        }))
     }
 }
 

@@ -16,6 +16,7 @@ mod access;
 mod catalog;
 mod deletes;
 mod error;
+mod exec;
 pub mod field_id;
 mod filter;
 pub mod mask;

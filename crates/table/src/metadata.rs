@@ -33,51 +33,63 @@ pub async fn metadata_table(
     kind: MetadataTable,
     plaintext: Plaintext<'_>,
 ) -> Result<Arc<dyn TableProvider>> {
+    // Snapshot summaries may name partitions (`partitions.region=EU`, when a writer sets
+    // `write.summary.partition-limit`) and manifest summaries hold bounds of partition
+    // values: shown only when every partition source column is readable in plaintext.
+    let partitions_readable = || partition_sources(table).iter().all(|c| plaintext(c));
     let batch = match kind {
-        MetadataTable::Snapshots => {
-            // Summaries may name partitions (`partitions.region=EU`, when a writer sets
-            // `write.summary.partition-limit`): dropped unless every partition source
-            // column is readable in plaintext.
-            let readable = partition_sources(table).iter().all(|c| plaintext(c));
-            snapshots(table, readable)
-        }
-        MetadataTable::Manifests => {
-            // Partition summaries hold bounds of partition values: only when every
-            // partition source column is readable in plaintext.
-            let readable = partition_sources(table).iter().all(|c| plaintext(c));
-            manifests(table, readable).await?
-        }
+        MetadataTable::Snapshots => snapshots(table, partitions_readable()),
+        MetadataTable::Manifests => manifests(table, partitions_readable()).await?,
         MetadataTable::History => history(table),
         MetadataTable::Refs => refs(table),
         MetadataTable::Files => files(table, plaintext).await?,
         MetadataTable::Partitions => partitions(table, plaintext).await?,
     };
-    mem(vec![batch.map_err(|e| arrow_err(table, e))?])
+    mem(table, batch.map_err(|e| internal(table, e))?)
 }
 
-fn arrow_err(table: &IcebergTableProvider, e: datafusion::arrow::error::ArrowError) -> Error {
-    Error::Iceberg {
+/// An error of building a metadata table of `table`.
+fn iceberg_err(table: &IcebergTableProvider) -> impl Fn(iceberg::Error) -> Error + '_ {
+    |source| Error::Iceberg {
         table: table.name().to_owned(),
-        source: Box::new(iceberg::Error::new(
-            iceberg::ErrorKind::Unexpected,
-            e.to_string(),
-        )),
+        source: Box::new(source),
     }
 }
 
-fn mem(batches: Vec<RecordBatch>) -> Result<Arc<dyn TableProvider>> {
-    let schema = batches
-        .first()
-        .map(|b| b.schema())
-        .unwrap_or_else(|| Arc::new(Schema::empty()));
-    let t = MemTable::try_new(schema, vec![batches]).map_err(|e| Error::Iceberg {
-        table: String::new(),
-        source: Box::new(iceberg::Error::new(
-            iceberg::ErrorKind::Unexpected,
-            e.to_string(),
-        )),
-    })?;
+/// An Arrow or DataFusion failure while building a metadata table of `table`.
+fn internal(table: &IcebergTableProvider, e: impl ToString) -> Error {
+    iceberg_err(table)(iceberg::Error::new(
+        iceberg::ErrorKind::Unexpected,
+        e.to_string(),
+    ))
+}
+
+fn mem(table: &IcebergTableProvider, batch: RecordBatch) -> Result<Arc<dyn TableProvider>> {
+    let t = MemTable::try_new(batch.schema(), vec![vec![batch]]).map_err(|e| internal(table, e))?;
     Ok(Arc::new(t))
+}
+
+/// The schema of the scanned snapshot (the current one if the table has none).
+fn scanned_schema(table: &IcebergTableProvider) -> iceberg::spec::SchemaRef {
+    let m = table.table().metadata();
+    table
+        .snapshot()
+        .and_then(|s| s.schema(m).ok())
+        .unwrap_or_else(|| Arc::clone(m.current_schema()))
+}
+
+/// The manifests of the scanned snapshot.
+async fn manifest_list(table: &IcebergTableProvider) -> Result<Vec<iceberg::spec::ManifestFile>> {
+    let Some(snapshot) = table.snapshot() else {
+        return Ok(vec![]);
+    };
+    let list = table
+        .table()
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(iceberg_err(table))?;
+    Ok(list.consume_entries().into_iter().collect())
 }
 
 fn ms_utc() -> DataType {
@@ -139,27 +151,9 @@ fn snapshots(table: &IcebergTableProvider, partitions: bool) -> BatchResult {
 /// (`region: [APAC, US]`, null/NaN flags) only when `partitions` are readable.
 async fn manifests(table: &IcebergTableProvider, partitions: bool) -> Result<BatchResult> {
     use iceberg::spec::ManifestContentType;
-    let err = |source: iceberg::Error| Error::Iceberg {
-        table: table.name().to_owned(),
-        source: Box::new(source),
-    };
-    let t = table.table();
-    let m = t.metadata();
-    let list = match table.snapshot() {
-        Some(s) => t
-            .manifest_list_reader(s)
-            .load()
-            .await
-            .map_err(err)?
-            .consume_entries()
-            .into_iter()
-            .collect(),
-        None => vec![],
-    };
-    let schema = table
-        .snapshot()
-        .and_then(|s| s.schema(m).ok())
-        .unwrap_or_else(|| Arc::clone(m.current_schema()));
+    let m = table.table().metadata();
+    let list = manifest_list(table).await?;
+    let schema = scanned_schema(table);
     let mut content = Int32Builder::new();
     let mut path = StringBuilder::new();
     let mut length = Int64Builder::new();
@@ -363,18 +357,12 @@ fn top_level(name: &str) -> String {
 
 /// Every live file (data and delete) of the scanned snapshot.
 async fn live_files(table: &IcebergTableProvider) -> Result<Vec<(DataFile, i32)>> {
-    let err = |source: iceberg::Error| Error::Iceberg {
-        table: table.name().to_owned(),
-        source: Box::new(source),
-    };
-    let Some(snapshot) = table.snapshot() else {
-        return Ok(vec![]);
-    };
-    let t = table.table();
-    let list = t.manifest_list_reader(snapshot).load().await.map_err(err)?;
     let mut out = Vec::new();
-    for mf in list.entries() {
-        let manifest = mf.load_manifest(t.file_io()).await.map_err(err)?;
+    for mf in manifest_list(table).await? {
+        let manifest = mf
+            .load_manifest(table.table().file_io())
+            .await
+            .map_err(iceberg_err(table))?;
         for e in manifest.entries() {
             if e.is_alive() {
                 out.push((e.data_file().clone(), mf.partition_spec_id));
@@ -444,10 +432,7 @@ fn files_batch(
     plaintext: Plaintext<'_>,
 ) -> BatchResult {
     let m = table.table().metadata();
-    let schema = table
-        .snapshot()
-        .and_then(|s| s.schema(m).ok())
-        .unwrap_or_else(|| Arc::clone(m.current_schema()));
+    let schema = scanned_schema(table);
     let mut content = Int32Builder::new();
     let mut path = StringBuilder::new();
     let mut format = StringBuilder::new();
@@ -589,10 +574,7 @@ async fn partitions(table: &IcebergTableProvider, plaintext: Plaintext<'_>) -> R
     }
     let all = live_files(table).await?;
     let m = table.table().metadata();
-    let schema = table
-        .snapshot()
-        .and_then(|s| s.schema(m).ok())
-        .unwrap_or_else(|| Arc::clone(m.current_schema()));
+    let schema = scanned_schema(table);
     let mut parts: BTreeMap<(String, i32), Part> = BTreeMap::new();
     for (f, spec) in &all {
         let name = partition_name(

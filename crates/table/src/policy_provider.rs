@@ -30,14 +30,11 @@ use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
-use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use futures::StreamExt;
 
 use crate::access::{SessionAccess, TableAccess};
 use crate::error::Error;
+use crate::exec::{map_batches, mapped_properties, only_child};
 use crate::mask;
 use crate::provider::IcebergTableProvider;
 
@@ -535,12 +532,7 @@ impl PolicyMaskExec {
         schema: SchemaRef,
         principal: String,
     ) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
-            input.properties().output_partitioning().clone(),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let properties = mapped_properties(&input, &schema);
         Self {
             input,
             outputs,
@@ -590,12 +582,8 @@ impl ExecutionPlan for PolicyMaskExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = children
-            .into_iter()
-            .next()
-            .ok_or_else(|| DataFusionError::Internal("no child".into()))?;
         Ok(Arc::new(Self::new(
-            input,
+            only_child("PolicyMaskExec", children)?,
             self.outputs.clone(),
             Arc::clone(&self.schema),
             self.principal.clone(),
@@ -611,8 +599,7 @@ impl ExecutionPlan for PolicyMaskExec {
         let outputs = self.outputs.clone();
         let schema = Arc::clone(&self.schema);
         let s = Arc::clone(&schema);
-        let stream = input.map(move |batch| {
-            let batch = batch?;
+        Ok(map_batches(input, schema, move |batch| {
             let rows = batch.num_rows();
             let cols: Vec<ArrayRef> = outputs
                 .iter()
@@ -634,7 +621,6 @@ impl ExecutionPlan for PolicyMaskExec {
                 cols,
                 &RecordBatchOptions::new().with_row_count(Some(rows)),
             )?)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+        }))
     }
 }

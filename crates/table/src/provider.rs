@@ -111,6 +111,16 @@ pub(crate) fn refs_of(
         .unwrap_or_default()
 }
 
+/// `a, b, c`, or `none`.
+fn listing(items: impl Iterator<Item = String>) -> String {
+    let v: Vec<String> = items.collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
 /// `2024-01-02 03:04:05.678 UTC` for milliseconds since the epoch.
 pub(crate) fn format_ms(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
@@ -160,28 +170,12 @@ impl IcebergTableProvider {
         };
         let snapshot = match &as_of {
             AsOf::Version(id) => m.snapshot_by_id(*id).cloned().ok_or_else(|| {
-                let mut ids: Vec<String> =
-                    m.snapshots().map(|s| s.snapshot_id().to_string()).collect();
-                ids.truncate(20);
-                not_found(format!(
-                    "no snapshot {id} (snapshots: {})",
-                    if ids.is_empty() {
-                        "none".into()
-                    } else {
-                        ids.join(", ")
-                    }
-                ))
+                let ids = m.snapshots().take(20).map(|s| s.snapshot_id().to_string());
+                not_found(format!("no snapshot {id} (snapshots: {})", listing(ids)))
             })?,
             AsOf::Ref(r) => m.snapshot_for_ref(r).cloned().ok_or_else(|| {
-                let refs: Vec<String> = refs_of(m).into_keys().collect();
-                not_found(format!(
-                    "no branch or tag '{r}' (refs: {})",
-                    if refs.is_empty() {
-                        "none".into()
-                    } else {
-                        refs.join(", ")
-                    }
-                ))
+                let refs = refs_of(m).into_keys();
+                not_found(format!("no branch or tag '{r}' (refs: {})", listing(refs)))
             })?,
             AsOf::Timestamp(ms) => {
                 // The snapshot that was current at that time (the snapshot log of main).
@@ -735,11 +729,8 @@ impl ExecutionPlan for IcebergSnapshotExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let input = children.into_iter().next().ok_or_else(|| {
-            datafusion::error::DataFusionError::Internal("IcebergSnapshotExec: no child".into())
-        })?;
         Ok(Arc::new(Self {
-            input,
+            input: crate::exec::only_child("IcebergSnapshotExec", children)?,
             table: self.table.clone(),
             snapshot_id: self.snapshot_id,
             as_of: self.as_of.clone(),
