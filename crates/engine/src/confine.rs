@@ -341,11 +341,13 @@ impl Confinement {
                 }
                 LogicalPlan::Ddl(d) => Err(self.statement(
                     d.name(),
-                    "catalog changes follow the policy's write rules, which are not implemented yet",
+                    "only Iceberg catalogs' schemas and tables can be created or dropped",
                 )),
+                // Writes to catalog tables follow the policy's write rules.
+                LogicalPlan::Dml(d) if clearice_table::dml::is_policy_target(&d.target) => Ok(()),
                 LogicalPlan::Dml(d) => Err(self.statement(
                     &d.op.to_string(),
-                    "table writes follow the policy's write rules, which are not implemented yet",
+                    "only Iceberg catalog tables can be written",
                 )),
                 LogicalPlan::Copy(c) => {
                     writes.push(c.output_url.clone());

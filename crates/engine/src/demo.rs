@@ -144,6 +144,7 @@ async fn write_lake(dir: &Path, options: DemoOptions) -> Result<PathBuf> {
         write_private(&dir.join("keyring.json"), &keyring.to_json())?;
         (keyring, None)
     };
+    let local_kms: Arc<dyn clearice_crypto::Kms> = Arc::new(local_kms);
     let write_providers = service
         .as_ref()
         .map(DemoService::write_providers)
@@ -235,7 +236,7 @@ async fn write_lake(dir: &Path, options: DemoOptions) -> Result<PathBuf> {
             &table,
             &[batch],
             &spec,
-            &local_kms,
+            Arc::clone(&local_kms),
             &write_providers,
         )
         .await?;
@@ -262,7 +263,7 @@ async fn write_lake(dir: &Path, options: DemoOptions) -> Result<PathBuf> {
         &orders,
         &[batch],
         &spec,
-        &local_kms,
+        Arc::clone(&local_kms),
         &write_providers,
     )
     .await?;
@@ -621,6 +622,9 @@ pub fn demo_policy(owner: Option<&str>) -> String {
 # Decisions: plaintext, null, fixed, show_last_4, show_first_4, sha256, truncate_to_year,
 # truncate_to_month, hide, deny. Most specific rule wins (user:NAME over role over "*");
 # a protected column (master_key set) with no matching rule is denied.
+# Writes: `[writes] create` may create and drop schemas and tables (and write tables
+# without their own `write`); a table's `write` may change its rows; a protected column
+# takes values only from its own `write` list. Files are encrypted as the table says.
 
 on_missing_key = "error"
 
@@ -637,23 +641,32 @@ support = {{ roles = ["support"] }}
 [files]
 decrypt = ["admin"]            # who may decrypt standalone files (SELECT FROM 'file.parquet')
 
+[writes]
+create = ["admin"]             # CREATE/DROP SCHEMA and TABLE; writes to tables without `write`
+
 [tables."lake.sales.customers"]
 footer_key = "footer_key"
+write = ["admin"]              # INSERT, DELETE, UPDATE, MERGE, DROP
+export = ["admin"]             # COPY ... TO of decrypted protected columns
 
 [tables."lake.sales.customers".columns.ssn]
 master_key = "pii_key"
+write = ["admin"]
 access = {{ admin = "plaintext", analyst = "show_last_4", support = "null" }}
 
 [tables."lake.sales.customers".columns.email]
 master_key = "pii_key"
+write = ["admin"]
 access = {{ admin = "plaintext", analyst = "sha256", support = "plaintext" }}
 
 [tables."lake.sales.customers".columns.phone]
 master_key = "pii_key"
+write = ["admin"]
 access = {{ admin = "plaintext", analyst = "hide", support = "show_last_4" }}
 
 [tables."lake.sales.customers".columns.balance]
 master_key = "finance_key"
+write = ["admin"]
 access = {{ admin = "plaintext", analyst = "plaintext", support = "hide" }}
 
 [tables."lake.sales.customers".columns.birth_date]
@@ -664,13 +677,17 @@ access = {{ support = "null" }}
 
 [tables."lake.sales.orders"]
 footer_key = "footer_key"
+write = ["admin"]
+export = ["admin"]
 
 [tables."lake.sales.orders".columns.amount]
 master_key = "finance_key"
+write = ["admin"]
 access = {{ admin = "plaintext", analyst = "plaintext", support = "null" }}
 
 [tables."lake.sales.orders".columns.card_number]
 master_key = "finance_key"
+write = ["admin"]
 access = {{ admin = "plaintext", analyst = "deny", support = "show_last_4" }}
 "#
     )

@@ -125,7 +125,9 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
         return match t {
             TableError::UnknownPrincipal { .. }
             | TableError::TableDenied { .. }
-            | TableError::ColumnDenied { .. } => ErrorClass::Denied,
+            | TableError::ColumnDenied { .. }
+            | TableError::WriteDenied { .. } => ErrorClass::Denied,
+            TableError::InvalidWrite { .. } => ErrorClass::InvalidQuery,
             TableError::CatalogOpen { .. }
             | TableError::Iceberg { .. }
             | TableError::Storage { .. } => ErrorClass::Unavailable,

@@ -110,10 +110,15 @@ impl Session {
         if let Some(e) = &self.setup_error {
             return Err(DataFusionError::Execution(e.clone()));
         }
+        if let Some(df) = self.iceberg_ddl(&plan).await? {
+            return Ok(df);
+        }
         if let Some(c) = &self.confine {
             c.check_plan(&plan).await?;
         }
         check_copy_formats(&plan)?;
+        let state = self.ctx.state();
+        clearice_table::dml::check_statement(&plan, &|p| state.optimize(p))?;
         let set = match &plan {
             datafusion::logical_expr::LogicalPlan::Statement(
                 datafusion::logical_expr::Statement::SetVariable(v),
@@ -125,6 +130,163 @@ impl Session {
             self.set_options.lock().expect("set options").push(s);
         }
         Ok(df)
+    }
+
+    /// The Iceberg catalog named `name` (`None`: the default catalog), if it is one.
+    fn iceberg_catalog(&self, name: Option<&str>) -> Option<&Arc<IcebergCatalogProvider>> {
+        let default = self.namespace().0;
+        let name = name.unwrap_or(&default);
+        self.catalogs.iter().find(|c| c.name() == name)
+    }
+
+    /// `catalog.namespace.table` of a table reference, if its catalog is an Iceberg one.
+    fn iceberg_table(
+        &self,
+        r: &datafusion::common::TableReference,
+    ) -> Option<(&Arc<IcebergCatalogProvider>, String, String)> {
+        let (_, default_schema) = self.namespace();
+        let cat = self.iceberg_catalog(r.catalog())?;
+        Some((
+            cat,
+            r.schema().unwrap_or(&default_schema).to_owned(),
+            r.table().to_owned(),
+        ))
+    }
+
+    /// Runs catalog changes on Iceberg catalogs (CREATE/DROP SCHEMA, CREATE TABLE [AS],
+    /// DROP TABLE) under the policy's write rules; `None` for any other statement.
+    async fn iceberg_ddl(
+        &self,
+        plan: &datafusion::logical_expr::LogicalPlan,
+    ) -> Result<Option<datafusion::dataframe::DataFrame>> {
+        use clearice_table::ddl::{Ddl, split_partitioned};
+        use datafusion::common::SchemaReference;
+        use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
+        let LogicalPlan::Ddl(ddl) = plan else {
+            return Ok(None);
+        };
+        let empty = || -> Result<datafusion::dataframe::DataFrame> {
+            Ok(datafusion::dataframe::DataFrame::new(
+                self.ctx.state(),
+                LogicalPlanBuilder::empty(false).build()?,
+            ))
+        };
+        fn runner<'a>(cat: &'a Arc<IcebergCatalogProvider>, access: &'a SessionAccess) -> Ddl<'a> {
+            Ddl {
+                catalog: cat.as_ref(),
+                access,
+            }
+        }
+        match ddl {
+            DdlStatement::CreateCatalogSchema(c) => {
+                let (cat, ns) = match c.schema_name.split_once('.') {
+                    Some((cat, ns)) if self.iceberg_catalog(Some(cat)).is_some() => {
+                        (self.iceberg_catalog(Some(cat)), ns)
+                    }
+                    _ => (self.iceberg_catalog(None), c.schema_name.as_str()),
+                };
+                let Some(cat) = cat else { return Ok(None) };
+                runner(cat, &self.access)
+                    .create_schema(ns, c.if_not_exists)
+                    .await?;
+                Ok(Some(empty()?))
+            }
+            DdlStatement::DropCatalogSchema(d) => {
+                let (cat, ns) = match &d.name {
+                    SchemaReference::Bare { schema } => (self.iceberg_catalog(None), schema),
+                    SchemaReference::Full { schema, catalog } => {
+                        (self.iceberg_catalog(Some(catalog)), schema)
+                    }
+                };
+                let Some(cat) = cat else { return Ok(None) };
+                runner(cat, &self.access)
+                    .drop_schema(ns, d.if_exists, d.cascade)
+                    .await?;
+                Ok(Some(empty()?))
+            }
+            DdlStatement::DropTable(d) => {
+                let Some((cat, ns, table)) = self.iceberg_table(&d.name) else {
+                    return Ok(None);
+                };
+                runner(cat, &self.access)
+                    .drop_table(&ns, &table, d.if_exists)
+                    .await?;
+                Ok(Some(empty()?))
+            }
+            DdlStatement::CreateMemoryTable(c) => {
+                let Some((cat, ns, table)) = self.iceberg_table(&c.name) else {
+                    return Ok(None);
+                };
+                let (table, partitioning) = split_partitioned(&table);
+                if c.or_replace {
+                    return Err(DataFusionError::NotImplemented(format!(
+                        "CREATE OR REPLACE TABLE on Iceberg table '{}.{ns}.{table}' is not supported yet; DROP TABLE, then CREATE TABLE",
+                        cat.name()
+                    )));
+                }
+                let with_rows = !matches!(
+                    c.input.as_ref(),
+                    LogicalPlan::EmptyRelation(e) if !e.produce_one_row
+                );
+                let arrow = c.input.schema().as_arrow().clone();
+                // Like Spark and Trino, CREATE TABLE AS makes every column optional.
+                let arrow = if with_rows {
+                    datafusion::arrow::datatypes::Schema::new(
+                        arrow
+                            .fields()
+                            .iter()
+                            .map(|f| f.as_ref().clone().with_nullable(true))
+                            .collect::<Vec<_>>(),
+                    )
+                } else {
+                    arrow
+                };
+                let ddl = runner(cat, &self.access);
+                let created = ddl
+                    .create_table(&ns, table, &arrow, partitioning, c.if_not_exists)
+                    .await?;
+                if !created || !with_rows {
+                    return Ok(Some(empty()?));
+                }
+                // The rows go in through INSERT: same policy checks, encryption and
+                // audit. If they fail, the new table goes again.
+                let name = datafusion::common::TableReference::full(
+                    cat.name().to_owned(),
+                    ns.clone(),
+                    table.to_owned(),
+                );
+                let inserted = async {
+                    let provider = self.ctx.table_provider(name.clone()).await?;
+                    let insert = LogicalPlanBuilder::insert_into(
+                        c.input.as_ref().clone(),
+                        name.clone(),
+                        datafusion::datasource::provider_as_source(provider),
+                        datafusion::logical_expr::dml::InsertOp::Append,
+                    )?
+                    .build()?;
+                    let state = self.ctx.state();
+                    clearice_table::dml::check_statement(&insert, &|p| state.optimize(p))?;
+                    self.ctx.execute_logical_plan(insert).await?.collect().await
+                }
+                .await;
+                match inserted {
+                    Ok(batches) => Ok(Some(self.ctx.read_batches(batches)?)),
+                    Err(e) => {
+                        let ident = iceberg::TableIdent::new(
+                            iceberg::NamespaceIdent::from_strs(ns.split('.'))
+                                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+                            table.to_owned(),
+                        );
+                        if let Err(d) = cat.iceberg().drop_table(&ident).await {
+                            tracing::warn!(table = %name, error = %d, "table of a failed CREATE TABLE AS not dropped");
+                        }
+                        cat.refresh_now().await;
+                        Err(e)
+                    }
+                }
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Options changed by `SET` statements since the last call (name, value), so a front
@@ -467,18 +629,28 @@ impl PendingAudit {
             });
         }
         for a in self.accesses {
+            // A write reports what it committed (rows written, the new snapshot).
+            let report = a.write.as_ref().map(clearice_table::WriteAudit::report);
+            let (action, snapshot_id, rows) = match report {
+                Some(r) => (r.action, r.snapshot_id, outcome.as_ref().ok().and(r.rows)),
+                None => (
+                    "query".to_owned(),
+                    a.snapshot_id,
+                    outcome.as_ref().ok().copied(),
+                ),
+            };
             out.push(AuditRecord {
                 time: time.clone(),
                 user: self.user.clone(),
                 client: self.client.clone(),
-                action: "query".to_owned(),
+                action,
                 query_id: self.query_id.clone(),
                 sql_sha256: self.sql_sha256.clone(),
                 table: a.table,
-                snapshot_id: a.snapshot_id,
+                snapshot_id,
                 columns: a.columns,
                 allowed: a.allowed,
-                rows: outcome.as_ref().ok().copied(),
+                rows,
                 // A refusal keeps its own reason; other tables get the query's error.
                 error: a.error.or_else(|| outcome.as_ref().err().cloned()),
             });

@@ -23,6 +23,15 @@ struct RawPolicy {
     tables: BTreeMap<Spanned<String>, RawTable>,
     #[serde(default)]
     areas: BTreeMap<Spanned<String>, RawArea>,
+    #[serde(default)]
+    writes: Option<RawWrites>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWrites {
+    #[serde(default)]
+    create: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -71,6 +80,10 @@ struct RawTable {
     #[serde(default)]
     access: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
+    write: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    export: Vec<Spanned<String>>,
+    #[serde(default)]
     columns: BTreeMap<Spanned<String>, RawColumn>,
 }
 
@@ -85,6 +98,8 @@ struct RawColumn {
     on_missing_key: Option<Spanned<String>>,
     #[serde(default)]
     access: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+    #[serde(default)]
+    write: Vec<Spanned<String>>,
 }
 
 /// Who a rule applies to.
@@ -111,6 +126,9 @@ pub struct ColumnPolicy {
     pub on_missing_key: Option<MissingKey>,
     /// Access rules.
     pub rules: Vec<(Subject, Decision)>,
+    /// Who may write values into the column when it is protected (`write`); nobody if
+    /// empty. Unprotected columns follow the table's `write`.
+    pub write: Vec<Subject>,
 }
 
 /// One table's protection and columns.
@@ -128,6 +146,11 @@ pub struct TablePolicy {
     pub provider: Option<String>,
     /// Table-level access rules (no matching rule: allowed).
     pub access: Vec<(Subject, TableDecision)>,
+    /// Who may change the table's rows and definition (INSERT, DELETE, UPDATE, MERGE,
+    /// ALTER, DROP); `None`: the policy's `[writes] create`.
+    pub write: Option<Vec<Subject>>,
+    /// Who may export (`COPY ... TO`) the table's protected columns decrypted.
+    pub export: Vec<Subject>,
     /// Columns by name.
     pub columns: BTreeMap<String, ColumnPolicy>,
 }
@@ -178,6 +201,9 @@ pub struct Policy {
     areas: Vec<Area>,
     tables: BTreeMap<String, TablePolicy>,
     on_missing_key: MissingKey,
+    /// `[writes] create`: who may create and drop schemas and tables, and write tables
+    /// without their own `write`.
+    creators: Vec<Subject>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -230,6 +256,7 @@ impl Policy {
             areas: Vec::new(),
             tables: BTreeMap::new(),
             on_missing_key: MissingKey::Error,
+            creators: vec![Subject::Wildcard],
         }
     }
 
@@ -391,6 +418,7 @@ impl Policy {
                         provider: c.provider.clone(),
                         on_missing_key,
                         rules,
+                        write: c.write.iter().map(&subject).collect::<Result<_>>()?,
                     },
                 );
             }
@@ -402,10 +430,20 @@ impl Policy {
                     aad_prefix: t.aad_prefix.clone(),
                     provider: t.provider.clone(),
                     access,
+                    write: t
+                        .write
+                        .as_ref()
+                        .map(|w| w.iter().map(&subject).collect::<Result<_>>())
+                        .transpose()?,
+                    export: t.export.iter().map(&subject).collect::<Result<_>>()?,
                     columns,
                 },
             );
         }
+        let creators = match &raw.writes {
+            Some(w) => w.create.iter().map(&subject).collect::<Result<_>>()?,
+            None => Vec::new(),
+        };
         Ok(Self {
             source: source.into(),
             users,
@@ -414,6 +452,7 @@ impl Policy {
             areas,
             tables,
             on_missing_key,
+            creators,
         })
     }
 
@@ -471,6 +510,45 @@ impl Policy {
             Subject::User(u) => u == principal,
             Subject::Role(r) => self.roles_of(principal).contains(r),
         }
+    }
+
+    /// Whether `principal` may create and drop schemas and tables (`[writes] create`;
+    /// everyone under an open policy).
+    pub fn may_create(&self, principal: &str) -> bool {
+        self.creators.iter().any(|s| self.matches(s, principal))
+    }
+
+    /// Whether `principal` may change `table`'s rows or definition: the table's `write`,
+    /// else `[writes] create` (everyone under an open policy).
+    pub fn may_write_table(&self, principal: &str, table: &str) -> bool {
+        match self.tables.get(table).and_then(|t| t.write.as_ref()) {
+            Some(w) => w.iter().any(|s| self.matches(s, principal)),
+            None => self.may_create(principal),
+        }
+    }
+
+    /// Whether `principal` may write values into `table.column`: a protected column
+    /// (`master_key`) needs the column's `write`; others follow the table. Under an
+    /// open policy, everyone.
+    pub fn may_write_column(&self, principal: &str, table: &str, column: &str) -> bool {
+        if !self.is_enforcing() {
+            return true;
+        }
+        match self.tables.get(table).and_then(|t| t.columns.get(column)) {
+            Some(c) if c.master_key.is_some() => c.write.iter().any(|s| self.matches(s, principal)),
+            _ => true,
+        }
+    }
+
+    /// Whether `principal` may export `table`'s protected columns decrypted (`export`;
+    /// everyone under an open policy).
+    pub fn may_export(&self, principal: &str, table: &str) -> bool {
+        if !self.is_enforcing() {
+            return true;
+        }
+        self.tables
+            .get(table)
+            .is_some_and(|t| t.export.iter().any(|s| self.matches(s, principal)))
     }
 
     /// A table's policy, by `catalog.namespace.table`.

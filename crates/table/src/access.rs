@@ -19,7 +19,56 @@ pub struct TableAccess {
     pub allowed: bool,
     /// Denial message.
     pub error: Option<String>,
+    /// Set when the statement writes the table (or creates or drops it).
+    pub write: Option<WriteAudit>,
 }
+
+/// What a write did, filled in when it commits: the audit record is written after the
+/// statement ends, so it carries the rows written and the snapshot committed.
+#[derive(Debug, Clone)]
+pub struct WriteAudit(Arc<Mutex<WriteReport>>);
+
+/// The outcome of one write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteReport {
+    /// Audit action: `insert`, `insert_overwrite`, `delete`, `update`, `create_table`,
+    /// `create_table_as`, `drop_table`, `create_schema`, `drop_schema`, `alter_table`.
+    pub action: String,
+    /// The snapshot the write committed (`None` until it commits, or when it wrote none).
+    pub snapshot_id: Option<i64>,
+    /// Rows written (or removed, for `delete`).
+    pub rows: Option<u64>,
+}
+
+impl WriteAudit {
+    /// A write of kind `action`, not committed yet.
+    pub fn new(action: &str) -> Self {
+        Self(Arc::new(Mutex::new(WriteReport {
+            action: action.to_owned(),
+            ..Default::default()
+        })))
+    }
+
+    /// Records the commit.
+    pub fn committed(&self, snapshot_id: Option<i64>, rows: u64) {
+        let mut r = self.0.lock().expect("write report");
+        r.snapshot_id = snapshot_id;
+        r.rows = Some(rows);
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> WriteReport {
+        self.0.lock().expect("write report").clone()
+    }
+}
+
+impl PartialEq for WriteAudit {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for WriteAudit {}
 
 /// What one query read: its table accesses (merged per table). Queries
 /// that run at once in one session each collect their own: [`QueryAccess::scope`] makes
@@ -50,10 +99,11 @@ impl QueryAccess {
 
     fn record(&self, access: TableAccess) {
         let mut all = self.0.accesses.lock().expect("accesses");
-        if let Some(prev) = all
-            .iter_mut()
-            .find(|a| a.table == access.table && a.snapshot_id == access.snapshot_id)
-        {
+        if let Some(prev) = all.iter_mut().find(|a| {
+            a.table == access.table
+                && a.snapshot_id == access.snapshot_id
+                && a.write == access.write
+        }) {
             for c in access.columns {
                 if !prev.columns.iter().any(|p| p.name == c.name) {
                     prev.columns.push(c);

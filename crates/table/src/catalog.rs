@@ -176,6 +176,29 @@ impl IcebergCatalogProvider {
         })
     }
 
+    /// The catalog's name in SQL.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Iceberg catalog.
+    pub fn iceberg(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// Lists namespaces and tables again now (after this session changed them), waiting
+    /// for a refresh under way.
+    pub async fn refresh_now(&self) {
+        let mut listed_at = self.listed_at.lock().await;
+        match list(&self.name, &self.catalog, &self.crypto, &self.stores).await {
+            Ok(schemas) => *self.schemas.write().expect("schemas") = Arc::new(schemas),
+            Err(e) => {
+                tracing::warn!(catalog = %self.name, error = %e, "catalog listing not refreshed")
+            }
+        }
+        *listed_at = std::time::Instant::now();
+    }
+
     fn schemas(&self) -> Arc<Schemas> {
         Arc::clone(&self.schemas.read().expect("schemas"))
     }
@@ -336,7 +359,8 @@ impl IcebergSchemaProvider {
             table,
             Arc::clone(&self.crypto),
             self.stores.clone(),
-        )?;
+        )?
+        .with_catalog(Arc::clone(&self.catalog));
         Ok(Some(match suffix.as_of() {
             Some(as_of) => provider.as_of(as_of.clone())?,
             None => provider,
@@ -411,6 +435,7 @@ impl SchemaProvider for SessionSchemaProvider {
                     .policy()
                     .table_access(self.access.principal(), &table);
                 self.access.record(TableAccess {
+                    write: None,
                     table,
                     snapshot_id: None,
                     columns: vec![],
@@ -432,6 +457,7 @@ impl SchemaProvider for SessionSchemaProvider {
             // table, no statistics of a column not readable in plaintext.
             policy.check_readable(&self.inner.full_name(base))?;
             self.access.record(TableAccess {
+                write: None,
                 table: format!("{}${}", self.inner.full_name(base), kind.name()),
                 snapshot_id: policy.inner().snapshot().map(|s| s.snapshot_id()),
                 columns: vec![],

@@ -116,6 +116,26 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The policy does not let the principal write what the statement writes (checked
+    /// before any file is written).
+    #[error("write denied: {what} (principal '{principal}'; {rule})")]
+    WriteDenied {
+        /// What was refused, naming the table and column.
+        what: String,
+        /// Principal.
+        principal: String,
+        /// Which policy setting decides.
+        rule: String,
+    },
+    /// A write statement that cannot run as written (types, NULLs in required columns,
+    /// partition transforms, a table that exists or does not).
+    #[error("table '{table}': {reason}")]
+    InvalidWrite {
+        /// Table.
+        table: String,
+        /// Why.
+        reason: String,
+    },
     /// Writing data failed.
     #[error("table '{table}': write failed: {reason}")]
     Write {

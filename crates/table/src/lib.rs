@@ -14,7 +14,9 @@
 
 mod access;
 mod catalog;
+pub mod ddl;
 mod deletes;
+pub mod dml;
 mod error;
 mod exec;
 pub mod field_id;
@@ -29,7 +31,7 @@ pub mod storage;
 pub mod travel;
 pub mod write;
 
-pub use access::{QueryAccess, SessionAccess, TableAccess};
+pub use access::{QueryAccess, SessionAccess, TableAccess, WriteAudit, WriteReport};
 pub use catalog::{
     IcebergCatalogProvider, IcebergSchemaProvider, SessionCatalogProvider, SessionSchemaProvider,
     open_hms_catalog, open_rest_catalog, open_sql_catalog, open_sql_catalog_with, redact_uri,

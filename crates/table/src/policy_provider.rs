@@ -127,6 +127,7 @@ impl PolicyTableProvider {
                 policy: policy.source().to_owned(),
             };
             access.record(TableAccess {
+                write: None,
                 table,
                 snapshot_id: inner.snapshot().map(|s| s.snapshot_id()),
                 columns: vec![],
@@ -289,6 +290,7 @@ impl PolicyTableProvider {
     pub fn check_readable(&self, table: &str) -> Result<()> {
         if let Some(e) = self.denial() {
             self.access.record(TableAccess {
+                write: None,
                 table: table.to_owned(),
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
                 columns: vec![],
@@ -305,6 +307,170 @@ impl PolicyTableProvider {
         self.columns
             .iter()
             .any(|c| c.field.name() == name && c.resolved.decision == Decision::Plaintext)
+    }
+
+    /// What a write by this principal needs: table write permission (refused here,
+    /// audited, before anything is written), the policy's encryption of the table's
+    /// files, the KMS and the providers holding column keys.
+    pub fn write_target(&self, action: &str) -> Result<crate::dml::WriteTarget> {
+        let table = self.inner.name().to_owned();
+        let policy = self.access.policy();
+        let principal = self.access.principal();
+        let audit = crate::access::WriteAudit::new(action);
+        let refuse = |e: Error| -> DataFusionError {
+            self.access.record(TableAccess {
+                table: table.clone(),
+                snapshot_id: None,
+                columns: vec![],
+                allowed: false,
+                error: Some(e.to_string()),
+                write: Some(audit.clone()),
+            });
+            e.into()
+        };
+        if !policy.is_known(principal) || !policy.may_write_table(principal, &table) {
+            return Err(refuse(Error::WriteDenied {
+                what: format!("{action} on table '{table}'"),
+                principal: principal.to_owned(),
+                rule: match policy.table(&table).and_then(|t| t.write.as_ref()) {
+                    Some(_) => "not in the table's `write` list".into(),
+                    None => "the table has no `write` list and the principal is not in `[writes] create`".into(),
+                },
+            }));
+        }
+        if let Some(as_of) = self.inner.travelled() {
+            return Err(refuse(Error::InvalidWrite {
+                table: table.clone(),
+                reason: format!("a table named as of {as_of} cannot be written"),
+            }));
+        }
+        let Some(catalog) = self.inner.catalog() else {
+            return Err(refuse(Error::Unsupported {
+                table: table.clone(),
+                what: "writing a table loaded outside a catalog".into(),
+            }));
+        };
+        let tpol = policy.table(&table);
+        let spec = tpol
+            .map(crate::write::EncryptionSpec::from)
+            .unwrap_or_default();
+        // Columns whose master key a crypto provider holds are encrypted by it.
+        let mut by_master_key = BTreeMap::new();
+        for (key, provider) in tpol.map(|t| t.key_providers()).unwrap_or_default() {
+            if provider != clearice_policy::LOCAL_PROVIDER
+                && let Some(p) = self.access.providers().get(&provider)
+            {
+                by_master_key.insert(key, Arc::clone(p));
+            }
+        }
+        // Protected columns this principal may not write: the statement must leave them
+        // NULL (checked on the plan, and again on every row written).
+        let must_be_null = self
+            .inner
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| self.inner.current_name(f))
+            .filter(|n| !policy.may_write_column(principal, &table, n))
+            .collect();
+        self.access.record(TableAccess {
+            table: table.clone(),
+            snapshot_id: None,
+            columns: self.audit_columns(&self.columns.iter().collect::<Vec<_>>()),
+            allowed: true,
+            error: None,
+            write: Some(audit.clone()),
+        });
+        Ok(crate::dml::WriteTarget {
+            name: table,
+            catalog: Arc::clone(catalog),
+            table: self.inner.table().clone(),
+            spec,
+            kms: self.access.resolver().kms().cloned(),
+            providers: crate::write::WriteProviders {
+                by_master_key,
+                context: CallContext {
+                    principal: principal.to_owned(),
+                    file: String::new(),
+                    application: self.inner.application_context(),
+                    credential: self.access.credential().cloned(),
+                },
+            },
+            must_be_null,
+            audit,
+        })
+    }
+
+    /// Refuses an INSERT whose values (`exprs`, one per column of [`TableProvider::schema`]
+    /// in order, as DataFusion plans them) put anything but NULL into a protected column
+    /// the principal may not write.
+    pub fn check_insert(&self, exprs: &[Expr]) -> Result<()> {
+        let table = self.inner.name();
+        let policy = self.access.policy();
+        let principal = self.access.principal();
+        for (c, e) in self.columns.iter().zip(exprs) {
+            let name = self
+                .inner
+                .current_name(&self.inner.schema().fields()[c.inner]);
+            if policy.may_write_column(principal, table, &name) || is_null_literal(e) {
+                continue;
+            }
+            let e = Error::WriteDenied {
+                what: format!("column '{name}' of table '{table}' may not be written"),
+                principal: principal.to_owned(),
+                rule: "a protected column is written only by its `write` list".into(),
+            };
+            self.access.record(TableAccess {
+                table: table.to_owned(),
+                snapshot_id: None,
+                columns: self.audit_columns(&[c]),
+                allowed: false,
+                error: Some(e.to_string()),
+                write: Some(crate::access::WriteAudit::new("insert")),
+            });
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Columns of `projection` the principal sees through a mask (values a write must not
+    /// copy into a table).
+    pub fn masked_columns(&self, projection: Option<&[usize]>) -> Vec<String> {
+        self.projected(projection)
+            .filter(|c| matches!(c.resolved.decision, Decision::Mask(_)))
+            .map(|c| c.field.name().clone())
+            .collect()
+    }
+
+    /// Protected (encrypted) columns of `projection` the principal reads decrypted in
+    /// plaintext (what `COPY ... TO` would write out in the clear).
+    pub fn decrypted_columns(&self, projection: Option<&[usize]>) -> Vec<String> {
+        self.projected(projection)
+            .filter(|c| c.master_key.is_some() && c.resolved.decision == Decision::Plaintext)
+            .map(|c| c.field.name().clone())
+            .collect()
+    }
+
+    /// Whether the principal may export this table's decrypted columns (`export`).
+    pub fn may_export(&self) -> bool {
+        self.access
+            .policy()
+            .may_export(self.access.principal(), self.inner.name())
+    }
+
+    /// The principal.
+    pub fn principal(&self) -> &str {
+        self.access.principal()
+    }
+
+    fn projected<'a>(
+        &'a self,
+        projection: Option<&'a [usize]>,
+    ) -> Box<dyn Iterator<Item = &'a VisibleColumn> + 'a> {
+        match projection {
+            Some(p) => Box::new(p.iter().filter_map(|i| self.columns.get(*i))),
+            None => Box::new(self.columns.iter()),
+        }
     }
 
     fn audit_columns(&self, cols: &[&VisibleColumn]) -> Vec<AuditColumn> {
@@ -331,6 +497,33 @@ impl TableProvider for PolicyTableProvider {
 
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: datafusion::logical_expr::dml::InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        use datafusion::logical_expr::dml::InsertOp;
+        let action = match insert_op {
+            InsertOp::Append => "insert",
+            InsertOp::Overwrite => "insert_overwrite",
+            InsertOp::Replace => {
+                return Err(Error::Unsupported {
+                    table: self.inner.name().to_owned(),
+                    what: "REPLACE INTO (Iceberg tables have no primary key; use MERGE INTO)"
+                        .into(),
+                }
+                .into());
+            }
+        };
+        let target = self.write_target(action)?;
+        Ok(Arc::new(crate::dml::IcebergWriteExec::new(
+            input,
+            Arc::new(target),
+            insert_op == InsertOp::Overwrite,
+        )))
     }
 
     fn supports_filters_pushdown(
@@ -367,6 +560,7 @@ impl TableProvider for PolicyTableProvider {
         };
         if let Some(e) = self.denial() {
             self.access.record(TableAccess {
+                write: None,
                 table,
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
                 columns: self.audit_columns(&projected),
@@ -386,6 +580,7 @@ impl TableProvider for PolicyTableProvider {
                 rule: c.resolved.rule.to_string(),
             };
             self.access.record(TableAccess {
+                write: None,
                 table,
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
                 columns: self.audit_columns(&projected),
@@ -405,6 +600,7 @@ impl TableProvider for PolicyTableProvider {
                 source: Box::new(copy_failure(e)),
             };
             self.access.record(TableAccess {
+                write: None,
                 table,
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
                 columns: self.audit_columns(&projected),
@@ -414,6 +610,7 @@ impl TableProvider for PolicyTableProvider {
             return Err(e.into());
         }
         self.access.record(TableAccess {
+            write: None,
             table: table.clone(),
             snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
             columns: self.audit_columns(&projected),
@@ -622,5 +819,17 @@ impl ExecutionPlan for PolicyMaskExec {
                 &RecordBatchOptions::new().with_row_count(Some(rows)),
             )?)
         }))
+    }
+}
+
+/// Whether `e` is a NULL literal (through casts and aliases): what DataFusion plans for a
+/// column an INSERT does not name.
+fn is_null_literal(e: &Expr) -> bool {
+    match e {
+        Expr::Literal(v, _) => v.is_null(),
+        Expr::Alias(a) => is_null_literal(&a.expr),
+        Expr::Cast(c) => is_null_literal(&c.expr),
+        Expr::TryCast(c) => is_null_literal(&c.expr),
+        _ => false,
     }
 }

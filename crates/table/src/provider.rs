@@ -77,6 +77,8 @@ pub struct IcebergTableProvider {
     snapshot: Option<SnapshotRef>,
     /// How the query named the snapshot (`FOR VERSION AS OF ...`), if it did.
     as_of: Option<AsOf>,
+    /// The catalog the table was loaded from (writes commit there).
+    catalog: Option<Arc<dyn iceberg::Catalog>>,
 }
 
 /// A snapshot named by a query (`FOR VERSION AS OF`, `FOR TIMESTAMP AS OF`).
@@ -158,7 +160,19 @@ impl IcebergTableProvider {
             s3,
             snapshot,
             as_of: None,
+            catalog: None,
         })
+    }
+
+    /// With the catalog the table was loaded from, so SQL writes can commit to it.
+    pub fn with_catalog(mut self, catalog: Arc<dyn iceberg::Catalog>) -> Self {
+        self.catalog = Some(catalog);
+        self
+    }
+
+    /// The catalog the table was loaded from, if known.
+    pub fn catalog(&self) -> Option<&Arc<dyn iceberg::Catalog>> {
+        self.catalog.as_ref()
     }
 
     /// The table as of a snapshot, branch, tag or time, with that snapshot's schema.

@@ -127,6 +127,14 @@ pub fn split_name(name: &str) -> (&str, NameSuffix) {
 /// Rewrites time travel clauses into table names (see the module docs). SQL without
 /// one is returned as is; SQL the tokenizer rejects is left to the parser's message.
 pub fn rewrite_sql(sql: &str) -> Result<Cow<'_, str>> {
+    // `PARTITIONED BY` of CREATE TABLE, then time travel clauses.
+    match crate::ddl::rewrite_create(sql)? {
+        Cow::Borrowed(_) => rewrite_time_travel(sql),
+        Cow::Owned(s) => Ok(Cow::Owned(rewrite_time_travel(&s)?.into_owned())),
+    }
+}
+
+fn rewrite_time_travel(sql: &str) -> Result<Cow<'_, str>> {
     // Fast path: no time travel clause without the word OF.
     if !sql.to_ascii_uppercase().contains("OF") {
         return Ok(Cow::Borrowed(sql));

@@ -79,7 +79,7 @@ pub async fn append_encrypted(
     table: &Table,
     batches: &[RecordBatch],
     spec: &EncryptionSpec,
-    kms: &dyn Kms,
+    kms: Arc<dyn Kms>,
 ) -> Result<Table> {
     append_encrypted_with(
         catalog,
@@ -101,158 +101,293 @@ pub async fn append_encrypted_with(
     table: &Table,
     batches: &[RecordBatch],
     spec: &EncryptionSpec,
-    kms: &dyn Kms,
+    kms: Arc<dyn Kms>,
     providers: &WriteProviders,
 ) -> Result<Table> {
-    let name = table.identifier().to_string();
-    let werr = |reason: String| Error::Write {
-        table: name.clone(),
-        reason,
-    };
-    let schema = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-        .map_err(|source| Error::Iceberg {
-            table: name.clone(),
-            source: Box::new(source),
-        })?;
-    let schema: SchemaRef = Arc::new(schema);
-    if spec.footer_key_id.is_empty() && !spec.column_keys.is_empty() {
-        return Err(werr(
-            "column keys are set but no footer key: PME needs a footer key".into(),
-        ));
-    }
-    for c in spec.column_keys.keys() {
-        if schema.field_with_name(c).is_err() {
-            return Err(werr(format!(
-                "encryption spec names column '{c}', which the table does not have"
-            )));
-        }
-    }
-    if providers.by_master_key.contains_key(&spec.footer_key_id) {
-        return Err(werr(format!(
-            "footer key '{}' is held by a crypto provider: writes need a local footer key",
-            spec.footer_key_id
-        )));
-    }
-    let remote_columns = spec
-        .column_keys
-        .values()
-        .any(|m| providers.by_master_key.contains_key(m));
-    if remote_columns && spec.plaintext_footer {
-        return Err(werr(
-            "columns encrypted by a crypto provider need an encrypted footer".into(),
-        ));
-    }
-    let location = table.metadata().location().trim_end_matches('/').to_owned();
-    let commit_id = format!("{:016x}", rand::random::<u64>());
-    let io = table.file_io();
-    let mut written: Vec<String> = Vec::new();
+    let writer = FileWriter::try_new(table, spec.clone(), Some(kms), providers.clone())?;
     let result = async {
-        let mut data_files = Vec::new();
-        for (partition, batch) in partition_batches(table, &schema, batches).map_err(werr)? {
-            let uri = format!(
-                "{location}/data/{commit_id}-{:05}.parquet",
-                data_files.len()
-            );
-            let mut context = providers.context.clone();
-            context.file = uri.clone();
-            context
-                .application
-                .insert("table".into(), table.identifier().to_string());
-            // Provider-held column keys: key material from the provider, a stand-in key
-            // for parquet-rs.
-            let mut stand_ins = HashMap::new();
-            for master in spec.column_keys.values() {
-                let Some(provider) = providers.by_master_key.get(master) else {
-                    continue;
-                };
-                if stand_ins.contains_key(master) {
-                    continue;
-                }
-                let made = provider
-                    .new_data_key(&context, master, false)
-                    .await
-                    .map_err(|e| werr(format!("'{uri}': {e}")))?;
-                stand_ins.insert(
-                    master.clone(),
-                    ProviderColumnKey {
-                        stand_in: SecretKey::from_bytes(rand::random::<[u8; 16]>().to_vec()),
-                        key_metadata: made.key_metadata,
-                        provider: Arc::clone(provider),
-                    },
-                );
-            }
-            let (mut bytes, footer_key) = write_file(&schema, &batch, spec, kms, &stand_ins)
-                .map_err(|e| werr(format!("'{uri}': {e}")))?;
-            match footer_key {
-                Some(footer_key) if !stand_ins.is_empty() => {
-                    let keys: Vec<ProviderColumnKey> = stand_ins.into_values().collect();
-                    crate::pme::rekey(
-                        &mut bytes,
-                        &footer_key,
-                        spec.aad_prefix.as_deref(),
-                        &keys,
-                        &context,
-                    )
-                    .await
-                    .map_err(|e| werr(format!("'{uri}': {e}")))?;
-                }
-                _ => {}
-            }
-            let size = bytes.len() as u64;
-            // One create-only put: the object is there whole or not at all, and a name
-            // someone else holds is never overwritten (nor removed by the cleanup below).
-            io.new_output(&uri)
-                .map_err(|e| werr(format!("'{uri}': {e}")))?
-                .write(bytes.into())
-                .await
-                .map_err(|e| werr(format!("'{uri}': {e}")))?;
-            written.push(uri.clone());
-            let metrics =
-                plaintext_metrics(table.metadata().current_schema(), &batch, spec).map_err(werr)?;
-            data_files.push(
-                data_file(
-                    table,
-                    uri,
-                    partition,
-                    batch.num_rows() as u64,
-                    size,
-                    metrics,
-                )
-                .map_err(werr)?,
-            );
-        }
-        let tx = Transaction::new(table);
-        let tx = tx
-            .fast_append()
-            .add_data_files(data_files)
-            .apply(tx)
+        let files = writer.write(batches.to_vec()).await?;
+        commit_append(catalog, table, files, BTreeMap::new()).await
+    }
+    .await;
+    if result.is_err() {
+        writer.abort().await;
+    }
+    result
+}
+
+/// Writes the data files of one statement: rows split by the table's partition spec,
+/// encoded and encrypted on blocking threads, each file put whole with one create-only
+/// request. [`FileWriter::abort`] removes every file it wrote (a failed statement
+/// leaves nothing behind).
+#[derive(Debug)]
+pub struct FileWriter {
+    table: Table,
+    name: String,
+    schema: SchemaRef,
+    spec: Arc<EncryptionSpec>,
+    kms: Option<Arc<dyn Kms>>,
+    providers: WriteProviders,
+    /// Files are named `data/<commit id>-<n>.parquet`.
+    commit_id: String,
+    next_file: std::sync::atomic::AtomicUsize,
+    written: std::sync::Mutex<Vec<String>>,
+}
+
+impl FileWriter {
+    /// A writer of `table`'s files under `spec`; checks the spec against the table.
+    pub fn try_new(
+        table: &Table,
+        spec: EncryptionSpec,
+        kms: Option<Arc<dyn Kms>>,
+        providers: WriteProviders,
+    ) -> Result<Self> {
+        let name = table.identifier().to_string();
+        let werr = |reason: String| Error::Write {
+            table: name.clone(),
+            reason,
+        };
+        let schema = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
             .map_err(|source| Error::Iceberg {
                 table: name.clone(),
                 source: Box::new(source),
             })?;
-        tx.commit(catalog).await.map_err(|source| Error::Iceberg {
-            table: name.clone(),
-            source: Box::new(source),
+        if spec.footer_key_id.is_empty() && !spec.column_keys.is_empty() {
+            return Err(werr(
+                "column keys are set but no footer key: PME needs a footer key".into(),
+            ));
+        }
+        if !spec.footer_key_id.is_empty() && kms.is_none() {
+            return Err(werr(format!(
+                "the policy encrypts it under footer key '{}' but no KMS is configured ([kms])",
+                spec.footer_key_id
+            )));
+        }
+        for c in spec.column_keys.keys() {
+            if schema.field_with_name(c).is_err() {
+                return Err(werr(format!(
+                    "encryption spec names column '{c}', which the table does not have"
+                )));
+            }
+        }
+        if providers.by_master_key.contains_key(&spec.footer_key_id) {
+            return Err(werr(format!(
+                "footer key '{}' is held by a crypto provider: writes need a local footer key",
+                spec.footer_key_id
+            )));
+        }
+        let remote_columns = spec
+            .column_keys
+            .values()
+            .any(|m| providers.by_master_key.contains_key(m));
+        if remote_columns && spec.plaintext_footer {
+            return Err(werr(
+                "columns encrypted by a crypto provider need an encrypted footer".into(),
+            ));
+        }
+        Ok(Self {
+            table: table.clone(),
+            name,
+            schema: Arc::new(schema),
+            spec: Arc::new(spec),
+            kms,
+            providers,
+            commit_id: format!("{:016x}", rand::random::<u64>()),
+            next_file: Default::default(),
+            written: Default::default(),
         })
     }
-    .await;
-    if result.is_err() {
+
+    /// The table's Arrow schema (field ids in the metadata): what [`FileWriter::write`]
+    /// takes.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn err(&self, reason: String) -> Error {
+        Error::Write {
+            table: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// Writes `batches` (the table's schema) as one file per partition value and
+    /// returns the files' manifest entries (not committed).
+    pub async fn write(&self, batches: Vec<RecordBatch>) -> Result<Vec<DataFile>> {
+        if batches.iter().all(|b| b.num_rows() == 0) {
+            return Ok(vec![]);
+        }
+        let (table, schema) = (self.table.clone(), Arc::clone(&self.schema));
+        let parts = datafusion::common::runtime::SpawnedTask::spawn_blocking(move || {
+            partition_batches(&table, &schema, &batches)
+        })
+        .join()
+        .await
+        .map_err(|e| self.err(e.to_string()))?
+        .map_err(|e| self.err(e))?;
+        let mut files = Vec::with_capacity(parts.len());
+        for (partition, batch) in parts {
+            files.push(self.write_file(partition, batch).await?);
+        }
+        Ok(files)
+    }
+
+    async fn write_file(&self, partition: Struct, batch: RecordBatch) -> Result<DataFile> {
+        let n = self
+            .next_file
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let location = self.table.metadata().location().trim_end_matches('/');
+        let uri = format!("{location}/data/{}-{n:05}.parquet", self.commit_id);
+        let werr = |e: String| self.err(format!("'{uri}': {e}"));
+        let mut context = self.providers.context.clone();
+        context.file = uri.clone();
+        context
+            .application
+            .insert("table".into(), self.name.clone());
+        // Provider-held column keys: key material from the provider, a stand-in key for
+        // parquet-rs.
+        let mut stand_ins = HashMap::new();
+        for master in self.spec.column_keys.values() {
+            let Some(provider) = self.providers.by_master_key.get(master) else {
+                continue;
+            };
+            if stand_ins.contains_key(master) {
+                continue;
+            }
+            let made = provider
+                .new_data_key(&context, master, false)
+                .await
+                .map_err(|e| werr(e.to_string()))?;
+            stand_ins.insert(
+                master.clone(),
+                ProviderColumnKey {
+                    stand_in: SecretKey::from_bytes(rand::random::<[u8; 16]>().to_vec()),
+                    key_metadata: made.key_metadata,
+                    provider: Arc::clone(provider),
+                },
+            );
+        }
+        // Encoding, encryption, key wrapping (a KMS call) and metrics: a blocking thread.
+        let (schema, spec, kms) = (
+            Arc::clone(&self.schema),
+            Arc::clone(&self.spec),
+            self.kms.clone(),
+        );
+        let ischema = Arc::clone(self.table.metadata().current_schema());
+        let rows = batch.num_rows() as u64;
+        let (encoded, stand_ins) =
+            datafusion::common::runtime::SpawnedTask::spawn_blocking(move || {
+                let encoded = write_file(&schema, &batch, &spec, kms.as_deref(), &stand_ins)
+                    .and_then(|(bytes, footer)| {
+                        let metrics = plaintext_metrics(&ischema, &batch, &spec)?;
+                        Ok((bytes, footer, metrics))
+                    });
+                (encoded, stand_ins)
+            })
+            .join()
+            .await
+            .map_err(|e| werr(e.to_string()))?;
+        let (mut bytes, footer_key, metrics) = encoded.map_err(&werr)?;
+        if let Some(footer_key) = footer_key
+            && !stand_ins.is_empty()
+        {
+            let keys: Vec<ProviderColumnKey> = stand_ins.into_values().collect();
+            crate::pme::rekey(
+                &mut bytes,
+                &footer_key,
+                self.spec.aad_prefix.as_deref(),
+                &keys,
+                &context,
+            )
+            .await
+            .map_err(|e| werr(e.to_string()))?;
+        }
+        let size = bytes.len() as u64;
+        // One create-only put: the object is there whole or not at all, and a name
+        // someone else holds is never overwritten (nor removed by `abort`).
+        let io = self.table.file_io();
+        io.new_output(&uri)
+            .map_err(|e| werr(e.to_string()))?
+            .write(bytes.into())
+            .await
+            .map_err(|e| werr(e.to_string()))?;
+        self.written.lock().expect("written").push(uri.clone());
+        data_file(&self.table, uri.clone(), partition, rows, size, metrics).map_err(werr)
+    }
+
+    /// Removes every file this writer wrote (the statement failed before its commit).
+    pub async fn abort(&self) {
+        let written = std::mem::take(&mut *self.written.lock().expect("written"));
+        let io = self.table.file_io();
         for uri in &written {
             if let Err(e) = io.delete(uri).await {
                 tracing::warn!(file = %uri, error = %e, "file of a failed write not removed");
             }
         }
     }
-    result
 }
 
-/// Encodes and encrypts one data file in memory (CPU work on the caller's task: its
-/// callers are demo init and tests; SQL writes will run it on a blocking thread).
+/// Commit attempts of one write before a conflict is reported.
+const COMMIT_ATTEMPTS: usize = 6;
+
+/// Appends `files` to `table` in one snapshot (Iceberg fast append). A concurrent commit
+/// (the catalog refuses ours) is retried on the table as it is then, as long as its
+/// partition spec is still the one the files were written for.
+pub async fn commit_append(
+    catalog: &dyn Catalog,
+    table: &Table,
+    files: Vec<DataFile>,
+    properties: BTreeMap<String, String>,
+) -> Result<Table> {
+    let name = table.identifier().to_string();
+    let ierr = |source: iceberg::Error| Error::Iceberg {
+        table: name.clone(),
+        source: Box::new(source),
+    };
+    let spec_id = table.metadata().default_partition_spec_id();
+    let mut current = table.clone();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let tx = Transaction::new(&current);
+        let tx = tx
+            .fast_append()
+            .add_data_files(files.clone())
+            .set_snapshot_properties(properties.clone().into_iter().collect())
+            .apply(tx)
+            .map_err(ierr)?;
+        match tx.commit(catalog).await {
+            Ok(t) => return Ok(t),
+            Err(e)
+                if attempt < COMMIT_ATTEMPTS
+                    && (e.retryable()
+                        || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts) =>
+            {
+                tracing::debug!(table = %name, attempt, error = %e, "commit conflict, retrying");
+                let backoff = 20u64 << attempt.min(5);
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    backoff + rand::random::<u64>() % backoff,
+                ))
+                .await;
+                current = catalog.load_table(table.identifier()).await.map_err(ierr)?;
+                if current.metadata().default_partition_spec_id() != spec_id {
+                    return Err(Error::Write {
+                        table: name.clone(),
+                        reason: "the table's partition spec changed while writing; run the statement again".into(),
+                    });
+                }
+            }
+            Err(e) => return Err(ierr(e)),
+        }
+    }
+}
+
+/// Encodes and encrypts one data file in memory (CPU work: run on a blocking thread).
 fn write_file(
     schema: &SchemaRef,
     batch: &RecordBatch,
     spec: &EncryptionSpec,
-    kms: &dyn Kms,
+    kms: Option<&dyn Kms>,
     stand_ins: &HashMap<String, ProviderColumnKey>,
 ) -> std::result::Result<(Vec<u8>, Option<SecretKey>), String> {
     let mut footer_key = None;
@@ -264,6 +399,7 @@ fn write_file(
         .set_data_page_row_count_limit(8192)
         .set_bloom_filter_enabled(false);
     if !spec.footer_key_id.is_empty() {
+        let kms = kms.ok_or("no KMS for the footer key")?;
         let mut keys = KeyMaterialWriter::new(kms);
         let (footer, footer_md) = keys
             .data_key(&spec.footer_key_id, true)

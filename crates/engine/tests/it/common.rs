@@ -78,7 +78,7 @@ pub async fn write_id_ssn_table(
     catalog: &dyn iceberg::Catalog,
     ns: &iceberg::NamespaceIdent,
     name: &str,
-    kms: &clearice_crypto::KeyringKms,
+    kms: &Arc<dyn clearice_crypto::Kms>,
     (footer_key, column_key): (&str, &str),
     ssns: &[&str],
 ) {
@@ -118,7 +118,7 @@ pub async fn write_id_ssn_table(
         plaintext_footer: false,
         aad_prefix: None,
     };
-    clearice_table::write::append_encrypted(catalog, &table, &[batch], &spec, kms)
+    clearice_table::write::append_encrypted(catalog, &table, &[batch], &spec, Arc::clone(kms))
         .await
         .unwrap();
 }

@@ -268,7 +268,7 @@ async fn tables_created_or_dropped_by_other_writers_show_up_without_a_restart() 
         &table,
         &[batch],
         &clearice_table::write::EncryptionSpec::default(),
-        engine.key_resolver().kms().unwrap().as_ref(),
+        Arc::clone(engine.key_resolver().kms().unwrap()),
     )
     .await
     .unwrap();

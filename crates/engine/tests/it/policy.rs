@@ -464,7 +464,7 @@ async fn a_table_policy_aad_prefix_binds_files_to_their_table() {
         &table,
         &[batch],
         &spec,
-        engine.key_resolver().kms().unwrap().as_ref(),
+        Arc::clone(engine.key_resolver().kms().unwrap()),
     )
     .await
     .unwrap();

@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 
-use clearice_crypto::KeyringKms;
+use std::sync::Arc;
+
+use clearice_crypto::{KeyringKms, Kms};
 use iceberg::{Catalog, NamespaceIdent};
 use serde_json::Value;
 
@@ -26,7 +28,7 @@ fn pg_uri() -> Option<String> {
 const KEYRING: &str =
     r#"{"footer_key": "AAECAwQFBgcICQoLDA0ODw==", "pii_key": "EBESExQVFhcYGRobHB0eHw=="}"#;
 
-async fn write_table(catalog: &dyn Catalog, ns: &NamespaceIdent, name: &str, kms: &KeyringKms) {
+async fn write_table(catalog: &dyn Catalog, ns: &NamespaceIdent, name: &str, kms: &Arc<dyn Kms>) {
     let ssns = ["123-45-6789", "987-65-4321"];
     write_id_ssn_table(catalog, ns, name, kms, ("footer_key", "pii_key"), &ssns).await;
 }
@@ -37,7 +39,7 @@ async fn encrypted_table_in_a_postgresql_catalog_reads_under_the_policy() {
     let tmp = tempfile::tempdir().unwrap();
     let warehouse = format!("file://{}/warehouse", tmp.path().display());
     std::fs::write(tmp.path().join("keyring.json"), KEYRING).unwrap();
-    let kms = KeyringKms::from_json(KEYRING).unwrap();
+    let kms: Arc<dyn Kms> = Arc::new(KeyringKms::from_json(KEYRING).unwrap());
     // a namespace of its own, so runs against the same server do not meet
     let ns_name = format!("t{:016x}", rand::random::<u64>());
     let ns = NamespaceIdent::new(ns_name.clone());

@@ -3,7 +3,9 @@
 //! table written before the rotation (internal material, old version) and one written
 //! after it (new version) all read; the old wrapping is gone from the side file.
 
-use clearice_crypto::KeyringKms;
+use std::sync::Arc;
+
+use clearice_crypto::{KeyringKms, Kms};
 use clearice_engine::{Config, rotate_master_key};
 use iceberg::{Catalog, NamespaceIdent};
 use serde_json::Value;
@@ -12,7 +14,7 @@ use crate::common::*;
 
 const KEYRING: &str = r#"{"kf": "MDEyMzQ1Njc4OTAxMjM0NQ==", "kc1": "MTIzNDU2Nzg5MDEyMzQ1MA==", "kc2": "MTIzNDU2Nzg5MDEyMzQ1MQ=="}"#;
 
-async fn write(catalog: &dyn Catalog, name: &str, kms: &KeyringKms, ssn: &str) {
+async fn write(catalog: &dyn Catalog, name: &str, kms: &Arc<dyn Kms>, ssn: &str) {
     let ns = NamespaceIdent::new("sales".into());
     write_id_ssn_table(catalog, &ns, name, kms, ("kf", "kc1"), &[ssn]).await;
 }
@@ -59,7 +61,7 @@ async fn rotation_rewraps_side_files_and_old_and_new_files_read() {
         .create_namespace(&NamespaceIdent::new("sales".into()), Default::default())
         .await
         .unwrap();
-    let v1 = KeyringKms::from_json(KEYRING).unwrap();
+    let v1: Arc<dyn Kms> = Arc::new(KeyringKms::from_json(KEYRING).unwrap());
     write(catalog.as_ref(), "before", &v1, "111-11-1111").await;
     let side_before = std::fs::read_to_string(ext.join(&side)).unwrap();
     let data_before = std::fs::read(ext.join(java)).unwrap();
@@ -76,7 +78,7 @@ async fn rotation_rewraps_side_files_and_old_and_new_files_read() {
     assert_eq!(old.len(), 1);
     assert!(!new.contains(&old[0]), "old wrapping still present");
     // A table written after the rotation (the new version wraps).
-    let v2 = KeyringKms::from_file(&dir.join("keyring.json")).unwrap();
+    let v2: Arc<dyn Kms> = Arc::new(KeyringKms::from_file(&dir.join("keyring.json")).unwrap());
     write(catalog.as_ref(), "after", &v2, "222-22-2222").await;
 
     let engine = engine(&dir, &config_text).await;

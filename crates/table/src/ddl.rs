@@ -1,0 +1,629 @@
+//! Catalog changes through SQL: `CREATE SCHEMA`, `DROP SCHEMA`, `CREATE TABLE` (with
+//! columns or `AS SELECT`, optionally `PARTITIONED BY`), `DROP TABLE`, on Iceberg
+//! catalogs, under the policy's write rules (`[writes] create`, a table's `write`).
+//!
+//! DataFusion's parser has no `PARTITIONED BY` with transforms (Spark's and Trino's
+//! syntax), so the clause is rewritten into the table name before parsing, as time
+//! travel is:
+//!
+//! ```text
+//!  CREATE TABLE t PARTITIONED BY (region, days(ts)) AS SELECT …
+//!      ─▶ CREATE TABLE "t@partitioned_by=region, days(ts)" AS SELECT …
+//! ```
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, TimeUnit};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
+use iceberg::spec::{Transform, UnboundPartitionSpec};
+use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+
+use crate::access::{SessionAccess, TableAccess, WriteAudit};
+use crate::catalog::IcebergCatalogProvider;
+use crate::error::Error;
+
+/// The table-name suffix carrying a `PARTITIONED BY` clause.
+const PARTITIONED_BY: &str = "@partitioned_by=";
+
+/// Splits `t@partitioned_by=…` into the table name and the clause's terms.
+pub fn split_partitioned(name: &str) -> (&str, Option<&str>) {
+    match name.split_once(PARTITIONED_BY) {
+        Some((t, terms)) => (t, Some(terms)),
+        None => (name, None),
+    }
+}
+
+fn is_kw(t: &Token, k: Keyword) -> bool {
+    matches!(t, Token::Word(w) if w.keyword == k && w.quote_style.is_none())
+}
+
+fn significant(tokens: &[Token]) -> Vec<usize> {
+    tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t, Token::Whitespace(_)))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Rewrites `CREATE TABLE name … [USING iceberg] PARTITIONED BY (terms) …` into
+/// `CREATE TABLE "name@partitioned_by=terms" …` (see the module docs); `USING iceberg`
+/// (Spark) is dropped. Other SQL is returned as is.
+pub fn rewrite_create(sql: &str) -> Result<Cow<'_, str>> {
+    let upper = sql.to_ascii_uppercase();
+    if !upper.contains("CREATE") || !(upper.contains("PARTITIONED") || upper.contains("USING")) {
+        return Ok(Cow::Borrowed(sql));
+    }
+    let Ok(all) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+        return Ok(Cow::Borrowed(sql));
+    };
+    // Statement by statement (a script has several).
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut changed = false;
+    for stmt in all.split_inclusive(|t| matches!(t, Token::SemiColon)) {
+        match rewrite_statement(stmt)? {
+            Some(s) => {
+                out.push_str(&s);
+                changed = true;
+            }
+            None => out.extend(stmt.iter().map(|t| t.to_string())),
+        }
+    }
+    Ok(if changed {
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(sql)
+    })
+}
+
+/// [`rewrite_create`] of one statement's tokens; `None` if unchanged.
+fn rewrite_statement(tokens: &[Token]) -> Result<Option<String>> {
+    let sig = significant(tokens);
+    let at = |k: usize| sig.get(k).map(|&i| &tokens[i]);
+    // CREATE [OR REPLACE] TABLE [IF NOT EXISTS] name
+    let mut k = 0;
+    if !at(k).is_some_and(|t| is_kw(t, Keyword::CREATE)) {
+        return Ok(None);
+    }
+    k += 1;
+    if at(k).is_some_and(|t| is_kw(t, Keyword::OR)) {
+        k += 2;
+    }
+    if !at(k).is_some_and(|t| is_kw(t, Keyword::TABLE)) {
+        return Ok(None);
+    }
+    k += 1;
+    if at(k).is_some_and(|t| is_kw(t, Keyword::IF)) {
+        k += 3;
+    }
+    // The name: words joined by periods; its last word gets the suffix.
+    let mut name_last = None;
+    while let Some(Token::Word(_)) = at(k) {
+        name_last = Some(sig[k]);
+        if matches!(at(k + 1), Some(Token::Period)) {
+            k += 2;
+        } else {
+            k += 1;
+            break;
+        }
+    }
+    let Some(name_last) = name_last else {
+        return Ok(None);
+    };
+    // Find the clauses at parenthesis depth 0.
+    let mut depth = 0i32;
+    let mut remove: Vec<(usize, usize)> = Vec::new();
+    let mut terms: Option<String> = None;
+    let mut j = k;
+    while j < sig.len() {
+        let t = &tokens[sig[j]];
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ if depth == 0 && is_kw(t, Keyword::AS) => break,
+            _ if depth == 0
+                && is_kw(t, Keyword::USING)
+                && matches!(at(j + 1), Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("iceberg")) =>
+            {
+                remove.push((sig[j], sig[j + 1]));
+                j += 2;
+                continue;
+            }
+            _ if depth == 0
+                && is_kw(t, Keyword::PARTITIONED)
+                && at(j + 1).is_some_and(|t| is_kw(t, Keyword::BY))
+                && matches!(at(j + 2), Some(Token::LParen)) =>
+            {
+                // The balanced parentheses after BY.
+                let open = j + 2;
+                let mut d = 0i32;
+                let mut close = None;
+                for (m, &i) in sig.iter().enumerate().skip(open) {
+                    match tokens[i] {
+                        Token::LParen => d += 1,
+                        Token::RParen => {
+                            d -= 1;
+                            if d == 0 {
+                                close = Some(m);
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let Some(close) = close else {
+                    return Err(DataFusionError::Plan(
+                        "PARTITIONED BY: unbalanced parentheses".into(),
+                    ));
+                };
+                let text: String = tokens[sig[open] + 1..sig[close]]
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect();
+                if text.contains('"') {
+                    return Err(DataFusionError::Plan(
+                        "PARTITIONED BY: quoted column names are not supported here; name the columns without quotes".into(),
+                    ));
+                }
+                terms = Some(text.trim().to_owned());
+                remove.push((sig[j], sig[close]));
+                j = close + 1;
+                continue;
+            }
+            _ => {}
+        }
+        j += 1;
+    }
+    if remove.is_empty() {
+        return Ok(None);
+    }
+    let mut out = String::new();
+    for (i, t) in tokens.iter().enumerate() {
+        if remove.iter().any(|(a, b)| (*a..=*b).contains(&i)) {
+            continue;
+        }
+        if i == name_last
+            && let Some(terms) = &terms
+            && let Token::Word(w) = t
+        {
+            let base = if w.quote_style.is_some() {
+                w.value.clone()
+            } else {
+                w.value.to_lowercase()
+            };
+            out.push_str(
+                &Token::Word(Word {
+                    value: format!("{base}{PARTITIONED_BY}{terms}"),
+                    quote_style: Some('"'),
+                    keyword: Keyword::NoKeyword,
+                })
+                .to_string(),
+            );
+            continue;
+        }
+        out.push_str(&t.to_string());
+    }
+    Ok(Some(out))
+}
+
+/// One `PARTITIONED BY` term: a source column and a transform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionTerm {
+    /// Source column.
+    pub column: String,
+    /// Iceberg transform.
+    pub transform: Transform,
+}
+
+/// Parses `region, days(ts), bucket(16, id), truncate(id, 4)` (Spark's and Trino's
+/// names: `year`/`years`, `month`/`months`, `day`/`days`, `hour`/`hours`, `bucket`,
+/// `truncate`, with the number first or last).
+pub fn parse_partitioning(text: &str) -> Result<Vec<PartitionTerm>, String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut start = 0;
+    let mut parts = Vec::new();
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    for p in parts {
+        let p = p.trim();
+        if p.is_empty() {
+            return Err("PARTITIONED BY has an empty term".into());
+        }
+        let Some((func, rest)) = p.split_once('(') else {
+            out.push(PartitionTerm {
+                column: p.to_lowercase(),
+                transform: Transform::Identity,
+            });
+            continue;
+        };
+        let args: Vec<&str> = rest
+            .trim_end()
+            .strip_suffix(')')
+            .ok_or_else(|| format!("PARTITIONED BY term '{p}' is not closed"))?
+            .split(',')
+            .map(str::trim)
+            .collect();
+        let func = func.trim().to_lowercase();
+        let one = |t: Transform| -> Result<PartitionTerm, String> {
+            match args.as_slice() {
+                [c] => Ok(PartitionTerm {
+                    column: c.to_lowercase(),
+                    transform: t,
+                }),
+                _ => Err(format!("PARTITIONED BY {func}(column) takes one column")),
+            }
+        };
+        let with_n = |make: fn(u32) -> Transform| -> Result<PartitionTerm, String> {
+            let (n, c) = match args.as_slice() {
+                [a, b] if a.parse::<u32>().is_ok() => (a.parse::<u32>().expect("number"), b),
+                [a, b] if b.parse::<u32>().is_ok() => (b.parse::<u32>().expect("number"), a),
+                _ => {
+                    return Err(format!(
+                        "PARTITIONED BY {func}(n, column) takes a number and a column"
+                    ));
+                }
+            };
+            if n == 0 {
+                return Err(format!(
+                    "PARTITIONED BY {func}: the number must be positive"
+                ));
+            }
+            Ok(PartitionTerm {
+                column: c.to_lowercase(),
+                transform: make(n),
+            })
+        };
+        out.push(match func.as_str() {
+            "identity" => one(Transform::Identity)?,
+            "year" | "years" => one(Transform::Year)?,
+            "month" | "months" => one(Transform::Month)?,
+            "day" | "days" | "date" => one(Transform::Day)?,
+            "hour" | "hours" | "date_hour" => one(Transform::Hour)?,
+            "bucket" => with_n(Transform::Bucket)?,
+            "truncate" => with_n(Transform::Truncate)?,
+            other => {
+                return Err(format!(
+                    "PARTITIONED BY: unknown transform '{other}' (identity, year, month, day, hour, bucket, truncate)"
+                ));
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// An Arrow schema Iceberg can hold: the types DataFusion produces mapped to Iceberg's
+/// (views and large types to plain, small integers to int, timestamps to microseconds).
+pub fn iceberg_compatible(schema: &ArrowSchema) -> ArrowSchema {
+    fn ty(t: &DataType) -> DataType {
+        match t {
+            DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+            DataType::BinaryView | DataType::LargeBinary => DataType::Binary,
+            DataType::Int8 | DataType::Int16 | DataType::UInt8 | DataType::UInt16 => {
+                DataType::Int32
+            }
+            DataType::UInt32 => DataType::Int64,
+            DataType::Float16 => DataType::Float32,
+            DataType::Date64 => DataType::Date32,
+            DataType::Timestamp(TimeUnit::Second | TimeUnit::Millisecond, tz) => {
+                DataType::Timestamp(TimeUnit::Microsecond, tz.clone())
+            }
+            DataType::Dictionary(_, v) => ty(v),
+            other => other.clone(),
+        }
+    }
+    ArrowSchema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), ty(f.data_type()), f.is_nullable()))
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Catalog changes of one session, checked against the policy and audited.
+pub struct Ddl<'a> {
+    /// The Iceberg catalog changed.
+    pub catalog: &'a IcebergCatalogProvider,
+    /// Who asks.
+    pub access: &'a SessionAccess,
+}
+
+fn namespace(ns: &str) -> NamespaceIdent {
+    NamespaceIdent::from_vec(ns.split('.').map(str::to_owned).collect())
+        .unwrap_or_else(|_| NamespaceIdent::new(ns.to_owned()))
+}
+
+impl Ddl<'_> {
+    fn record(&self, target: &str, action: &str, error: Option<String>) -> WriteAudit {
+        let audit = WriteAudit::new(action);
+        if error.is_none() {
+            audit.committed(None, 0);
+        }
+        self.access.record(TableAccess {
+            table: target.to_owned(),
+            snapshot_id: None,
+            columns: vec![],
+            allowed: error.is_none(),
+            error,
+            write: Some(audit.clone()),
+        });
+        audit
+    }
+
+    fn iceberg_err(&self, target: &str, source: iceberg::Error) -> DataFusionError {
+        Error::Iceberg {
+            table: target.to_owned(),
+            source: Box::new(source),
+        }
+        .into()
+    }
+
+    /// Refuses (audited) unless the principal may create and drop schemas and tables.
+    fn check_create(&self, target: &str, action: &str) -> Result<()> {
+        let policy = self.access.policy();
+        let principal = self.access.principal();
+        if policy.is_known(principal) && policy.may_create(principal) {
+            return Ok(());
+        }
+        let e = Error::WriteDenied {
+            what: format!("{action} '{target}'"),
+            principal: principal.to_owned(),
+            rule: "not in the policy's `[writes] create`".into(),
+        };
+        self.record(target, action, Some(e.to_string()));
+        Err(e.into())
+    }
+
+    /// `CREATE SCHEMA [IF NOT EXISTS] catalog.ns`.
+    pub async fn create_schema(&self, ns: &str, if_not_exists: bool) -> Result<()> {
+        let target = format!("{}.{ns}", self.catalog.name());
+        self.check_create(&target, "create_schema")?;
+        let ident = namespace(ns);
+        let cat = self.catalog.iceberg();
+        if cat
+            .namespace_exists(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?
+        {
+            if if_not_exists {
+                return Ok(());
+            }
+            return Err(DataFusionError::Plan(format!(
+                "schema '{target}' already exists"
+            )));
+        }
+        cat.create_namespace(&ident, HashMap::new())
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?;
+        self.record(&target, "create_schema", None);
+        self.catalog.refresh_now().await;
+        Ok(())
+    }
+
+    /// `DROP SCHEMA [IF EXISTS] catalog.ns [CASCADE]`: with CASCADE, its tables are
+    /// dropped first (each needs the principal's write permission).
+    pub async fn drop_schema(&self, ns: &str, if_exists: bool, cascade: bool) -> Result<()> {
+        let target = format!("{}.{ns}", self.catalog.name());
+        self.check_create(&target, "drop_schema")?;
+        let ident = namespace(ns);
+        let cat = self.catalog.iceberg();
+        if !cat
+            .namespace_exists(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?
+        {
+            if if_exists {
+                return Ok(());
+            }
+            return Err(DataFusionError::Plan(format!(
+                "schema '{target}' not found"
+            )));
+        }
+        let tables = cat
+            .list_tables(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?;
+        if !tables.is_empty() && !cascade {
+            return Err(DataFusionError::Plan(format!(
+                "schema '{target}' is not empty ({} tables); DROP SCHEMA ... CASCADE drops them",
+                tables.len()
+            )));
+        }
+        for t in &tables {
+            self.drop_table(ns, t.name(), false).await?;
+        }
+        cat.drop_namespace(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?;
+        self.record(&target, "drop_schema", None);
+        self.catalog.refresh_now().await;
+        Ok(())
+    }
+
+    /// `CREATE TABLE catalog.ns.name` with `schema` (`partitioning`: a `PARTITIONED BY`
+    /// clause). Returns `false` if it existed and `if_not_exists` was given.
+    pub async fn create_table(
+        &self,
+        ns: &str,
+        name: &str,
+        schema: &ArrowSchema,
+        partitioning: Option<&str>,
+        if_not_exists: bool,
+    ) -> Result<bool> {
+        let target = format!("{}.{ns}.{name}", self.catalog.name());
+        self.check_create(&target, "create_table")?;
+        let invalid = |reason: String| -> DataFusionError {
+            Error::InvalidWrite {
+                table: target.clone(),
+                reason,
+            }
+            .into()
+        };
+        let ident = TableIdent::new(namespace(ns), name.to_owned());
+        let cat = self.catalog.iceberg();
+        if !cat
+            .namespace_exists(ident.namespace())
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?
+        {
+            return Err(DataFusionError::Plan(format!(
+                "schema '{}.{ns}' not found (CREATE SCHEMA creates it)",
+                self.catalog.name()
+            )));
+        }
+        if cat
+            .table_exists(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?
+        {
+            if if_not_exists {
+                return Ok(false);
+            }
+            return Err(DataFusionError::Plan(format!(
+                "table '{target}' already exists"
+            )));
+        }
+        let arrow = iceberg_compatible(schema);
+        let ischema = iceberg::arrow::arrow_schema_to_schema_auto_assign_ids(&arrow)
+            .map_err(|e| invalid(e.to_string()))?;
+        let mut creation = TableCreation::builder()
+            .name(name.to_owned())
+            .schema(ischema.clone())
+            .properties([("write.format.default".to_owned(), "parquet".to_owned())])
+            .build();
+        if let Some(text) = partitioning {
+            let terms = parse_partitioning(text).map_err(&invalid)?;
+            let mut spec = UnboundPartitionSpec::builder();
+            for t in terms {
+                let field = ischema.field_by_name(&t.column).ok_or_else(|| {
+                    invalid(format!(
+                        "PARTITIONED BY names column '{}', which the table does not have",
+                        t.column
+                    ))
+                })?;
+                let pname = match t.transform {
+                    Transform::Identity => t.column.clone(),
+                    Transform::Bucket(n) => format!("{}_bucket_{n}", t.column),
+                    Transform::Truncate(n) => format!("{}_trunc_{n}", t.column),
+                    other => format!("{}_{}", t.column, other.to_string().to_lowercase()),
+                };
+                spec = spec
+                    .add_partition_field(field.id, pname, t.transform)
+                    .map_err(|e| invalid(e.to_string()))?;
+            }
+            creation.partition_spec = Some(spec.build());
+        }
+        // A policy that protects columns this table does not have is a mistake the
+        // first write would hit: say it now.
+        if let Some(t) = self.access.policy().table(&target) {
+            for c in t.columns.keys() {
+                if ischema.field_by_name(c).is_none() {
+                    return Err(invalid(format!(
+                        "the policy protects column '{c}', which the new table does not have"
+                    )));
+                }
+            }
+        }
+        cat.create_table(ident.namespace(), creation)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?;
+        self.record(&target, "create_table", None);
+        self.catalog.refresh_now().await;
+        Ok(true)
+    }
+
+    /// `DROP TABLE [IF EXISTS] catalog.ns.name`: needs write permission on the table.
+    /// The catalog forgets the table; its files stay where they are.
+    pub async fn drop_table(&self, ns: &str, name: &str, if_exists: bool) -> Result<()> {
+        let target = format!("{}.{ns}.{name}", self.catalog.name());
+        let policy = self.access.policy();
+        let principal = self.access.principal();
+        if !policy.is_known(principal) || !policy.may_write_table(principal, &target) {
+            let e = Error::WriteDenied {
+                what: format!("drop_table '{target}'"),
+                principal: principal.to_owned(),
+                rule: "not in the table's `write` list (or `[writes] create`)".into(),
+            };
+            self.record(&target, "drop_table", Some(e.to_string()));
+            return Err(e.into());
+        }
+        let ident = TableIdent::new(namespace(ns), name.to_owned());
+        let cat = self.catalog.iceberg();
+        if !cat
+            .table_exists(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?
+        {
+            if if_exists {
+                return Ok(());
+            }
+            return Err(DataFusionError::Plan(format!("table '{target}' not found")));
+        }
+        cat.drop_table(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?;
+        self.record(&target, "drop_table", None);
+        self.catalog.refresh_now().await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitioned_by_moves_into_the_name() {
+        let sql = "CREATE TABLE lake.s.t PARTITIONED BY (region, days(ts)) AS SELECT 1";
+        assert_eq!(
+            rewrite_create(sql).unwrap(),
+            "CREATE TABLE lake.s.\"t@partitioned_by=region, days(ts)\"  AS SELECT 1"
+        );
+        let spark = "create table if not exists t (id bigint, ts timestamp) using iceberg partitioned by (bucket(16, id))";
+        let out = rewrite_create(spark).unwrap();
+        assert!(out.contains("\"t@partitioned_by=bucket(16, id)\""), "{out}");
+        assert!(!out.to_lowercase().contains("iceberg"), "{out}");
+        // untouched: no clause, or the words inside the query
+        let q = "CREATE TABLE t AS SELECT 'PARTITIONED BY (x)' AS c";
+        assert_eq!(rewrite_create(q).unwrap(), q);
+        assert_eq!(rewrite_create("SELECT 1").unwrap(), "SELECT 1");
+    }
+
+    #[test]
+    fn partition_terms_parse_spark_and_trino_forms() {
+        let t = parse_partitioning("region, days(ts), bucket(16, id), truncate(name, 4), year(d)")
+            .unwrap();
+        assert_eq!(
+            t.iter().map(|t| t.transform).collect::<Vec<_>>(),
+            vec![
+                Transform::Identity,
+                Transform::Day,
+                Transform::Bucket(16),
+                Transform::Truncate(4),
+                Transform::Year
+            ]
+        );
+        assert_eq!(t[3].column, "name");
+        assert!(
+            parse_partitioning("zorder(a)")
+                .unwrap_err()
+                .contains("unknown transform")
+        );
+        assert!(parse_partitioning("bucket(id)").is_err());
+    }
+}

@@ -1,0 +1,458 @@
+//! SQL writes to Iceberg tables under the policy.
+//!
+//! ```text
+//!  INSERT INTO t SELECT ...  ──▶ PolicyTableProvider::insert_into
+//!                                   │  table `write` permission (refused before any IO)
+//!                                   ▼
+//!                             IcebergWriteExec ── rows, cut at the target file size
+//!                                   │             (`write.target-file-size-bytes`)
+//!                                   ▼
+//!                             FileWriter: PME per the policy's keys, one file per
+//!                                   │     partition value, encoded on blocking threads
+//!                                   ▼
+//!                             one Iceberg commit (fast append, retried on conflict);
+//!                             any failure removes every file written
+//! ```
+//!
+//! [`check_statement`] runs on the logical plan before anything executes: protected
+//! columns the principal may not write must stay NULL, a write may not copy values the
+//! principal sees masked, and `COPY ... TO` may not write decrypted protected columns
+//! unless the policy's `export` allows it.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use clearice_crypto::Kms;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array, new_null_array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::source_as_provider;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{LogicalPlan, WriteOp};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::StreamExt;
+use iceberg::Catalog;
+use iceberg::table::Table;
+
+use crate::access::WriteAudit;
+use crate::error::Error;
+use crate::policy_provider::PolicyTableProvider;
+use crate::write::{EncryptionSpec, FileWriter, WriteProviders, commit_append};
+
+/// Iceberg's table property for the size of data files.
+pub const TARGET_FILE_SIZE: &str = "write.target-file-size-bytes";
+/// Iceberg's default target file size.
+const DEFAULT_TARGET_FILE_SIZE: u64 = 512 * 1024 * 1024;
+/// Files are encoded in memory: the Arrow data buffered for one file is capped here.
+const MAX_BUFFERED_BYTES: u64 = 256 * 1024 * 1024;
+/// Files encoded at once by one statement.
+const FILES_IN_FLIGHT: usize = 2;
+
+/// Everything one write needs, decided when the statement was planned.
+pub struct WriteTarget {
+    /// `catalog.namespace.table`.
+    pub name: String,
+    /// Where the commit goes.
+    pub catalog: Arc<dyn Catalog>,
+    /// The table as loaded when the statement was planned.
+    pub table: Table,
+    /// The policy's encryption of the table's files.
+    pub spec: EncryptionSpec,
+    /// Wraps the files' data keys.
+    pub kms: Option<Arc<dyn Kms>>,
+    /// Providers holding column keys, and who writes.
+    pub providers: WriteProviders,
+    /// Columns (current names) the principal may not write: any non-NULL value fails.
+    pub must_be_null: Vec<String>,
+    /// Filled in when the write commits.
+    pub audit: WriteAudit,
+}
+
+impl fmt::Debug for WriteTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteTarget")
+            .field("name", &self.name)
+            .field("encrypted_columns", &self.spec.column_keys.keys())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WriteTarget {
+    fn err(&self, reason: String) -> Error {
+        Error::InvalidWrite {
+            table: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// Arrow bytes buffered before a file is cut.
+    fn file_bytes(&self) -> u64 {
+        self.table
+            .metadata()
+            .properties()
+            .get(TARGET_FILE_SIZE)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(DEFAULT_TARGET_FILE_SIZE)
+            .clamp(1, MAX_BUFFERED_BYTES)
+    }
+
+    /// `batch` in the table's schema: columns by name, absent ones NULL, types cast.
+    fn conform(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Error> {
+        let rows = batch.num_rows();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields() {
+            let column = match batch.column_by_name(field.name()) {
+                Some(c) if c.data_type() == field.data_type() => Arc::clone(c),
+                Some(c) => datafusion::arrow::compute::cast(c, field.data_type()).map_err(|e| {
+                    self.err(format!(
+                        "column '{}' ({}) cannot hold the values written ({}): {e}",
+                        field.name(),
+                        field.data_type(),
+                        c.data_type()
+                    ))
+                })?,
+                None => new_null_array(field.data_type(), rows),
+            };
+            if !field.is_nullable() && column.null_count() > 0 {
+                return Err(self.err(format!(
+                    "column '{}' is required (NOT NULL) but the statement writes NULL into it",
+                    field.name()
+                )));
+            }
+            if column.null_count() < rows && self.must_be_null.iter().any(|c| c == field.name()) {
+                return Err(Error::WriteDenied {
+                    what: format!(
+                        "column '{}' of table '{}' may not be written",
+                        field.name(),
+                        self.name
+                    ),
+                    principal: self.providers.context.principal.clone(),
+                    rule: "a protected column is written only by its `write` list".into(),
+                });
+            }
+            columns.push(column);
+        }
+        RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| self.err(e.to_string()))
+    }
+
+    /// Writes every row of `input` and commits them in one snapshot; returns the rows
+    /// written. Nothing is committed, and every file written is removed, on failure.
+    async fn run(&self, mut input: SendableRecordBatchStream) -> Result<u64, Error> {
+        let writer = FileWriter::try_new(
+            &self.table,
+            self.spec.clone(),
+            self.kms.clone(),
+            self.providers.clone(),
+        )?;
+        let result = async {
+            let schema = Arc::clone(writer.schema());
+            let cut = self.file_bytes();
+            let (mut pending, mut pending_bytes, mut rows) = (Vec::new(), 0u64, 0u64);
+            let mut files = Vec::new();
+            let mut in_flight = futures::stream::FuturesUnordered::new();
+            while let Some(batch) = input.next().await {
+                let batch = batch.map_err(|e| self.err(e.to_string()))?;
+                if batch.num_rows() == 0 {
+                    continue;
+                }
+                let batch = self.conform(&batch, &schema)?;
+                rows += batch.num_rows() as u64;
+                pending_bytes += batch.get_array_memory_size() as u64;
+                pending.push(batch);
+                if pending_bytes >= cut {
+                    in_flight.push(writer.write(std::mem::take(&mut pending)));
+                    pending_bytes = 0;
+                    while in_flight.len() >= FILES_IN_FLIGHT {
+                        files.extend(in_flight.next().await.expect("in flight")?);
+                    }
+                }
+            }
+            if !pending.is_empty() {
+                in_flight.push(writer.write(pending));
+            }
+            while let Some(f) = in_flight.next().await {
+                files.extend(f?);
+            }
+            if files.is_empty() {
+                self.audit.committed(None, 0);
+                return Ok(0);
+            }
+            let properties = BTreeMap::from([(
+                "clearice.principal".to_owned(),
+                self.providers.context.principal.clone(),
+            )]);
+            let committed =
+                commit_append(self.catalog.as_ref(), &self.table, files, properties).await?;
+            self.audit
+                .committed(committed.metadata().current_snapshot_id(), rows);
+            Ok(rows)
+        }
+        .await;
+        if result.is_err() {
+            writer.abort().await;
+        }
+        result
+    }
+}
+
+/// Writes its input into an Iceberg table and returns one row: `count` (UInt64), the rows
+/// written, as DataFusion's `insert_into` contract asks.
+#[derive(Debug)]
+pub struct IcebergWriteExec {
+    input: Arc<dyn ExecutionPlan>,
+    target: Arc<WriteTarget>,
+    overwrite: bool,
+    properties: Arc<PlanProperties>,
+}
+
+/// The schema of a write's result.
+pub fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
+}
+
+impl IcebergWriteExec {
+    /// A write of `input` into `target` (`overwrite`: INSERT OVERWRITE).
+    pub fn new(input: Arc<dyn ExecutionPlan>, target: Arc<WriteTarget>, overwrite: bool) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(count_schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self {
+            input,
+            target,
+            overwrite,
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for IcebergWriteExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "IcebergWriteExec: table={}, mode={}, encrypted_columns=[{}]",
+            self.target.name,
+            if self.overwrite {
+                "overwrite"
+            } else {
+                "append"
+            },
+            self.target
+                .spec
+                .column_keys
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for IcebergWriteExec {
+    fn name(&self) -> &str {
+        "IcebergWriteExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = crate::exec::only_child("IcebergWriteExec", children)?;
+        Ok(Arc::new(Self::new(
+            input,
+            Arc::clone(&self.target),
+            self.overwrite,
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "IcebergWriteExec has one partition, asked for {partition}"
+            )));
+        }
+        if self.overwrite {
+            return Err(Error::Unsupported {
+                table: self.target.name.clone(),
+                what: "INSERT OVERWRITE (replacing files needs an overwrite commit)".into(),
+            }
+            .into());
+        }
+        // Every input partition, merged: they are produced in parallel.
+        let n = self.input.properties().partitioning.partition_count();
+        let schema = self.input.schema();
+        let streams = (0..n)
+            .map(|p| self.input.execute(p, Arc::clone(&context)))
+            .collect::<Result<Vec<_>>>()?;
+        let merged: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::select_all(streams),
+        ));
+        let target = Arc::clone(&self.target);
+        let out = count_schema();
+        let result = futures::stream::once(async move {
+            let rows = target.run(merged).await?;
+            Ok(RecordBatch::try_new(
+                count_schema(),
+                vec![Arc::new(UInt64Array::from(vec![rows]))],
+            )?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(out, result)))
+    }
+}
+
+/// The policy provider behind a table source, if it is one.
+fn policy_table(
+    source: &Arc<dyn datafusion::logical_expr::TableSource>,
+) -> Option<Arc<dyn datafusion::catalog::TableProvider>> {
+    let p = source_as_provider(source).ok()?;
+    p.as_any().downcast_ref::<PolicyTableProvider>()?;
+    Some(p)
+}
+
+/// Whether a DML target is a catalog table under the policy (its writes follow the
+/// policy's write rules).
+pub fn is_policy_target(source: &Arc<dyn datafusion::logical_expr::TableSource>) -> bool {
+    policy_table(source).is_some()
+}
+
+/// Checks the writes in `plan` against the policy before anything runs:
+/// - an INSERT puts nothing but NULL into protected columns the principal may not write;
+/// - a write (INSERT, CTAS, COPY) reads no column the principal sees masked, so masked
+///   values never go back into a table or out to a file;
+/// - `COPY ... TO`, or a write into another table, carries no decrypted protected
+///   column out of its table unless the table's `export` lists the principal (otherwise
+///   a copy into an unprotected table would publish it).
+///
+/// `optimize` turns an input plan into one whose scans name the columns they read.
+pub fn check_statement(
+    plan: &LogicalPlan,
+    optimize: &dyn Fn(&LogicalPlan) -> Result<LogicalPlan>,
+) -> Result<()> {
+    // (input, the table written: None for COPY)
+    let mut checks: Vec<(Arc<LogicalPlan>, Option<String>)> = Vec::new();
+    let mut problem: Option<DataFusionError> = None;
+    plan.apply_with_subqueries(|node| {
+        match node {
+            LogicalPlan::Dml(d) if matches!(d.op, WriteOp::Insert(_) | WriteOp::Ctas) => {
+                if let Some(p) = policy_table(&d.target) {
+                    let p = p
+                        .as_any()
+                        .downcast_ref::<PolicyTableProvider>()
+                        .expect("policy");
+                    if let LogicalPlan::Projection(proj) = d.input.as_ref()
+                        && let Err(e) = p.check_insert(&proj.expr)
+                    {
+                        problem = Some(e);
+                        return Ok(TreeNodeRecursion::Stop);
+                    }
+                    checks.push((Arc::clone(&d.input), Some(p.inner().name().to_owned())));
+                }
+            }
+            LogicalPlan::Copy(c) => checks.push((Arc::clone(&c.input), None)),
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if let Some(e) = problem {
+        return Err(e);
+    }
+    for (input, written) in checks {
+        let optimized = optimize(&input)?;
+        optimized.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(scan) = node
+                && let Some(p) = policy_table(&scan.source)
+            {
+                let p = p.as_any().downcast_ref::<PolicyTableProvider>().expect("policy");
+                let projection = scan.projection.as_deref();
+                let table = p.inner().name().to_owned();
+                if let Some(c) = p.masked_columns(projection).first() {
+                    problem = Some(
+                        Error::WriteDenied {
+                            what: format!(
+                                "column '{c}' of table '{table}' is masked for this principal; a write or export cannot copy masked values"
+                            ),
+                            principal: p.principal().to_owned(),
+                            rule: "masked values never go back into tables or out to files".into(),
+                        }
+                        .into(),
+                    );
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                // Decrypted values leaving their table (to a file, or another table) are
+                // an export.
+                if written.as_deref() != Some(table.as_str())
+                    && !p.may_export()
+                    && let Some(c) = p.decrypted_columns(projection).first()
+                {
+                    problem = Some(
+                        Error::WriteDenied {
+                            what: format!(
+                                "{} would write column '{c}' of table '{table}' decrypted",
+                                match &written {
+                                    Some(t) => format!("writing into '{t}'"),
+                                    None => "COPY".to_owned(),
+                                }
+                            ),
+                            principal: p.principal().to_owned(),
+                            rule: "the table's `export` list does not name the principal".into(),
+                        }
+                        .into(),
+                    );
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if let Some(e) = problem {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// One row `count` = `n` (the result of DDL that reports rows).
+pub fn count_batch(n: u64) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(
+        count_schema(),
+        vec![Arc::new(UInt64Array::from(vec![n]))],
+    )?)
+}
