@@ -185,11 +185,26 @@ impl Engine {
             };
             // The first listing is where a REST catalog is first reached: a failure there
             // names the catalog and its URI.
+            // Commits that remove files (INSERT OVERWRITE, DELETE, UPDATE) are swapped in
+            // by ClearIce itself: SQL catalogs only, for now.
+            let committer = match cat.kind {
+                CatalogKind::Sql => clearice_table::commit::Committer::sql(
+                    name,
+                    &resolve_sqlite_uri(&config, &cat.uri),
+                ),
+                CatalogKind::Rest => clearice_table::commit::Committer::Unsupported {
+                    reason: "REST catalogs take appends only from ClearIce 0.1".into(),
+                },
+                CatalogKind::Hms => clearice_table::commit::Committer::Unsupported {
+                    reason: "iceberg-catalog-hms 0.10.1 cannot commit".into(),
+                },
+            };
             let provider = IcebergCatalogProvider::try_new(
                 name,
                 Arc::clone(&ice),
                 Arc::clone(&crypto),
                 stores.clone(),
+                committer,
             )
             .await
             .map_err(|e| match e {

@@ -16,6 +16,7 @@ use iceberg_catalog_rest::{
 use iceberg_catalog_sql::SqlCatalogBuilder;
 
 use crate::access::{SessionAccess, TableAccess};
+use crate::commit::Committer;
 use crate::error::{Error, Result};
 use crate::metadata::metadata_table;
 use crate::policy_provider::PolicyTableProvider;
@@ -143,6 +144,8 @@ pub struct IcebergCatalogProvider {
     crypto: ProviderRef,
     stores: LakeStores,
     schemas: std::sync::RwLock<Arc<Schemas>>,
+    /// Takes commits that remove files.
+    committer: Committer,
     /// When the listing was last refreshed (held while refreshing: one refresh at a time;
     /// others do not wait for it).
     listed_at: tokio::sync::Mutex<std::time::Instant>,
@@ -164,13 +167,15 @@ impl IcebergCatalogProvider {
         catalog: Arc<dyn Catalog>,
         crypto: ProviderRef,
         stores: LakeStores,
+        committer: Committer,
     ) -> Result<Self> {
-        let schemas = list(name, &catalog, &crypto, &stores).await?;
+        let schemas = list(name, &catalog, &crypto, &stores, &committer).await?;
         Ok(Self {
             name: name.to_owned(),
             catalog,
             crypto,
             stores,
+            committer,
             schemas: std::sync::RwLock::new(Arc::new(schemas)),
             listed_at: tokio::sync::Mutex::new(std::time::Instant::now()),
         })
@@ -190,7 +195,15 @@ impl IcebergCatalogProvider {
     /// for a refresh under way.
     pub async fn refresh_now(&self) {
         let mut listed_at = self.listed_at.lock().await;
-        match list(&self.name, &self.catalog, &self.crypto, &self.stores).await {
+        match list(
+            &self.name,
+            &self.catalog,
+            &self.crypto,
+            &self.stores,
+            &self.committer,
+        )
+        .await
+        {
             Ok(schemas) => *self.schemas.write().expect("schemas") = Arc::new(schemas),
             Err(e) => {
                 tracing::warn!(catalog = %self.name, error = %e, "catalog listing not refreshed")
@@ -214,7 +227,15 @@ impl IcebergCatalogProvider {
         if listed_at.elapsed() < max_age {
             return;
         }
-        match list(&self.name, &self.catalog, &self.crypto, &self.stores).await {
+        match list(
+            &self.name,
+            &self.catalog,
+            &self.crypto,
+            &self.stores,
+            &self.committer,
+        )
+        .await
+        {
             Ok(schemas) => *self.schemas.write().expect("schemas") = Arc::new(schemas),
             Err(e) => {
                 tracing::warn!(catalog = %self.name, error = %e, "catalog listing not refreshed")
@@ -230,6 +251,7 @@ async fn list(
     catalog: &Arc<dyn Catalog>,
     crypto: &ProviderRef,
     stores: &LakeStores,
+    committer: &Committer,
 ) -> Result<Schemas> {
     let err = |source: iceberg::Error| Error::Iceberg {
         table: name.to_owned(),
@@ -251,6 +273,7 @@ async fn list(
                 catalog: Arc::clone(catalog),
                 crypto: Arc::clone(crypto),
                 stores: stores.clone(),
+                committer: committer.clone(),
             }),
         );
     }
@@ -280,6 +303,7 @@ pub struct IcebergSchemaProvider {
     catalog: Arc<dyn Catalog>,
     crypto: ProviderRef,
     stores: LakeStores,
+    committer: Committer,
 }
 
 impl std::fmt::Debug for IcebergSchemaProvider {
@@ -360,7 +384,7 @@ impl IcebergSchemaProvider {
             Arc::clone(&self.crypto),
             self.stores.clone(),
         )?
-        .with_catalog(Arc::clone(&self.catalog));
+        .with_catalog(Arc::clone(&self.catalog), self.committer.clone());
         Ok(Some(match suffix.as_of() {
             Some(as_of) => provider.as_of(as_of.clone())?,
             None => provider,

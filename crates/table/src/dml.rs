@@ -20,7 +20,7 @@
 //! unless the policy's `export` allows it.
 
 use std::any::Any;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -40,11 +40,13 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use iceberg::Catalog;
+use iceberg::spec::{DataFile, Struct};
 use iceberg::table::Table;
 
 use crate::access::WriteAudit;
 use crate::error::Error;
 use crate::policy_provider::PolicyTableProvider;
+use crate::provider::IcebergTableProvider;
 use crate::write::{EncryptionSpec, FileWriter, WriteProviders, commit_append};
 
 /// Iceberg's table property for the size of data files.
@@ -74,6 +76,27 @@ pub struct WriteTarget {
     pub must_be_null: Vec<String>,
     /// Filled in when the write commits.
     pub audit: WriteAudit,
+    /// The table's files as the principal's row-level writes read them (all columns
+    /// decrypted: the principal may write every protected column, or such writes are
+    /// refused when planned).
+    pub source: IcebergTableProvider,
+    /// Who the rewrite scans run as.
+    pub scan_as: RewriteKeys,
+}
+
+/// The keys context of a rewrite scan (owned [`crate::ScanAs`]).
+#[derive(Debug, Clone)]
+pub struct RewriteKeys {
+    /// The principal.
+    pub principal: String,
+    /// The table's policy `aad_prefix`.
+    pub aad_prefix: Option<Vec<u8>>,
+    /// The table's crypto provider.
+    pub provider: clearice_crypto::ProviderRef,
+    /// The principal's own provider token.
+    pub credential: Option<clearice_crypto::AccessToken>,
+    /// Master key of each protected column (equality deletes).
+    pub column_keys: BTreeMap<String, String>,
 }
 
 impl fmt::Debug for WriteTarget {
@@ -143,9 +166,14 @@ impl WriteTarget {
         RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| self.err(e.to_string()))
     }
 
-    /// Writes every row of `input` and commits them in one snapshot; returns the rows
-    /// written. Nothing is committed, and every file written is removed, on failure.
-    async fn run(&self, mut input: SendableRecordBatchStream) -> Result<u64, Error> {
+    /// Writes every row of `input` and commits them in one snapshot (`commit`); returns
+    /// the rows written. Nothing is committed, and every file written is removed, on
+    /// failure.
+    async fn run(
+        &self,
+        mut input: SendableRecordBatchStream,
+        commit: Commit,
+    ) -> Result<u64, Error> {
         let writer = FileWriter::try_new(
             &self.table,
             self.spec.clone(),
@@ -181,16 +209,63 @@ impl WriteTarget {
             while let Some(f) = in_flight.next().await {
                 files.extend(f?);
             }
-            if files.is_empty() {
-                self.audit.committed(None, 0);
-                return Ok(0);
-            }
             let properties = BTreeMap::from([(
                 "clearice.principal".to_owned(),
                 self.providers.context.principal.clone(),
             )]);
-            let committed =
-                commit_append(self.catalog.as_ref(), &self.table, files, properties).await?;
+            let committed = match commit {
+                Commit::Append if files.is_empty() => {
+                    self.audit.committed(None, 0);
+                    return Ok(0);
+                }
+                Commit::Append => {
+                    commit_append(self.catalog.as_ref(), &self.table, files, properties).await?
+                }
+                Commit::Replace { removed, reported } => {
+                    if removed.is_empty() && files.is_empty() {
+                        self.audit.committed(None, 0);
+                        return Ok(reported.unwrap_or(0));
+                    }
+                    let operation = if files.is_empty() {
+                        iceberg::spec::Operation::Delete
+                    } else {
+                        iceberg::spec::Operation::Overwrite
+                    };
+                    let committer = self.source.committer().ok_or_else(|| Error::Unsupported {
+                        table: self.name.clone(),
+                        what: "removing data files from a table loaded outside a catalog".into(),
+                    })?;
+                    let t = crate::commit::commit_overwrite(
+                        committer,
+                        &self.table,
+                        &removed,
+                        files,
+                        operation,
+                        properties.into_iter().collect(),
+                    )
+                    .await?;
+                    let rows = reported.unwrap_or(rows);
+                    self.audit
+                        .committed(t.metadata().current_snapshot_id(), rows);
+                    return Ok(rows);
+                }
+                Commit::Overwrite => {
+                    let removed = self.replaced_files(&files).await?;
+                    let committer = self.source.committer().ok_or_else(|| Error::Unsupported {
+                        table: self.name.clone(),
+                        what: "removing data files from a table loaded outside a catalog".into(),
+                    })?;
+                    crate::commit::commit_overwrite(
+                        committer,
+                        &self.table,
+                        &removed,
+                        files,
+                        iceberg::spec::Operation::Overwrite,
+                        properties.into_iter().collect(),
+                    )
+                    .await?
+                }
+            };
             self.audit
                 .committed(committed.metadata().current_snapshot_id(), rows);
             Ok(rows)
@@ -200,6 +275,63 @@ impl WriteTarget {
             writer.abort().await;
         }
         result
+    }
+}
+
+/// How a write commits.
+enum Commit {
+    /// Add the files (INSERT, CREATE TABLE AS).
+    Append,
+    /// Replace what the new files overwrite (INSERT OVERWRITE): every data file of an
+    /// unpartitioned table; of a partitioned one, the files of the partitions written.
+    Overwrite,
+    /// Remove `removed` and add the new files (DELETE, UPDATE); `reported`: the rows
+    /// the statement reports (deleted or updated), if not the rows written.
+    Replace {
+        removed: HashSet<String>,
+        reported: Option<u64>,
+    },
+}
+
+impl WriteTarget {
+    /// The data files an INSERT OVERWRITE writing `files` replaces.
+    async fn replaced_files(&self, files: &[DataFile]) -> Result<HashSet<String>, Error> {
+        let m = self.table.metadata();
+        let spec_id = m.default_partition_spec_id();
+        let unpartitioned = m.default_partition_spec().fields().is_empty();
+        let written: HashSet<&Struct> = files.iter().map(DataFile::partition).collect();
+        let ierr = |source: iceberg::Error| Error::Iceberg {
+            table: self.name.clone(),
+            source: Box::new(source),
+        };
+        let mut out = HashSet::new();
+        let Some(snapshot) = m.current_snapshot() else {
+            return Ok(out);
+        };
+        let list = self
+            .table
+            .manifest_list_reader(snapshot)
+            .load()
+            .await
+            .map_err(ierr)?;
+        for mf in list.entries() {
+            if mf.content != iceberg::spec::ManifestContentType::Data {
+                continue;
+            }
+            let manifest = mf.load_manifest(self.table.file_io()).await.map_err(ierr)?;
+            for e in manifest.entries() {
+                if !e.is_alive() {
+                    continue;
+                }
+                let f = e.data_file();
+                if unpartitioned
+                    || (mf.partition_spec_id == spec_id && written.contains(f.partition()))
+                {
+                    out.insert(e.file_path().to_owned());
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -309,13 +441,6 @@ impl ExecutionPlan for IcebergWriteExec {
                 "IcebergWriteExec has one partition, asked for {partition}"
             )));
         }
-        if self.overwrite {
-            return Err(Error::Unsupported {
-                table: self.target.name.clone(),
-                what: "INSERT OVERWRITE (replacing files needs an overwrite commit)".into(),
-            }
-            .into());
-        }
         // Every input partition, merged: they are produced in parallel.
         let n = self.input.properties().partitioning.partition_count();
         let schema = self.input.schema();
@@ -328,8 +453,13 @@ impl ExecutionPlan for IcebergWriteExec {
         ));
         let target = Arc::clone(&self.target);
         let out = count_schema();
+        let commit = if self.overwrite {
+            Commit::Overwrite
+        } else {
+            Commit::Append
+        };
         let result = futures::stream::once(async move {
-            let rows = target.run(merged).await?;
+            let rows = target.run(merged, commit).await?;
             Ok(RecordBatch::try_new(
                 count_schema(),
                 vec![Arc::new(UInt64Array::from(vec![rows]))],
@@ -455,4 +585,294 @@ pub fn count_batch(n: u64) -> Result<RecordBatch> {
         count_schema(),
         vec![Arc::new(UInt64Array::from(vec![n]))],
     )?)
+}
+
+/// A row-level write.
+#[derive(Debug, Clone)]
+pub enum RowLevel {
+    /// `DELETE FROM t [WHERE ...]`, `TRUNCATE`.
+    Delete,
+    /// `UPDATE t SET c = e, ... [WHERE ...]`.
+    Update(Vec<(String, datafusion::logical_expr::Expr)>),
+}
+
+/// DELETE and UPDATE by copy-on-write: the data files holding a matching row are found
+/// (one scan of the condition's columns), read whole, rewritten without the deleted rows
+/// (or with the new values) and replaced in one commit. Returns one row `count`: the
+/// rows deleted or updated.
+pub struct IcebergRowLevelExec {
+    target: Arc<WriteTarget>,
+    kind: RowLevel,
+    filters: Vec<datafusion::logical_expr::Expr>,
+    state: datafusion::execution::SessionState,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for IcebergRowLevelExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IcebergRowLevelExec")
+            .field("table", &self.target.name)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IcebergRowLevelExec {
+    /// A row-level write of `target` planned in `state`.
+    pub fn try_new(
+        state: &dyn datafusion::catalog::Session,
+        target: Arc<WriteTarget>,
+        kind: RowLevel,
+        filters: Vec<datafusion::logical_expr::Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let state = state
+            .as_any()
+            .downcast_ref::<datafusion::execution::SessionState>()
+            .ok_or_else(|| {
+                DataFusionError::Internal("row-level write outside a SessionState".into())
+            })?
+            .clone();
+        Ok(Arc::new(Self {
+            target,
+            kind,
+            filters: filters
+                .into_iter()
+                .map(datafusion::logical_expr::expr_rewriter::unnormalize_col)
+                .collect(),
+            state,
+            properties: Arc::new(PlanProperties::new(
+                EquivalenceProperties::new(count_schema()),
+                Partitioning::UnknownPartitioning(1),
+                EmissionType::Final,
+                Boundedness::Bounded,
+            )),
+        }))
+    }
+}
+
+impl DisplayAs for IcebergRowLevelExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match &self.kind {
+            RowLevel::Delete => "delete".to_owned(),
+            RowLevel::Update(a) => format!(
+                "update [{}]",
+                a.iter()
+                    .map(|(c, _)| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        write!(
+            f,
+            "IcebergRowLevelExec: table={}, {what}, copy-on-write, filters=[{}]",
+            self.target.name,
+            self.filters
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for IcebergRowLevelExec {
+    fn name(&self) -> &str {
+        "IcebergRowLevelExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "IcebergRowLevelExec has one partition, asked for {partition}"
+            )));
+        }
+        let (target, kind, filters, state) = (
+            Arc::clone(&self.target),
+            self.kind.clone(),
+            self.filters.clone(),
+            self.state.clone(),
+        );
+        let result = futures::stream::once(async move {
+            let rows = row_level(&target, &kind, &filters, &state).await?;
+            count_batch(rows)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            count_schema(),
+            result,
+        )))
+    }
+}
+
+/// Runs a DELETE or UPDATE (see [`IcebergRowLevelExec`]).
+async fn row_level(
+    target: &WriteTarget,
+    kind: &RowLevel,
+    filters: &[datafusion::logical_expr::Expr],
+    state: &datafusion::execution::SessionState,
+) -> Result<u64> {
+    use datafusion::functions_aggregate::count::count;
+    use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit, when};
+    use datafusion::prelude::coalesce;
+    let predicate = datafusion::logical_expr::utils::conjunction(filters.iter().cloned());
+    let source = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
+        datafusion::datasource::provider_as_source(Arc::new(RewriteSource {
+            inner: target.source.for_rewrite(files, file_column),
+            keys: target.scan_as.clone(),
+        }))
+    };
+    // 1. Which data files hold matching rows, and how many.
+    let mut b = LogicalPlanBuilder::scan("t", source(None, true), None)?;
+    if let Some(p) = &predicate {
+        b = b.filter(p.clone())?;
+    }
+    let plan = b
+        .aggregate(
+            vec![col(crate::provider::FILE_COLUMN)],
+            vec![count(lit(1)).alias("n")],
+        )?
+        .build()?;
+    let physical = state.create_physical_plan(&plan).await?;
+    let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
+    let mut affected = HashSet::new();
+    let mut matched = 0u64;
+    for b in &batches {
+        let files = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::StringArray>()
+            .ok_or_else(|| DataFusionError::Internal("_file is not Utf8".into()))?;
+        let counts = datafusion::arrow::compute::cast(b.column(1), &DataType::UInt64)?;
+        let counts = counts
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .expect("cast to u64");
+        for i in 0..b.num_rows() {
+            affected.insert(files.value(i).to_owned());
+            matched += counts.value(i);
+        }
+    }
+    if affected.is_empty() {
+        target.audit.committed(None, 0);
+        return Ok(0);
+    }
+    // 2. Those files, rewritten.
+    let affected = Arc::new(affected);
+    let matches = || match &predicate {
+        Some(p) => coalesce(vec![p.clone(), lit(false)]),
+        None => lit(true),
+    };
+    let b = LogicalPlanBuilder::scan("t", source(Some(Arc::clone(&affected)), false), None)?;
+    let schema = datafusion::catalog::TableProvider::schema(&target.source);
+    let plan = match kind {
+        RowLevel::Delete => b.filter(Expr::Not(Box::new(matches())))?.build()?,
+        RowLevel::Update(assignments) => {
+            let exprs = schema
+                .fields()
+                .iter()
+                .map(|f| {
+                    let c = col(f.name());
+                    let e = match assignments.iter().find(|(n, _)| n == f.name()) {
+                        Some((_, e)) => {
+                            let new = cast(
+                                datafusion::logical_expr::expr_rewriter::unnormalize_col(e.clone()),
+                                f.data_type().clone(),
+                            );
+                            when(matches(), new).otherwise(c)?
+                        }
+                        None => c,
+                    };
+                    Ok(e.alias(f.name()))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            b.project(exprs)?.build()?
+        }
+    };
+    let physical = state.create_physical_plan(&plan).await?;
+    let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
+    let removed: HashSet<String> = affected.iter().cloned().collect();
+    Ok(target
+        .run(
+            stream,
+            Commit::Replace {
+                removed,
+                reported: Some(matched),
+            },
+        )
+        .await?)
+}
+
+/// The table as a row-level write reads it: every column decrypted, as the principal
+/// (their provider, token and AAD prefix).
+#[derive(Debug)]
+struct RewriteSource {
+    inner: IcebergTableProvider,
+    keys: RewriteKeys,
+}
+
+#[async_trait::async_trait]
+impl datafusion::catalog::TableProvider for RewriteSource {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        datafusion::catalog::TableProvider::schema(&self.inner)
+    }
+
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&datafusion::logical_expr::Expr],
+    ) -> Result<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
+        Ok(vec![
+            datafusion::logical_expr::TableProviderFilterPushDown::Inexact;
+            filters.len()
+        ])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn datafusion::catalog::Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[datafusion::logical_expr::Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let keys = crate::provider::ScanAs {
+            scope: clearice_crypto::KeyScope::All,
+            principal: &self.keys.principal,
+            aad_prefix: self.keys.aad_prefix.clone(),
+            provider: Some(Arc::clone(&self.keys.provider)),
+            credential: self.keys.credential.clone(),
+            column_keys: self.keys.column_keys.clone(),
+        };
+        self.inner
+            .scan_with(state, projection, filters, limit, keys, false)
+            .await
+    }
 }

@@ -14,6 +14,7 @@
 
 mod access;
 mod catalog;
+pub mod commit;
 pub mod ddl;
 mod deletes;
 pub mod dml;

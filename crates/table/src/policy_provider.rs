@@ -398,7 +398,73 @@ impl PolicyTableProvider {
             },
             must_be_null,
             audit,
+            source: self.inner.clone(),
+            scan_as: crate::dml::RewriteKeys {
+                principal: principal.to_owned(),
+                aad_prefix: tpol
+                    .and_then(|t| t.aad_prefix.as_ref())
+                    .map(|p| p.as_bytes().to_vec()),
+                provider: Arc::clone(&self.crypto),
+                credential: self.access.credential().cloned(),
+                column_keys: self
+                    .inner
+                    .schema()
+                    .fields()
+                    .iter()
+                    .zip(&self.protected_keys)
+                    .filter_map(|(f, k)| Some((f.name().clone(), k.clone()?)))
+                    .collect(),
+            },
         })
+    }
+
+    /// Checks a row-level write (DELETE, UPDATE, INSERT OVERWRITE) before it runs:
+    /// it rewrites whole data files, so the principal must be allowed to write every
+    /// protected column; and its conditions and new values may use only columns the
+    /// principal reads in plaintext (else the count of rows changed would reveal values
+    /// the principal may not see).
+    fn check_row_level(&self, action: &str, exprs: &[&Expr]) -> Result<crate::dml::WriteTarget> {
+        let target = self.write_target(action)?;
+        let table = self.inner.name();
+        let principal = self.access.principal();
+        let refuse = |what: String, rule: &str| -> DataFusionError {
+            let e = Error::WriteDenied {
+                what,
+                principal: principal.to_owned(),
+                rule: rule.to_owned(),
+            };
+            self.access.record(TableAccess {
+                table: table.to_owned(),
+                snapshot_id: None,
+                columns: vec![],
+                allowed: false,
+                error: Some(e.to_string()),
+                write: Some(target.audit.clone()),
+            });
+            e.into()
+        };
+        if let Some(c) = target.must_be_null.first() {
+            return Err(refuse(
+                format!(
+                    "{action} on table '{table}' rewrites its data files, protected column '{c}' included"
+                ),
+                "row-level writes need the principal in the `write` list of every protected column",
+            ));
+        }
+        for e in exprs {
+            for c in e.column_refs() {
+                if !self.is_plaintext(&c.name) {
+                    return Err(refuse(
+                        format!(
+                            "{action} on table '{table}' uses column '{}', which the principal does not read in plaintext",
+                            c.name
+                        ),
+                        "conditions and values of a write use only columns read in plaintext",
+                    ));
+                }
+            }
+        }
+        Ok(target)
     }
 
     /// Refuses an INSERT whose values (`exprs`, one per column of [`TableProvider::schema`]
@@ -499,6 +565,49 @@ impl TableProvider for PolicyTableProvider {
         TableType::Base
     }
 
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = self.check_row_level("delete", &filters.iter().collect::<Vec<_>>())?;
+        crate::dml::IcebergRowLevelExec::try_new(
+            state,
+            Arc::new(target),
+            crate::dml::RowLevel::Delete,
+            filters,
+        )
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let exprs: Vec<&Expr> = filters
+            .iter()
+            .chain(assignments.iter().map(|(_, e)| e))
+            .collect();
+        let target = self.check_row_level("update", &exprs)?;
+        crate::dml::IcebergRowLevelExec::try_new(
+            state,
+            Arc::new(target),
+            crate::dml::RowLevel::Update(assignments),
+            filters,
+        )
+    }
+
+    async fn truncate(&self, state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = self.check_row_level("truncate", &[])?;
+        crate::dml::IcebergRowLevelExec::try_new(
+            state,
+            Arc::new(target),
+            crate::dml::RowLevel::Delete,
+            vec![],
+        )
+    }
+
     async fn insert_into(
         &self,
         _state: &dyn Session,
@@ -518,7 +627,11 @@ impl TableProvider for PolicyTableProvider {
                 .into());
             }
         };
-        let target = self.write_target(action)?;
+        let target = if insert_op == InsertOp::Overwrite {
+            self.check_row_level(action, &[])?
+        } else {
+            self.write_target(action)?
+        };
         Ok(Arc::new(crate::dml::IcebergWriteExec::new(
             input,
             Arc::new(target),

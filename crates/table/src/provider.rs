@@ -6,7 +6,7 @@ use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::TableParquetOptions;
 use datafusion::common::stats::Precision;
@@ -62,6 +62,9 @@ pub struct ScanAs<'a> {
     pub column_keys: BTreeMap<String, String>,
 }
 
+/// The column a rewrite scan adds: each row's data file.
+pub const FILE_COLUMN: &str = "_file";
+
 /// A table of an Iceberg catalog, at its current snapshot.
 #[derive(Clone)]
 pub struct IcebergTableProvider {
@@ -79,6 +82,12 @@ pub struct IcebergTableProvider {
     as_of: Option<AsOf>,
     /// The catalog the table was loaded from (writes commit there).
     catalog: Option<Arc<dyn iceberg::Catalog>>,
+    /// Takes the catalog's commits that remove files.
+    committer: Option<crate::commit::Committer>,
+    /// Scan only these data files (paths), if set (row-level writes rewrite them).
+    only_files: Option<Arc<std::collections::HashSet<String>>>,
+    /// Add the data file's path to every row as column `_file` (row-level writes).
+    file_column: bool,
 }
 
 /// A snapshot named by a query (`FOR VERSION AS OF`, `FOR TIMESTAMP AS OF`).
@@ -161,13 +170,58 @@ impl IcebergTableProvider {
             snapshot,
             as_of: None,
             catalog: None,
+            committer: None,
+            only_files: None,
+            file_column: false,
         })
     }
 
     /// With the catalog the table was loaded from, so SQL writes can commit to it.
-    pub fn with_catalog(mut self, catalog: Arc<dyn iceberg::Catalog>) -> Self {
+    pub fn with_catalog(
+        mut self,
+        catalog: Arc<dyn iceberg::Catalog>,
+        committer: crate::commit::Committer,
+    ) -> Self {
         self.catalog = Some(catalog);
+        self.committer = Some(committer);
         self
+    }
+
+    /// How the catalog takes commits that remove files, if known.
+    pub fn committer(&self) -> Option<&crate::commit::Committer> {
+        self.committer.as_ref()
+    }
+
+    /// The table restricted to the data files `files` (paths), with their path as a
+    /// last column `_file` when `file_column` (what row-level writes scan).
+    pub fn for_rewrite(
+        &self,
+        files: Option<Arc<std::collections::HashSet<String>>>,
+        file_column: bool,
+    ) -> Self {
+        let mut t = self.clone();
+        t.only_files = files;
+        t.file_column = file_column;
+        t
+    }
+
+    /// The `_file` column of a rewrite scan.
+    fn file_field() -> datafusion::arrow::datatypes::FieldRef {
+        Arc::new(datafusion::arrow::datatypes::Field::new(
+            FILE_COLUMN,
+            DataType::Utf8,
+            false,
+        ))
+    }
+
+    /// The scan's schema: the table's, plus `_file` for a rewrite scan.
+    fn full_schema(&self) -> SchemaRef {
+        if !self.file_column {
+            return Arc::clone(&self.schema);
+        }
+        let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+        fields.push(Self::file_field());
+        Arc::new(Schema::new(fields))
     }
 
     /// The catalog the table was loaded from, if known.
@@ -389,7 +443,7 @@ impl TableProvider for IcebergTableProvider {
     }
 
     fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
+        self.full_schema()
     }
 
     fn table_type(&self) -> TableType {
@@ -442,11 +496,14 @@ impl IcebergTableProvider {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let projection: Vec<usize> = projection
             .cloned()
-            .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
-        let tasks = self.plan_files(filters).await?;
+            .unwrap_or_else(|| (0..self.full_schema().fields().len()).collect());
+        let mut tasks = self.plan_files(filters).await?;
+        if let Some(only) = &self.only_files {
+            tasks.retain(|t| only.contains(&t.data_file_path));
+        }
         if tasks.is_empty() {
             return Ok(Arc::new(EmptyExec::new(Arc::new(
-                self.schema.project(&projection)?,
+                self.full_schema().project(&projection)?,
             ))));
         }
         let mut store_url = None;
@@ -556,6 +613,11 @@ impl IcebergTableProvider {
         for (t, plan) in tasks.iter().zip(plans) {
             let (_, path, _) = self.object_path(&t.data_file_path)?;
             let mut file = PartitionedFile::new(path, t.file_size_in_bytes);
+            if self.file_column {
+                file.partition_values = vec![datafusion::common::ScalarValue::Utf8(Some(
+                    t.data_file_path.clone(),
+                ))];
+            }
             if let Some(plan) = plan {
                 file = file.with_extensions(Arc::new(plan));
             }
@@ -571,7 +633,15 @@ impl IcebergTableProvider {
         // The decrypting reader decrypts only the page index of columns this scan may
         // read (others get a stand-in), so the page index is on, as for plaintext files.
         let source = |factory: &Arc<DecryptingReaderFactory>| {
-            let source = ParquetSource::new(Arc::clone(&self.schema))
+            let table_schema = datafusion::datasource::table_schema::TableSchema::new(
+                Arc::clone(&self.schema),
+                if self.file_column {
+                    vec![Self::file_field()]
+                } else {
+                    vec![]
+                },
+            );
+            let source = ParquetSource::new(table_schema)
                 .with_parquet_file_reader_factory(Arc::clone(factory) as _)
                 .with_table_parquet_options(TableParquetOptions {
                     global: options.execution.parquet.clone(),
@@ -647,7 +717,7 @@ impl IcebergTableProvider {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         // Iceberg's record counts are exact for files without deletes: `count(*)` over
         // them needs no IO.
-        let mut table_stats = Statistics::new_unknown(&self.schema);
+        let mut table_stats = Statistics::new_unknown(&self.full_schema());
         let rows: Option<u64> = files.iter().map(|f| f.rows).sum();
         let exact = files.iter().all(|f| f.exact);
         if let Some(n) = rows {
@@ -661,7 +731,7 @@ impl IcebergTableProvider {
             .into_iter()
             .map(|f| match f.rows {
                 Some(n) if f.exact => {
-                    let mut stats = Statistics::new_unknown(&self.schema);
+                    let mut stats = Statistics::new_unknown(&self.full_schema());
                     stats.num_rows = Precision::Exact(n as usize);
                     f.file.with_statistics(Arc::new(stats))
                 }
