@@ -103,6 +103,45 @@ impl Session {
         self.checked(plan).await
     }
 
+    /// Plans a statement for its result schema only: Iceberg catalog changes, which
+    /// run when planned, are not run (Flight plans every statement before running it).
+    async fn plan_for_schema(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
+        use datafusion::logical_expr::{DdlStatement, EmptyRelation, LogicalPlan};
+        let text = clearice_table::travel::rewrite_sql(sql)?;
+        let plan = self.ctx.state().create_logical_plan(&text).await?;
+        let reports_rows = match &plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c))
+                if self.iceberg_table(&c.name).is_some() =>
+            {
+                Some(!matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row))
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(d)) if self.iceberg_table(&d.name).is_some() => {
+                Some(false)
+            }
+            LogicalPlan::Ddl(DdlStatement::CreateCatalogSchema(_) | DdlStatement::DropCatalogSchema(_))
+                if !self.catalogs.is_empty() =>
+            {
+                Some(false)
+            }
+            _ => None,
+        };
+        match reports_rows {
+            Some(rows) => {
+                let schema = if rows {
+                    clearice_table::dml::count_schema()
+                } else {
+                    Arc::new(datafusion::arrow::datatypes::Schema::empty())
+                };
+                let empty = LogicalPlan::EmptyRelation(EmptyRelation {
+                    produce_one_row: false,
+                    schema: Arc::new(datafusion::common::DFSchema::try_from(schema.as_ref().clone())?),
+                });
+                Ok(datafusion::dataframe::DataFrame::new(self.ctx.state(), empty))
+            }
+            None => self.checked(plan).await,
+        }
+    }
+
     async fn checked(
         &self,
         plan: datafusion::logical_expr::LogicalPlan,
@@ -476,14 +515,14 @@ impl Session {
         let planned = query
             .scope(async {
                 match self.timeout() {
-                    Some(limit) => tokio::time::timeout(limit, self.plan(sql))
+                    Some(limit) => tokio::time::timeout(limit, self.plan_for_schema(sql))
                         .await
                         .unwrap_or_else(|_| {
                             Err(DataFusionError::External(Box::new(
                                 LimitExceeded::Timeout { limit },
                             )))
                         }),
-                    None => self.plan(sql).await,
+                    None => self.plan_for_schema(sql).await,
                 }
             })
             .await;

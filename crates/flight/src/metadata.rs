@@ -17,7 +17,7 @@ pub(crate) fn sql_info_data() -> SqlInfoData {
     b.append(SqlInfo::FlightSqlServerName, "ClearIce");
     b.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
     b.append(SqlInfo::FlightSqlServerArrowVersion, "58");
-    b.append(SqlInfo::FlightSqlServerReadOnly, true);
+    b.append(SqlInfo::FlightSqlServerReadOnly, false);
     b.append(SqlInfo::FlightSqlServerSql, true);
     b.append(SqlInfo::FlightSqlServerSubstrait, false);
     b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
@@ -25,8 +25,8 @@ pub(crate) fn sql_info_data() -> SqlInfoData {
     b.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
     b.append(SqlInfo::FlightSqlServerTransactionTimeout, 0i32);
     b.append(SqlInfo::SqlDdlCatalog, false);
-    b.append(SqlInfo::SqlDdlSchema, false);
-    b.append(SqlInfo::SqlDdlTable, false);
+    b.append(SqlInfo::SqlDdlSchema, true);
+    b.append(SqlInfo::SqlDdlTable, true);
     b.append(SqlInfo::SqlIdentifierCase, 1i32);
     b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
     b.append(SqlInfo::SqlQuotedIdentifierCase, 3i32);

@@ -13,7 +13,8 @@ use arrow_flight::sql::{
     ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetCrossReference,
     CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys,
     CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
-    CommandPreparedStatementQuery, CommandStatementQuery, DoPutPreparedStatementResult,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementQuery,
+    CommandStatementUpdate, DoPutPreparedStatementResult,
     ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
@@ -298,6 +299,47 @@ impl ClearIceFlightSql {
         .map_err(|e| status_of(&e))
     }
 
+    /// Runs a statement to completion for `DoPut` updates: the rows it reports (a
+    /// write's `count`), or the rows it returned; 0 for DDL. Each parameter row of
+    /// `params` runs once (a JDBC batch), counts summed.
+    async fn update(
+        &self,
+        session: Session,
+        token: Option<String>,
+        sql: String,
+        params: Vec<ParamValues>,
+    ) -> Result<i64, Status> {
+        let runs = if params.is_empty() {
+            vec![None]
+        } else {
+            params.into_iter().map(Some).collect()
+        };
+        let session = Arc::new(session);
+        let s2 = Arc::clone(&session);
+        let counted = self
+            .on_cpu(async move {
+                let mut total = 0i64;
+                for p in runs {
+                    let stream = s2.sql_stream_with_params(&sql, p).await?;
+                    let schema = stream.schema();
+                    let batches: Vec<RecordBatch> = stream.try_collect().await?;
+                    total += reported_rows(&schema, &batches);
+                }
+                Ok::<_, DataFusionError>(total)
+            })
+            .await?
+            .map_err(|e| status_of(&e))?;
+        let set = session.take_set_options();
+        if let Some(token) = &token
+            && !set.is_empty()
+        {
+            let mut options = self.sessions.get(token);
+            options.settings.extend(set);
+            self.sessions.set(token, options);
+        }
+        Ok(counted)
+    }
+
     async fn run(
         &self,
         session: Session,
@@ -458,6 +500,53 @@ impl FlightSqlService for ClearIceFlightSql {
         Ok(Response::new(
             self.run(session, token, &sql, None, key).await?,
         ))
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        cmd: CommandStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let session = self.session(&request).await?;
+        let token = bearer(&request).map(str::to_owned);
+        let sql = number_question_marks(&cmd.query).into_owned();
+        self.update(session, token, sql, vec![]).await
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        cmd: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let session = self.session(&request).await?;
+        let token = bearer(&request).map(str::to_owned);
+        let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
+        let (sql, bound) = self.prepared.get(&handle, session.principal())?;
+        // Parameters sent with the update (a JDBC batch: one run per row), else the
+        // ones bound before.
+        let stream = request.into_inner().map_err(|e| e.into());
+        let sent: Vec<RecordBatch> =
+            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream)
+                .try_collect()
+                .await
+                .map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?;
+        let rows: Vec<RecordBatch> = if sent.iter().any(|b| b.num_rows() > 0) {
+            sent
+        } else {
+            bound.into_iter().collect()
+        };
+        let mut params = Vec::new();
+        for b in &rows {
+            for r in 0..b.num_rows() {
+                params.push(ParamValues::List(
+                    (0..b.num_columns())
+                        .map(|i| ScalarValue::try_from_array(b.column(i), r).map(Into::into))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| status_of(&e))?,
+                ));
+            }
+        }
+        self.update(session, token, sql, params).await
     }
 
     async fn do_action_create_prepared_statement(
@@ -897,4 +986,21 @@ pub async fn serve(
         .add_service(FlightServiceServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+/// The rows a statement reports to an update call: a write's `count` (one UInt64 column
+/// of that name), else the rows it returned.
+fn reported_rows(schema: &SchemaRef, batches: &[RecordBatch]) -> i64 {
+    use datafusion::arrow::array::UInt64Array;
+    if schema.fields().len() == 1
+        && schema.field(0).name() == "count"
+        && schema.field(0).data_type() == &DataType::UInt64
+    {
+        return batches
+            .iter()
+            .filter_map(|b| b.column(0).as_any().downcast_ref::<UInt64Array>())
+            .flat_map(|a| a.iter().flatten())
+            .sum::<u64>() as i64;
+    }
+    batches.iter().map(|b| b.num_rows() as i64).sum()
 }

@@ -1,5 +1,6 @@
 //! Runs `sql-tests/**/*.slt` (harness = false). The first directory level picks the lake:
-//! `demo/` a demo lake written by ClearIce, `interop/` the PyArrow/PyIceberg lake
+//! `demo/` a demo lake written by ClearIce, `writes/` another one that SQL writes change
+//! (its policy: the demo's plus `writes/policy_extra.toml`), `interop/` the PyArrow/PyIceberg lake
 //! (`CLEARICE_INTEROP_DIR`), `spark/` tables written by Spark 4.1 with Iceberg's runtime
 //! (`CLEARICE_SPARK_LAKE`: row-level deletes, time travel, metadata tables; also run over
 //! Flight SQL), `parquet_testing/` parquet-testing's files with their
@@ -79,7 +80,7 @@ async fn main() {
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .unwrap_or_default();
         // policy/ runs on the demo lake, whose policy it tests, and again over Flight SQL.
-        let over_flight = suite == "policy" || suite == "spark";
+        let over_flight = suite == "policy" || suite == "spark" || suite == "writes";
         let suite = if suite == "policy" {
             "demo".to_owned()
         } else {
@@ -142,7 +143,7 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
     let dir = tmp.join(suite);
     std::fs::create_dir_all(&dir).expect("suite dir");
     match suite {
-        "demo" => {
+        "demo" | "writes" => {
             let config = if std::env::var_os("CLEARICE_DEMO_ON_S3").is_some() {
                 demo_on_s3(&dir).await
             } else {
@@ -150,6 +151,16 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
                     .await
                     .expect("demo init")
             };
+            if suite == "writes" {
+                // The demo policy, plus the tables the write tests create.
+                let policy = config.with_file_name("policy.toml");
+                let mut text = std::fs::read_to_string(&policy).expect("demo policy");
+                text.push_str(
+                    &std::fs::read_to_string(root().join("writes/policy_extra.toml"))
+                        .expect("writes/policy_extra.toml"),
+                );
+                std::fs::write(&policy, text).expect("policy");
+            }
             let engine = Arc::new(
                 Engine::open(Config::load(&config).expect("config"))
                     .await
@@ -205,7 +216,7 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
         }
         other => {
             panic!(
-                "sql-tests/{other}: unknown suite (expected demo, interop, spark or parquet_testing)"
+                "sql-tests/{other}: unknown suite (expected demo, writes, interop, spark or parquet_testing)"
             )
         }
     }
