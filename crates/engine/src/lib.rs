@@ -277,7 +277,7 @@ impl Engine {
 
     /// Master key id of each column of a data file (`None`: plaintext or footer key),
     /// read through the decrypting reader: only the footer key is requested.
-    async fn column_master_keys(
+    pub async fn file_column_keys(
         &self,
         location: &str,
     ) -> Result<Vec<(String, Option<String>)>, String> {
@@ -950,7 +950,7 @@ impl Engine {
             };
             let Some(task) = tasks.first() else { continue };
             let path = task.data_file_path.clone();
-            let keys = self.column_master_keys(&path).await;
+            let keys = self.file_column_keys(&path).await;
             match keys {
                 Ok(keys) => {
                     for (col, key) in keys {

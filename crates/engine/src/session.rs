@@ -113,16 +113,18 @@ impl Session {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c))
                 if self.iceberg_table(&c.name).is_some() =>
             {
-                Some(!matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row))
+                Some(
+                    !matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row),
+                )
             }
-            LogicalPlan::Ddl(DdlStatement::DropTable(d)) if self.iceberg_table(&d.name).is_some() => {
-                Some(false)
-            }
-            LogicalPlan::Ddl(DdlStatement::CreateCatalogSchema(_) | DdlStatement::DropCatalogSchema(_))
-                if !self.catalogs.is_empty() =>
+            LogicalPlan::Ddl(DdlStatement::DropTable(d))
+                if self.iceberg_table(&d.name).is_some() =>
             {
                 Some(false)
             }
+            LogicalPlan::Ddl(
+                DdlStatement::CreateCatalogSchema(_) | DdlStatement::DropCatalogSchema(_),
+            ) if !self.catalogs.is_empty() => Some(false),
             _ => None,
         };
         match reports_rows {
@@ -134,9 +136,14 @@ impl Session {
                 };
                 let empty = LogicalPlan::EmptyRelation(EmptyRelation {
                     produce_one_row: false,
-                    schema: Arc::new(datafusion::common::DFSchema::try_from(schema.as_ref().clone())?),
+                    schema: Arc::new(datafusion::common::DFSchema::try_from(
+                        schema.as_ref().clone(),
+                    )?),
                 });
-                Ok(datafusion::dataframe::DataFrame::new(self.ctx.state(), empty))
+                Ok(datafusion::dataframe::DataFrame::new(
+                    self.ctx.state(),
+                    empty,
+                ))
             }
             None => self.checked(plan).await,
         }

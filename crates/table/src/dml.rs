@@ -209,6 +209,7 @@ impl WriteTarget {
             while let Some(f) = in_flight.next().await {
                 files.extend(f?);
             }
+            pause_before_commit(&files).await;
             let properties = BTreeMap::from([(
                 "clearice.principal".to_owned(),
                 self.providers.context.principal.clone(),
@@ -875,4 +876,17 @@ impl datafusion::catalog::TableProvider for RewriteSource {
             .scan_with(state, projection, filters, limit, keys, false)
             .await
     }
+}
+
+/// Test failpoint: with `CLEARICE_TEST_PAUSE_BEFORE_COMMIT=FILE`, a write whose data files
+/// are written writes their paths to FILE and waits a minute before committing (tests
+/// kill the process there to check that an interrupted write changes nothing).
+async fn pause_before_commit(files: &[DataFile]) {
+    let Some(marker) = std::env::var_os("CLEARICE_TEST_PAUSE_BEFORE_COMMIT") else {
+        return;
+    };
+    let paths: Vec<&str> = files.iter().map(DataFile::file_path).collect();
+    let text = paths.join("\n");
+    let _ = tokio::fs::write(&marker, text).await;
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
 }

@@ -1,0 +1,429 @@
+//! SQL writes as pipelines run them: `clearice -f` files building an encrypted table that
+//! PyIceberg and PyArrow read back with the keys; the files' column keys and the
+//! manifests' bounds; a write killed before its commit; concurrent INSERTs; ADBC
+//! `executeUpdate` against `clearice serve`; the audit records of writes.
+
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::{python, run_ok, start};
+
+/// The policy of the table the pipeline builds (appended to the demo policy).
+const PEOPLE_POLICY: &str = r#"
+[tables."lake.etl.people"]
+footer_key = "footer_key"
+write = ["admin"]
+
+[tables."lake.etl.people".columns.ssn]
+master_key = "pii_key"
+write = ["admin"]
+access = { admin = "plaintext", analyst = "show_last_4" }
+
+[tables."lake.etl.people".columns.salary]
+master_key = "finance_key"
+write = ["admin"]
+access = { admin = "plaintext", analyst = "plaintext" }
+"#;
+
+/// A demo lake whose policy also protects `lake.etl.people`.
+fn lake(dir: &Path) -> PathBuf {
+    let lake = dir.join("lake");
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_clearice"))
+            .args(["demo", "init"])
+            .arg(&lake),
+    );
+    let policy = lake.join("policy.toml");
+    let mut text = std::fs::read_to_string(&policy).unwrap();
+    text.push_str(PEOPLE_POLICY);
+    std::fs::write(&policy, text).unwrap();
+    lake
+}
+
+fn clearice(lake: &Path, user: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_clearice"));
+    c.arg("--config")
+        .arg(lake.join("clearice.toml"))
+        .args(["--user", user, "--quiet"]);
+    c
+}
+
+fn sql(lake: &Path, user: &str, sql: &str) -> Output {
+    clearice(lake, user)
+        .args(["--format", "csv", "-c", sql])
+        .output()
+        .unwrap()
+}
+
+fn sql_ok(lake: &Path, sql_text: &str) -> String {
+    let out = sql(lake, "admin", sql_text);
+    assert!(
+        out.status.success(),
+        "{sql_text}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn count(lake: &Path, table: &str) -> i64 {
+    sql_ok(lake, &format!("SELECT count(*) AS n FROM {table}"))
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn snapshots(lake: &Path, table: &str) -> Vec<String> {
+    let (ns, t) = table.rsplit_once('.').unwrap();
+    sql_ok(
+        lake,
+        &format!("SELECT snapshot_id FROM {ns}.\"{t}$snapshots\" ORDER BY committed_at"),
+    )
+    .lines()
+    .skip(1)
+    .map(str::to_owned)
+    .collect()
+}
+
+const CREATE: &str = "
+CREATE SCHEMA IF NOT EXISTS lake.etl;
+CREATE TABLE lake.etl.people (id BIGINT NOT NULL, name VARCHAR, ssn VARCHAR, salary DOUBLE, dept VARCHAR)
+  PARTITIONED BY (dept);
+";
+
+const LOAD: &str = "
+INSERT INTO lake.etl.people
+SELECT id, name, ssn, balance, country FROM lake.sales.customers WHERE id < 1000200;
+";
+
+const CHANGE: &str = "
+UPDATE lake.etl.people SET salary = salary + 1, name = upper(name) WHERE dept = 'DE';
+DELETE FROM lake.etl.people WHERE id % 10 = 0;
+INSERT INTO lake.etl.people VALUES (1, 'new', '000-00-0001', 10.5, 'XX');
+";
+
+#[test]
+fn a_pipeline_of_sql_files_builds_an_encrypted_table_python_reads_back() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = lake(tmp.path());
+    for (name, text) in [
+        ("01_create", CREATE),
+        ("02_load", LOAD),
+        ("03_change", CHANGE),
+    ] {
+        let file = tmp.path().join(format!("{name}.sql"));
+        std::fs::write(&file, text).unwrap();
+        let out = run_ok(
+            clearice(&lake, "admin")
+                .args(["--format", "csv", "-f"])
+                .arg(&file),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if name == "02_load" {
+            // the INSERT reports its rows
+            assert_eq!(stdout.trim(), "count\n200", "{name}");
+        }
+    }
+    // A failing file stops at its first error with a non-zero exit code; the table is as
+    // it was (the statement before it committed, the failed one left nothing).
+    let before = snapshots(&lake, "lake.etl.people");
+    let bad = tmp.path().join("04_bad.sql");
+    std::fs::write(
+        &bad,
+        "INSERT INTO lake.etl.people (name) VALUES ('no id');\nDELETE FROM lake.etl.people;\n",
+    )
+    .unwrap();
+    let out = clearice(&lake, "admin")
+        .arg("-f")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("column 'id' is required (NOT NULL) but the statement writes NULL"),
+        "{out:?}"
+    );
+    assert_eq!(snapshots(&lake, "lake.etl.people"), before);
+    // A principal without write permission is refused before anything is written.
+    let files_before = data_files(&lake);
+    let out = sql(
+        &lake,
+        "analyst",
+        "INSERT INTO lake.etl.people VALUES (2, 'x', NULL, NULL, 'XX')",
+    );
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert_eq!(data_files(&lake), files_before);
+
+    // What ClearIce reads ...
+    let out = clearice(&lake, "admin")
+        .args([
+            "--format",
+            "ndjson",
+            "-c",
+            "SELECT id, name, ssn, CAST(round(salary * 100) AS BIGINT) AS cents, dept \
+             FROM lake.etl.people ORDER BY id",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let ours: Vec<Vec<Value>> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let r: Value = serde_json::from_str(l).unwrap();
+            ["id", "name", "ssn", "cents", "dept"]
+                .iter()
+                .map(|c| r.get(*c).cloned().unwrap_or(Value::Null))
+                .collect()
+        })
+        .collect();
+    assert_eq!(ours.len(), 200 - 20 + 1);
+    assert!(ours.iter().any(|r| r[1] == "new"));
+    let de: Vec<&Vec<Value>> = ours.iter().filter(|r| r[4] == "DE").collect();
+    assert!(!de.is_empty());
+    assert!(
+        de.iter()
+            .all(|r| r[1].as_str().is_none_or(|n| n == n.to_uppercase())),
+        "UPDATE ... WHERE dept = 'DE' upper-cased the names"
+    );
+    // ... is what PyIceberg (catalog, manifests) and PyArrow (PME, the keyring KMS) read.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/read_written.py");
+    let out = Command::new(&python)
+        .arg(script)
+        .arg(lake.join("catalog.db"))
+        .arg(format!("file://{}", lake.join("warehouse").display()))
+        .arg(lake.join("keyring.json"))
+        .arg("etl.people")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PyIceberg/PyArrow failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let py: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let theirs: Vec<Vec<Value>> = serde_json::from_value(py["rows"].clone()).unwrap();
+    assert_eq!(theirs, ours);
+    // Manifests: bounds of the plaintext columns only.
+    let bounds: Vec<String> = serde_json::from_value(py["bounds"].clone()).unwrap();
+    assert!(bounds.contains(&"id".to_owned()), "{bounds:?}");
+    assert!(
+        !bounds.iter().any(|b| b == "ssn" || b == "salary"),
+        "bounds of encrypted columns in the manifests: {bounds:?}"
+    );
+    let ops: Vec<String> = serde_json::from_value(py["snapshots"].clone()).unwrap();
+    assert_eq!(
+        ops,
+        ["append", "overwrite", "overwrite", "append"],
+        "{ops:?}"
+    );
+    // Footers: every data file's columns under the policy's keys.
+    let files: Vec<String> = serde_json::from_value(py["files"].clone()).unwrap();
+    let keys = column_keys(&lake, &files);
+    for (file, cols) in keys {
+        let key = |c: &str| {
+            cols.iter()
+                .find(|(n, _)| n == c)
+                .and_then(|(_, k)| k.clone())
+        };
+        assert_eq!(key("ssn").as_deref(), Some("pii_key"), "{file}");
+        assert_eq!(key("salary").as_deref(), Some("finance_key"), "{file}");
+        assert_eq!(key("id"), None, "{file}");
+        assert_eq!(key("dept"), None, "{file}");
+    }
+    // Audit: each write with its action, rows and the snapshot it committed.
+    let audit = std::fs::read_to_string(lake.join("audit.jsonl")).unwrap();
+    let writes: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["table"] == "lake.etl.people" && r["action"] != "query")
+        .collect();
+    let insert = writes
+        .iter()
+        .find(|r| r["action"] == "insert" && r["rows"] == 200)
+        .expect("audit record of the INSERT");
+    assert!(insert["snapshot_id"].is_i64(), "{insert}");
+    assert_eq!(insert["allowed"], true);
+    let update = writes.iter().find(|r| r["action"] == "update").unwrap();
+    assert!(update["rows"].as_u64().unwrap() > 0, "{update}");
+    let refused = writes
+        .iter()
+        .find(|r| r["user"] == "analyst")
+        .expect("audit record of the refused write");
+    assert_eq!(refused["allowed"], false);
+    assert!(
+        writes
+            .iter()
+            .any(|r| r["action"] == "create_table" && r["allowed"] == true)
+    );
+}
+
+/// Data files under the table's directory.
+fn data_files(lake: &Path) -> Vec<PathBuf> {
+    let dir = lake.join("warehouse/etl/people/data");
+    let mut out = Vec::new();
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The master key of each column of each file, as the engine reads the footers.
+fn column_keys(lake: &Path, files: &[String]) -> Vec<(String, Vec<(String, Option<String>)>)> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let config = clearice_engine::Config::load(&lake.join("clearice.toml")).unwrap();
+        let engine = clearice_engine::Engine::open(config).await.unwrap();
+        let mut out = Vec::new();
+        for f in files {
+            out.push((f.clone(), engine.file_column_keys(f).await.unwrap()));
+        }
+        out
+    })
+}
+
+#[test]
+fn a_write_killed_before_its_commit_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = lake(tmp.path());
+    sql_ok(&lake, CREATE);
+    sql_ok(&lake, LOAD);
+    let before = snapshots(&lake, "lake.etl.people");
+    let marker = tmp.path().join("paused");
+    let mut child = clearice(&lake, "admin")
+        .args(["-c", LOAD])
+        .env("CLEARICE_TEST_PAUSE_BEFORE_COMMIT", &marker)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::fs::read_to_string(&marker)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the write did not pause"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Its data files are written...
+    let written = std::fs::read_to_string(&marker).unwrap();
+    for f in written.lines() {
+        assert!(Path::new(f.trim_start_matches("file://")).exists(), "{f}");
+    }
+    // ... and the process dies before committing them.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(snapshots(&lake, "lake.etl.people"), before);
+    assert_eq!(count(&lake, "lake.etl.people"), 200);
+}
+
+#[test]
+fn concurrent_inserts_all_land() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = lake(tmp.path());
+    sql_ok(&lake, CREATE);
+    let writers: Vec<_> = (0..4)
+        .map(|i| {
+            clearice(&lake, "admin")
+                .args([
+                    "-c",
+                    &format!(
+                        "INSERT INTO lake.etl.people SELECT id + {i} * 1000000, name, ssn, balance, country \
+                         FROM lake.sales.customers WHERE id < 1000050"
+                    ),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for w in writers {
+        let out = w.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(count(&lake, "lake.etl.people"), 200);
+    assert_eq!(snapshots(&lake, "lake.etl.people").len(), 4);
+    assert_eq!(
+        sql_ok(&lake, "SELECT count(DISTINCT id) AS n FROM lake.etl.people")
+            .lines()
+            .nth(1),
+        Some("200")
+    );
+}
+
+#[test]
+fn adbc_execute_update_returns_row_counts() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = lake(tmp.path());
+    let server = start(
+        &lake.join("clearice.toml"),
+        &["serve"],
+        &tmp.path().join("addr"),
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/adbc_writes.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(&server.addr)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ADBC client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["insert"], 3, "{v}");
+    assert_eq!(v["ctas"], 10, "{v}");
+    assert_eq!(v["prepared"], 2, "{v}");
+    assert_eq!(v["update"], 2, "{v}");
+    assert_eq!(v["delete"], 1, "{v}");
+    assert_eq!(
+        v["rows"],
+        serde_json::json!([[2, "b"], [3, "c"], [4, "z"], [5, "z"]])
+    );
+    let refused = v["analyst"]
+        .as_str()
+        .expect("the analyst's INSERT is refused");
+    assert!(refused.contains("write denied"), "{refused}");
+    assert!(refused.contains("PermissionDenied"), "{refused}");
+    drop(server);
+    // Writes over Flight are audited with the client's address and the rows written.
+    let audit = std::fs::read_to_string(lake.join("audit.jsonl")).unwrap();
+    let insert = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["table"] == "lake.adbc.t" && r["action"] == "insert" && r["rows"] == 3)
+        .expect("audit record of the Flight INSERT");
+    assert!(
+        insert["client"].as_str().unwrap().contains("127.0.0.1"),
+        "{insert}"
+    );
+}
