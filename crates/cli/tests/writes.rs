@@ -108,6 +108,12 @@ const CHANGE: &str = "
 UPDATE lake.etl.people SET salary = salary + 1, name = upper(name) WHERE dept = 'DE';
 DELETE FROM lake.etl.people WHERE id % 10 = 0;
 INSERT INTO lake.etl.people VALUES (1, 'new', '000-00-0001', 10.5, 'XX');
+CREATE TABLE lake.etl.changes AS
+  SELECT id, 'merged' AS name, CAST(NULL AS VARCHAR) AS ssn, balance AS salary, country AS dept
+  FROM lake.sales.customers WHERE id BETWEEN 1000190 AND 1000210;
+MERGE INTO lake.etl.people t USING lake.etl.changes s ON t.id = s.id
+  WHEN MATCHED THEN UPDATE SET name = s.name
+  WHEN NOT MATCHED THEN INSERT (id, name, ssn, salary, dept) VALUES (s.id, s.name, s.ssn, s.salary, s.dept);
 ";
 
 #[test]
@@ -187,13 +193,16 @@ fn a_pipeline_of_sql_files_builds_an_encrypted_table_python_reads_back() {
                 .collect()
         })
         .collect();
-    assert_eq!(ours.len(), 200 - 20 + 1);
+    // 200 loaded, 20 deleted, 1 inserted, 12 merged in (1000190 was deleted, 200..210 new)
+    assert_eq!(ours.len(), 200 - 20 + 1 + 12);
+    assert_eq!(ours.iter().filter(|r| r[1] == "merged").count(), 21);
     assert!(ours.iter().any(|r| r[1] == "new"));
     let de: Vec<&Vec<Value>> = ours.iter().filter(|r| r[4] == "DE").collect();
     assert!(!de.is_empty());
     assert!(
-        de.iter()
-            .all(|r| r[1].as_str().is_none_or(|n| n == n.to_uppercase())),
+        de.iter().all(|r| r[1]
+            .as_str()
+            .is_none_or(|n| n == "merged" || n == n.to_uppercase())),
         "UPDATE ... WHERE dept = 'DE' upper-cased the names"
     );
     // ... is what PyIceberg (catalog, manifests) and PyArrow (PME, the keyring KMS) read.
@@ -224,7 +233,7 @@ fn a_pipeline_of_sql_files_builds_an_encrypted_table_python_reads_back() {
     let ops: Vec<String> = serde_json::from_value(py["snapshots"].clone()).unwrap();
     assert_eq!(
         ops,
-        ["append", "overwrite", "overwrite", "append"],
+        ["append", "overwrite", "overwrite", "append", "overwrite"],
         "{ops:?}"
     );
     // Footers: every data file's columns under the policy's keys.

@@ -99,8 +99,57 @@ impl Session {
     /// runs when planned: `CREATE EXTERNAL TABLE` would infer a schema from the file).
     async fn plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
         let sql = clearice_table::travel::rewrite_sql(sql)?;
-        let plan = self.ctx.state().create_logical_plan(&sql).await?;
+        let state = self.ctx.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let stmt = state.sql_to_statement(&sql, &dialect)?;
+        self.statement_plan(stmt).await
+    }
+
+    /// Plans a parsed statement (MERGE runs here: DataFusion does not plan it).
+    async fn statement_plan(&self, stmt: Statement) -> Result<datafusion::dataframe::DataFrame> {
+        if let Some(m) = merge_of(&stmt) {
+            // Boxed: a MERGE's future is large, and front ends nest it deep.
+            let rows = Box::pin(self.merge(m)).await?;
+            return self.ctx.read_batch(clearice_table::dml::count_batch(rows)?);
+        }
+        let plan = self.ctx.state().statement_to_plan(stmt).await?;
         self.checked(plan).await
+    }
+
+    /// `MERGE INTO` an Iceberg table (copy-on-write, under the policy).
+    async fn merge(&self, m: &datafusion::sql::sqlparser::ast::Merge) -> Result<u64> {
+        use datafusion::sql::sqlparser::ast::TableFactor;
+        if let Some(e) = &self.setup_error {
+            return Err(DataFusionError::Execution(e.clone()));
+        }
+        let TableFactor::Table { name, .. } = &m.table else {
+            return Err(DataFusionError::Plan(
+                "MERGE INTO needs a table as its target".into(),
+            ));
+        };
+        let reference = datafusion::common::TableReference::parse_str(&name.to_string());
+        let Some((cat, ns, table)) = self.iceberg_table(&reference) else {
+            return Err(DataFusionError::NotImplemented(format!(
+                "MERGE INTO '{name}': only Iceberg catalog tables can be merged into"
+            )));
+        };
+        // The source reads what a SELECT would: confined sessions check its paths.
+        let state = self.ctx.state();
+        let source = state
+            .create_logical_plan(&format!("SELECT * FROM {}", m.source))
+            .await?;
+        if let Some(c) = &self.confine {
+            c.check_plan(&source).await?;
+        }
+        let full = datafusion::common::TableReference::full(cat.name().to_owned(), ns, table);
+        let provider = self.ctx.table_provider(full.clone()).await?;
+        let target = provider
+            .as_any()
+            .downcast_ref::<clearice_table::PolicyTableProvider>()
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!("table '{full}' cannot be merged into"))
+            })?;
+        Box::pin(clearice_table::merge::merge(&state, target, m)).await
     }
 
     /// Plans a statement for its result schema only: Iceberg catalog changes, which
@@ -108,8 +157,20 @@ impl Session {
     async fn plan_for_schema(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
         use datafusion::logical_expr::{DdlStatement, EmptyRelation, LogicalPlan};
         let text = clearice_table::travel::rewrite_sql(sql)?;
-        let plan = self.ctx.state().create_logical_plan(&text).await?;
+        let state = self.ctx.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let stmt = state.sql_to_statement(&text, &dialect)?;
+        let merging = merge_of(&stmt).is_some();
+        let plan = if merging {
+            LogicalPlan::EmptyRelation(EmptyRelation {
+                produce_one_row: false,
+                schema: Arc::new(datafusion::common::DFSchema::empty()),
+            })
+        } else {
+            state.statement_to_plan(stmt).await?
+        };
         let reports_rows = match &plan {
+            _ if merging => Some(true),
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c))
                 if self.iceberg_table(&c.name).is_some() =>
             {
@@ -165,6 +226,7 @@ impl Session {
         check_copy_formats(&plan)?;
         let state = self.ctx.state();
         clearice_table::dml::check_statement(&plan, &|p| state.optimize(p))?;
+        let plan = clearice_table::dml::detach_dml_scans(plan)?;
         let set = match &plan {
             datafusion::logical_expr::LogicalPlan::Statement(
                 datafusion::logical_expr::Statement::SetVariable(v),
@@ -451,8 +513,7 @@ impl Session {
         let text = stmt.to_string();
         self.audited(&text, async move {
             let _permit = self.permit()?;
-            let plan = self.ctx.state().statement_to_plan(stmt).await?;
-            collect(self.checked(plan).await?).await
+            collect(self.statement_plan(stmt).await?).await
         })
         .await
     }
@@ -573,11 +634,8 @@ impl Session {
     /// [`Session::sql_stream`]): results of any size in bounded memory.
     pub async fn execute_stream(&self, stmt: Statement) -> Result<SendableRecordBatchStream> {
         let text = stmt.to_string();
-        self.start_stream(&text, async {
-            let plan = self.ctx.state().statement_to_plan(stmt).await?;
-            self.checked(plan).await
-        })
-        .await
+        self.start_stream(&text, async { self.statement_plan(stmt).await })
+            .await
     }
 
     async fn start_stream(
@@ -820,6 +878,17 @@ async fn collect(df: datafusion::dataframe::DataFrame) -> Result<QueryOutput> {
     let schema = stream.schema();
     let batches = stream.try_collect().await?;
     Ok(QueryOutput { schema, batches })
+}
+
+/// The MERGE statement `stmt` is, if it is one.
+fn merge_of(stmt: &Statement) -> Option<&datafusion::sql::sqlparser::ast::Merge> {
+    match stmt {
+        Statement::Statement(s) => match s.as_ref() {
+            datafusion::sql::sqlparser::ast::Statement::Merge(m) => Some(m),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// `COPY ... STORED AS CSV` of nested columns fails while planning, naming the column,

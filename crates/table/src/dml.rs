@@ -169,7 +169,7 @@ impl WriteTarget {
     /// Writes every row of `input` and commits them in one snapshot (`commit`); returns
     /// the rows written. Nothing is committed, and every file written is removed, on
     /// failure.
-    async fn run(
+    pub(crate) async fn run(
         &self,
         mut input: SendableRecordBatchStream,
         commit: Commit,
@@ -184,12 +184,20 @@ impl WriteTarget {
             let schema = Arc::clone(writer.schema());
             let cut = self.file_bytes();
             let (mut pending, mut pending_bytes, mut rows) = (Vec::new(), 0u64, 0u64);
+            let mut counted = 0u64;
             let mut files = Vec::new();
             let mut in_flight = futures::stream::FuturesUnordered::new();
             while let Some(batch) = input.next().await {
                 let batch = batch.map_err(|e| self.err(e.to_string()))?;
                 if batch.num_rows() == 0 {
                     continue;
+                }
+                if let Some(c) = batch.column_by_name(COUNTED)
+                    && let Some(flags) = c
+                        .as_any()
+                        .downcast_ref::<datafusion::arrow::array::BooleanArray>()
+                {
+                    counted += flags.true_count() as u64;
                 }
                 let batch = self.conform(&batch, &schema)?;
                 rows += batch.num_rows() as u64;
@@ -225,7 +233,7 @@ impl WriteTarget {
                 Commit::Replace { removed, reported } => {
                     if removed.is_empty() && files.is_empty() {
                         self.audit.committed(None, 0);
-                        return Ok(reported.unwrap_or(0));
+                        return Ok(reported.unwrap_or(0) + counted);
                     }
                     let operation = if files.is_empty() {
                         iceberg::spec::Operation::Delete
@@ -245,7 +253,7 @@ impl WriteTarget {
                         properties.into_iter().collect(),
                     )
                     .await?;
-                    let rows = reported.unwrap_or(rows);
+                    let rows = reported.map_or(rows, |r| r + counted);
                     self.audit
                         .committed(t.metadata().current_snapshot_id(), rows);
                     return Ok(rows);
@@ -279,8 +287,12 @@ impl WriteTarget {
     }
 }
 
+/// A boolean column a write's input may carry: rows where it is true are counted in the
+/// rows the statement reports (MERGE's inserts); it is not written.
+pub(crate) const COUNTED: &str = "__clearice_counted";
+
 /// How a write commits.
-enum Commit {
+pub(crate) enum Commit {
     /// Add the files (INSERT, CREATE TABLE AS).
     Append,
     /// Replace what the new files overwrite (INSERT OVERWRITE): every data file of an
@@ -485,6 +497,38 @@ pub fn is_policy_target(source: &Arc<dyn datafusion::logical_expr::TableSource>)
     policy_table(source).is_some()
 }
 
+/// DELETE and UPDATE plans keep a scan of the target under their DML node, which
+/// DataFusion plans although `delete_from`/`update` only use its filters and assignments:
+/// that scan would read (or refuse) every column as the principal. It is replaced by an
+/// empty table of the same schema (the rewrite reads the table itself).
+pub fn detach_dml_scans(plan: LogicalPlan) -> Result<LogicalPlan> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    plan.transform_up(|node| {
+        let LogicalPlan::Dml(d) = &node else {
+            return Ok(Transformed::no(node));
+        };
+        if !matches!(d.op, WriteOp::Delete | WriteOp::Update) || !is_policy_target(&d.target) {
+            return Ok(Transformed::no(node));
+        }
+        let input = Arc::unwrap_or_clone(Arc::clone(&d.input)).transform_up(|n| {
+            if let LogicalPlan::TableScan(mut scan) = n {
+                if is_policy_target(&scan.source) {
+                    let empty =
+                        datafusion::datasource::empty::EmptyTable::new(scan.source.schema());
+                    scan.source = datafusion::datasource::provider_as_source(Arc::new(empty));
+                    return Ok(Transformed::yes(LogicalPlan::TableScan(scan)));
+                }
+                return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
+            }
+            Ok(Transformed::no(n))
+        })?;
+        let mut d = d.clone();
+        d.input = Arc::new(input.data);
+        Ok(Transformed::yes(LogicalPlan::Dml(d)))
+    })
+    .map(|t| t.data)
+}
+
 /// Checks the writes in `plan` against the policy before anything runs:
 /// - an INSERT puts nothing but NULL into protected columns the principal may not write;
 /// - a write (INSERT, CTAS, COPY) reads no column the principal sees masked, so masked
@@ -527,55 +571,68 @@ pub fn check_statement(
         return Err(e);
     }
     for (input, written) in checks {
-        let optimized = optimize(&input)?;
-        optimized.apply_with_subqueries(|node| {
-            if let LogicalPlan::TableScan(scan) = node
-                && let Some(p) = policy_table(&scan.source)
-            {
-                let p = p.as_any().downcast_ref::<PolicyTableProvider>().expect("policy");
-                let projection = scan.projection.as_deref();
-                let table = p.inner().name().to_owned();
-                if let Some(c) = p.masked_columns(projection).first() {
-                    problem = Some(
-                        Error::WriteDenied {
-                            what: format!(
-                                "column '{c}' of table '{table}' is masked for this principal; a write or export cannot copy masked values"
-                            ),
-                            principal: p.principal().to_owned(),
-                            rule: "masked values never go back into tables or out to files".into(),
-                        }
-                        .into(),
-                    );
-                    return Ok(TreeNodeRecursion::Stop);
-                }
-                // Decrypted values leaving their table (to a file, or another table) are
-                // an export.
-                if written.as_deref() != Some(table.as_str())
-                    && !p.may_export()
-                    && let Some(c) = p.decrypted_columns(projection).first()
-                {
-                    problem = Some(
-                        Error::WriteDenied {
-                            what: format!(
-                                "{} would write column '{c}' of table '{table}' decrypted",
-                                match &written {
-                                    Some(t) => format!("writing into '{t}'"),
-                                    None => "COPY".to_owned(),
-                                }
-                            ),
-                            principal: p.principal().to_owned(),
-                            rule: "the table's `export` list does not name the principal".into(),
-                        }
-                        .into(),
-                    );
-                    return Ok(TreeNodeRecursion::Stop);
-                }
+        check_copied(&input, written.as_deref(), optimize)?;
+    }
+    Ok(())
+}
+
+/// Checks what a write copies from `input` (a plan whose scans are resolved): no column
+/// the principal sees masked; no decrypted protected column leaving its table (for
+/// another table `written`, or a file when `None`) unless the table's `export` allows.
+pub(crate) fn check_copied(
+    input: &LogicalPlan,
+    written: Option<&str>,
+    optimize: &dyn Fn(&LogicalPlan) -> Result<LogicalPlan>,
+) -> Result<()> {
+    let optimized = optimize(input)?;
+    let mut problem: Option<DataFusionError> = None;
+    optimized.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Some(p) = policy_table(&scan.source)
+        {
+            let p = p.as_any().downcast_ref::<PolicyTableProvider>().expect("policy");
+            let projection = scan.projection.as_deref();
+            let table = p.inner().name().to_owned();
+            if let Some(c) = p.masked_columns(projection).first() {
+                problem = Some(
+                    Error::WriteDenied {
+                        what: format!(
+                            "column '{c}' of table '{table}' is masked for this principal; a write or export cannot copy masked values"
+                        ),
+                        principal: p.principal().to_owned(),
+                        rule: "masked values never go back into tables or out to files".into(),
+                    }
+                    .into(),
+                );
+                return Ok(TreeNodeRecursion::Stop);
             }
-            Ok(TreeNodeRecursion::Continue)
-        })?;
-        if let Some(e) = problem {
-            return Err(e);
+            // Decrypted values leaving their table (to a file, or another table) are
+            // an export.
+            if written != Some(table.as_str())
+                && !p.may_export()
+                && let Some(c) = p.decrypted_columns(projection).first()
+            {
+                problem = Some(
+                    Error::WriteDenied {
+                        what: format!(
+                            "{} would write column '{c}' of table '{table}' decrypted",
+                            match written {
+                                Some(t) => format!("writing into '{t}'"),
+                                None => "COPY".to_owned(),
+                            }
+                        ),
+                        principal: p.principal().to_owned(),
+                        rule: "the table's `export` list does not name the principal".into(),
+                    }
+                    .into(),
+                );
+                return Ok(TreeNodeRecursion::Stop);
+            }
         }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if let Some(e) = problem {
+        return Err(e);
     }
     Ok(())
 }
@@ -828,9 +885,15 @@ async fn row_level(
 /// The table as a row-level write reads it: every column decrypted, as the principal
 /// (their provider, token and AAD prefix).
 #[derive(Debug)]
-struct RewriteSource {
+pub(crate) struct RewriteSource {
     inner: IcebergTableProvider,
     keys: RewriteKeys,
+}
+
+impl RewriteSource {
+    pub(crate) fn new(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
+        Self { inner, keys }
+    }
 }
 
 #[async_trait::async_trait]

@@ -23,6 +23,7 @@ mod exec;
 pub mod field_id;
 mod filter;
 pub mod mask;
+pub mod merge;
 pub mod metadata;
 pub mod pme;
 mod policy_provider;

@@ -399,22 +399,7 @@ impl PolicyTableProvider {
             must_be_null,
             audit,
             source: self.inner.clone(),
-            scan_as: crate::dml::RewriteKeys {
-                principal: principal.to_owned(),
-                aad_prefix: tpol
-                    .and_then(|t| t.aad_prefix.as_ref())
-                    .map(|p| p.as_bytes().to_vec()),
-                provider: Arc::clone(&self.crypto),
-                credential: self.access.credential().cloned(),
-                column_keys: self
-                    .inner
-                    .schema()
-                    .fields()
-                    .iter()
-                    .zip(&self.protected_keys)
-                    .filter_map(|(f, k)| Some((f.name().clone(), k.clone()?)))
-                    .collect(),
-            },
+            scan_as: self.rewrite_keys(),
         })
     }
 
@@ -424,6 +409,20 @@ impl PolicyTableProvider {
     /// principal reads in plaintext (else the count of rows changed would reveal values
     /// the principal may not see).
     fn check_row_level(&self, action: &str, exprs: &[&Expr]) -> Result<crate::dml::WriteTarget> {
+        let columns: Vec<String> = exprs
+            .iter()
+            .flat_map(|e| e.column_refs())
+            .map(|c| c.name.clone())
+            .collect();
+        self.check_row_level_columns(action, &columns)
+    }
+
+    /// [`Self::check_row_level`] for the target columns (`columns`) a statement uses.
+    pub(crate) fn check_row_level_columns(
+        &self,
+        action: &str,
+        columns: &[String],
+    ) -> Result<crate::dml::WriteTarget> {
         let target = self.write_target(action)?;
         let table = self.inner.name();
         let principal = self.access.principal();
@@ -451,20 +450,40 @@ impl PolicyTableProvider {
                 "row-level writes need the principal in the `write` list of every protected column",
             ));
         }
-        for e in exprs {
-            for c in e.column_refs() {
-                if !self.is_plaintext(&c.name) {
-                    return Err(refuse(
-                        format!(
-                            "{action} on table '{table}' uses column '{}', which the principal does not read in plaintext",
-                            c.name
-                        ),
-                        "conditions and values of a write use only columns read in plaintext",
-                    ));
-                }
+        for c in columns {
+            if !self.is_plaintext(c) {
+                return Err(refuse(
+                    format!(
+                        "{action} on table '{table}' uses column '{c}', which the principal does not read in plaintext"
+                    ),
+                    "conditions and values of a write use only columns read in plaintext",
+                ));
             }
         }
         Ok(target)
+    }
+
+    /// Who a row-level write's scans run as (the principal's provider, token, AAD).
+    pub(crate) fn rewrite_keys(&self) -> crate::dml::RewriteKeys {
+        crate::dml::RewriteKeys {
+            principal: self.access.principal().to_owned(),
+            aad_prefix: self
+                .access
+                .policy()
+                .table(self.inner.name())
+                .and_then(|t| t.aad_prefix.as_ref())
+                .map(|p| p.as_bytes().to_vec()),
+            provider: Arc::clone(&self.crypto),
+            credential: self.access.credential().cloned(),
+            column_keys: self
+                .inner
+                .schema()
+                .fields()
+                .iter()
+                .zip(&self.protected_keys)
+                .filter_map(|(f, k)| Some((f.name().clone(), k.clone()?)))
+                .collect(),
+        }
     }
 
     /// Refuses an INSERT whose values (`exprs`, one per column of [`TableProvider::schema`]

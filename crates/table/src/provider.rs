@@ -214,6 +214,11 @@ impl IcebergTableProvider {
         ))
     }
 
+    /// The table's columns (without a rewrite scan's `_file`).
+    pub fn table_schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
     /// The scan's schema: the table's, plus `_file` for a rewrite scan.
     fn full_schema(&self) -> SchemaRef {
         if !self.file_column {

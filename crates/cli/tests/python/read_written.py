@@ -61,7 +61,8 @@ def main():
             rows.append([r["id"], r["name"], r["ssn"],
                          None if salary is None else round(salary * 100), r["dept"]])
     rows.sort(key=lambda r: r[0])
-    snapshots = [s.summary.operation.value for s in tbl.snapshots()]
+    snapshots = [s.summary.operation.value
+                 for s in sorted(tbl.snapshots(), key=lambda s: s.sequence_number)]
     print(json.dumps({"rows": rows, "bounds": sorted(bounds),
                       "files": [f["file_path"] for f in files], "snapshots": snapshots}))
 
