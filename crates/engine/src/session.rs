@@ -107,6 +107,11 @@ impl Session {
 
     /// Plans a parsed statement (MERGE runs here: DataFusion does not plan it).
     async fn statement_plan(&self, stmt: Statement) -> Result<datafusion::dataframe::DataFrame> {
+        if let Some(a) = alter_of(&stmt)
+            && let Some(df) = self.alter_table(a).await?
+        {
+            return Ok(df);
+        }
         if let Some(m) = merge_of(&stmt) {
             // Boxed: a MERGE's future is large, and front ends nest it deep.
             let rows = Box::pin(self.merge(m)).await?;
@@ -114,6 +119,76 @@ impl Session {
         }
         let plan = self.ctx.state().statement_to_plan(stmt).await?;
         self.checked(plan).await
+    }
+
+    /// `ALTER TABLE` of an Iceberg table (`None` for other tables: DataFusion's answer).
+    async fn alter_table(
+        &self,
+        a: &datafusion::sql::sqlparser::ast::AlterTable,
+    ) -> Result<Option<datafusion::dataframe::DataFrame>> {
+        use clearice_table::ddl::{AlterColumn, Ddl};
+        use datafusion::sql::sqlparser::ast::{AlterTableOperation as Op, ColumnOption};
+        if let Some(e) = &self.setup_error {
+            return Err(DataFusionError::Execution(e.clone()));
+        }
+        let reference = datafusion::common::TableReference::parse_str(&a.name.to_string());
+        let Some((cat, ns, table)) = self.iceberg_table(&reference) else {
+            return Ok(None);
+        };
+        let mut ops = Vec::new();
+        for op in &a.operations {
+            match op {
+                Op::AddColumn { column_def, .. } => {
+                    // The SQL type as DataFusion maps it.
+                    let typed = self
+                        .ctx
+                        .state()
+                        .create_logical_plan(&format!(
+                            "SELECT CAST(NULL AS {}) AS c",
+                            column_def.data_type
+                        ))
+                        .await?;
+                    ops.push(AlterColumn::Add {
+                        name: column_def.name.value.clone(),
+                        data_type: typed.schema().field(0).data_type().clone(),
+                        nullable: !column_def
+                            .options
+                            .iter()
+                            .any(|o| matches!(o.option, ColumnOption::NotNull)),
+                    });
+                }
+                Op::DropColumn {
+                    column_names,
+                    if_exists,
+                    ..
+                } => ops.extend(column_names.iter().map(|c| AlterColumn::Drop {
+                    name: c.value.clone(),
+                    if_exists: *if_exists,
+                })),
+                Op::RenameColumn {
+                    old_column_name,
+                    new_column_name,
+                } => ops.push(AlterColumn::Rename {
+                    from: old_column_name.value.clone(),
+                    to: new_column_name.value.clone(),
+                }),
+                other => {
+                    return Err(DataFusionError::NotImplemented(format!(
+                        "ALTER TABLE ... {other} is not supported (ADD COLUMN, DROP COLUMN, RENAME COLUMN are)"
+                    )));
+                }
+            }
+        }
+        Ddl {
+            catalog: cat.as_ref(),
+            access: &self.access,
+        }
+        .alter_table(&ns, &table, &ops)
+        .await?;
+        Ok(Some(datafusion::dataframe::DataFrame::new(
+            self.ctx.state(),
+            datafusion::logical_expr::LogicalPlanBuilder::empty(false).build()?,
+        )))
     }
 
     /// `MERGE INTO` an Iceberg table (copy-on-write, under the policy).
@@ -161,6 +236,18 @@ impl Session {
         let dialect = state.config().options().sql_parser.dialect;
         let stmt = state.sql_to_statement(&text, &dialect)?;
         let merging = merge_of(&stmt).is_some();
+        if let Some(a) = alter_of(&stmt)
+            && self
+                .iceberg_table(&datafusion::common::TableReference::parse_str(
+                    &a.name.to_string(),
+                ))
+                .is_some()
+        {
+            return Ok(datafusion::dataframe::DataFrame::new(
+                self.ctx.state(),
+                datafusion::logical_expr::LogicalPlanBuilder::empty(false).build()?,
+            ));
+        }
         let plan = if merging {
             LogicalPlan::EmptyRelation(EmptyRelation {
                 produce_one_row: false,
@@ -878,6 +965,17 @@ async fn collect(df: datafusion::dataframe::DataFrame) -> Result<QueryOutput> {
     let schema = stream.schema();
     let batches = stream.try_collect().await?;
     Ok(QueryOutput { schema, batches })
+}
+
+/// The ALTER TABLE statement `stmt` is, if it is one.
+fn alter_of(stmt: &Statement) -> Option<&datafusion::sql::sqlparser::ast::AlterTable> {
+    match stmt {
+        Statement::Statement(s) => match s.as_ref() {
+            datafusion::sql::sqlparser::ast::Statement::AlterTable(a) => Some(a),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The MERGE statement `stmt` is, if it is one.

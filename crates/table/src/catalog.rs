@@ -191,6 +191,11 @@ impl IcebergCatalogProvider {
         &self.catalog
     }
 
+    /// How the catalog takes commits iceberg-rust cannot make.
+    pub fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
     /// Lists namespaces and tables again now (after this session changed them), waiting
     /// for a refresh under way.
     pub async fn refresh_now(&self) {

@@ -14,6 +14,8 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use std::sync::Arc;
+
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -210,6 +212,34 @@ fn rewrite_statement(tokens: &[Token]) -> Result<Option<String>> {
     Ok(Some(out))
 }
 
+/// One change of `ALTER TABLE`.
+#[derive(Debug, Clone)]
+pub enum AlterColumn {
+    /// `ADD COLUMN name type`.
+    Add {
+        /// Column name.
+        name: String,
+        /// Its type.
+        data_type: DataType,
+        /// `NULL` allowed (new columns must be).
+        nullable: bool,
+    },
+    /// `DROP COLUMN [IF EXISTS] name`.
+    Drop {
+        /// Column name.
+        name: String,
+        /// No error if absent.
+        if_exists: bool,
+    },
+    /// `RENAME COLUMN from TO to`.
+    Rename {
+        /// Current name.
+        from: String,
+        /// New name.
+        to: String,
+    },
+}
+
 /// One `PARTITIONED BY` term: a source column and a transform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionTerm {
@@ -304,6 +334,14 @@ pub fn parse_partitioning(text: &str) -> Result<Vec<PartitionTerm>, String> {
         });
     }
     Ok(out)
+}
+
+/// An Arrow type Iceberg can hold (see [`iceberg_compatible`]).
+fn iceberg_compatible_type(t: &DataType) -> DataType {
+    iceberg_compatible(&ArrowSchema::new(vec![Field::new("c", t.clone(), true)]))
+        .field(0)
+        .data_type()
+        .clone()
 }
 
 /// An Arrow schema Iceberg can hold: the types DataFusion produces mapped to Iceberg's
@@ -545,6 +583,141 @@ impl Ddl<'_> {
         self.record(&target, "create_table", None);
         self.catalog.refresh_now().await;
         Ok(true)
+    }
+
+    /// `ALTER TABLE catalog.ns.name ADD/DROP/RENAME COLUMN ...`, one commit per
+    /// statement. Needs write permission on the table. A column the policy names (rules
+    /// or keys follow column names) cannot be renamed, nor another renamed to such a
+    /// name: its protection would not follow it.
+    pub async fn alter_table(&self, ns: &str, name: &str, ops: &[AlterColumn]) -> Result<()> {
+        use iceberg::spec::{NestedField, Schema};
+        use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
+        let target = format!("{}.{ns}.{name}", self.catalog.name());
+        let policy = self.access.policy();
+        let principal = self.access.principal();
+        if !policy.is_known(principal) || !policy.may_write_table(principal, &target) {
+            let e = Error::WriteDenied {
+                what: format!("alter_table '{target}'"),
+                principal: principal.to_owned(),
+                rule: "not in the table's `write` list (or `[writes] create`)".into(),
+            };
+            self.record(&target, "alter_table", Some(e.to_string()));
+            return Err(e.into());
+        }
+        let invalid = |reason: String| -> DataFusionError {
+            Error::InvalidWrite {
+                table: target.clone(),
+                reason,
+            }
+            .into()
+        };
+        let ident = TableIdent::new(namespace(ns), name.to_owned());
+        let cat = self.catalog.iceberg();
+        let table = cat
+            .load_table(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?;
+        let schema = table.metadata().current_schema();
+        let named = |c: &str| {
+            policy
+                .table(&target)
+                .is_some_and(|t| t.columns.contains_key(c))
+        };
+        let renames: Vec<(&str, &str)> = ops
+            .iter()
+            .filter_map(|o| match o {
+                AlterColumn::Rename { from, to } => Some((from.as_str(), to.as_str())),
+                _ => None,
+            })
+            .collect();
+        if !renames.is_empty() {
+            if renames.len() != ops.len() {
+                return Err(invalid(
+                    "RENAME COLUMN cannot be combined with other changes in one ALTER TABLE".into(),
+                ));
+            }
+            let mut fields: Vec<iceberg::spec::NestedFieldRef> =
+                schema.as_struct().fields().to_vec();
+            for (from, to) in &renames {
+                if named(from) || named(to) {
+                    return Err(Error::WriteDenied {
+                        what: format!("renaming column '{from}' of table '{target}' to '{to}'"),
+                        principal: principal.to_owned(),
+                        rule: "the policy names the column; its rules would not follow the new name (change the policy with the rename)".into(),
+                    }
+                    .into());
+                }
+                if schema.field_by_name(to).is_some() {
+                    return Err(invalid(format!("column '{to}' already exists")));
+                }
+                let i = fields
+                    .iter()
+                    .position(|f| f.name == *from)
+                    .ok_or_else(|| invalid(format!("no column '{from}'")))?;
+                let mut f = NestedField::clone(&fields[i]);
+                f.name = (*to).to_owned();
+                fields[i] = Arc::new(f);
+            }
+            let renamed = Schema::builder()
+                .with_schema_id(schema.schema_id() + 1)
+                .with_identifier_field_ids(schema.identifier_field_ids())
+                .with_fields(fields)
+                .build()
+                .map_err(|e| invalid(e.to_string()))?;
+            self.catalog
+                .committer()
+                .swap(
+                    &table,
+                    vec![
+                        iceberg::TableUpdate::AddSchema { schema: renamed },
+                        iceberg::TableUpdate::SetCurrentSchema { schema_id: -1 },
+                    ],
+                    &std::sync::atomic::AtomicBool::new(false),
+                )
+                .await?;
+        } else {
+            let tx = Transaction::new(&table);
+            let mut action = tx.update_schema();
+            for o in ops {
+                match o {
+                    AlterColumn::Add {
+                        name: c,
+                        data_type,
+                        nullable,
+                    } => {
+                        if !nullable {
+                            return Err(invalid(format!(
+                                "new column '{c}' must be nullable (existing rows have no value)"
+                            )));
+                        }
+                        if schema.field_by_name(c).is_some() {
+                            return Err(invalid(format!("column '{c}' already exists")));
+                        }
+                        let t =
+                            iceberg::arrow::arrow_type_to_type(&iceberg_compatible_type(data_type))
+                                .map_err(|e| invalid(format!("column '{c}': {e}")))?;
+                        action = action.add_column(AddColumn::optional(c, t));
+                    }
+                    AlterColumn::Drop { name: c, if_exists } => {
+                        if schema.field_by_name(c).is_none() {
+                            if *if_exists {
+                                continue;
+                            }
+                            return Err(invalid(format!("no column '{c}'")));
+                        }
+                        action = action.delete_column(c);
+                    }
+                    AlterColumn::Rename { .. } => unreachable!("handled above"),
+                }
+            }
+            let tx = action.apply(tx).map_err(|e| self.iceberg_err(&target, e))?;
+            tx.commit(cat.as_ref())
+                .await
+                .map_err(|e| self.iceberg_err(&target, e))?;
+        }
+        self.record(&target, "alter_table", None);
+        self.catalog.refresh_now().await;
+        Ok(())
     }
 
     /// `DROP TABLE [IF EXISTS] catalog.ns.name`: needs write permission on the table.
