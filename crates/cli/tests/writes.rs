@@ -297,7 +297,10 @@ fn data_files(lake: &Path) -> Vec<PathBuf> {
 }
 
 /// The master key of each column of each file, as the engine reads the footers.
-fn column_keys(lake: &Path, files: &[String]) -> Vec<(String, Vec<(String, Option<String>)>)> {
+/// Each column of a file with its master key id (`None`: plaintext or the footer key).
+type FileKeys = Vec<(String, Option<String>)>;
+
+fn column_keys(lake: &Path, files: &[String]) -> Vec<(String, FileKeys)> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let config = clearice_engine::Config::load(&lake.join("clearice.toml")).unwrap();
