@@ -117,8 +117,9 @@ impl Session {
             let rows = Box::pin(self.merge(m)).await?;
             return self.ctx.read_batch(clearice_table::dml::count_batch(rows)?);
         }
+        let (stmt, properties) = take_table_properties(stmt)?;
         let plan = self.ctx.state().statement_to_plan(stmt).await?;
-        self.checked(plan).await
+        self.checked_with(plan, properties).await
     }
 
     /// `ALTER TABLE` of an Iceberg table (`None` for other tables: DataFusion's answer).
@@ -254,7 +255,9 @@ impl Session {
                 schema: Arc::new(datafusion::common::DFSchema::empty()),
             })
         } else {
-            state.statement_to_plan(stmt).await?
+            state
+                .statement_to_plan(take_table_properties(stmt)?.0)
+                .await?
         };
         let reports_rows = match &plan {
             _ if merging => Some(true),
@@ -301,11 +304,25 @@ impl Session {
         &self,
         plan: datafusion::logical_expr::LogicalPlan,
     ) -> Result<datafusion::dataframe::DataFrame> {
+        self.checked_with(plan, vec![]).await
+    }
+
+    /// [`Session::checked`], with the table properties of a CREATE TABLE.
+    async fn checked_with(
+        &self,
+        plan: datafusion::logical_expr::LogicalPlan,
+        properties: Vec<(String, String)>,
+    ) -> Result<datafusion::dataframe::DataFrame> {
         if let Some(e) = &self.setup_error {
             return Err(DataFusionError::Execution(e.clone()));
         }
-        if let Some(df) = self.iceberg_ddl(&plan).await? {
+        if let Some(df) = self.iceberg_ddl(&plan, properties.clone()).await? {
             return Ok(df);
+        }
+        if !properties.is_empty() {
+            return Err(DataFusionError::Plan(
+                "table properties (WITH (...) / TBLPROPERTIES) apply to Iceberg catalog tables only".into(),
+            ));
         }
         if let Some(c) = &self.confine {
             c.check_plan(&plan).await?;
@@ -353,6 +370,7 @@ impl Session {
     async fn iceberg_ddl(
         &self,
         plan: &datafusion::logical_expr::LogicalPlan,
+        properties: Vec<(String, String)>,
     ) -> Result<Option<datafusion::dataframe::DataFrame>> {
         use clearice_table::ddl::{Ddl, split_partitioned};
         use datafusion::common::SchemaReference;
@@ -438,7 +456,14 @@ impl Session {
                 };
                 let ddl = runner(cat, &self.access);
                 let created = ddl
-                    .create_table(&ns, table, &arrow, partitioning, c.if_not_exists)
+                    .create_table(
+                        &ns,
+                        table,
+                        &arrow,
+                        partitioning,
+                        properties,
+                        c.if_not_exists,
+                    )
                     .await?;
                 if !created || !with_rows {
                     return Ok(Some(empty()?));
@@ -965,6 +990,47 @@ async fn collect(df: datafusion::dataframe::DataFrame) -> Result<QueryOutput> {
     let schema = stream.schema();
     let batches = stream.try_collect().await?;
     Ok(QueryOutput { schema, batches })
+}
+
+/// A CREATE TABLE without its `WITH (k = v, ...)` / `TBLPROPERTIES (...)` (DataFusion
+/// plans none), and those properties.
+fn take_table_properties(mut stmt: Statement) -> Result<(Statement, Vec<(String, String)>)> {
+    use datafusion::sql::sqlparser::ast::{self, CreateTableOptions, SqlOption};
+    let Statement::Statement(s) = &mut stmt else {
+        return Ok((stmt, vec![]));
+    };
+    let ast::Statement::CreateTable(ct) = s.as_mut() else {
+        return Ok((stmt, vec![]));
+    };
+    let options = match std::mem::take(&mut ct.table_options) {
+        CreateTableOptions::None => return Ok((stmt, vec![])),
+        CreateTableOptions::With(o) | CreateTableOptions::TableProperties(o) => o,
+        other => {
+            return Err(DataFusionError::NotImplemented(format!(
+                "table options {other}: use WITH (name = 'value', ...) or TBLPROPERTIES"
+            )));
+        }
+    };
+    let mut out = Vec::new();
+    for o in options {
+        let SqlOption::KeyValue { key, value } = o else {
+            return Err(DataFusionError::Plan(format!(
+                "table property '{o}' is not name = 'value'"
+            )));
+        };
+        let value = match value {
+            ast::Expr::Value(v) => match v.value {
+                ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s,
+                ast::Value::Number(n, _) => n,
+                ast::Value::Boolean(b) => b.to_string(),
+                other => other.to_string(),
+            },
+            ast::Expr::Identifier(i) => i.value,
+            other => other.to_string(),
+        };
+        out.push((key.value, value));
+    }
+    Ok((stmt, out))
 }
 
 /// The ALTER TABLE statement `stmt` is, if it is one.

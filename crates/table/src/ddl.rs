@@ -501,6 +501,7 @@ impl Ddl<'_> {
         name: &str,
         schema: &ArrowSchema,
         partitioning: Option<&str>,
+        properties: Vec<(String, String)>,
         if_not_exists: bool,
     ) -> Result<bool> {
         let target = format!("{}.{ns}.{name}", self.catalog.name());
@@ -539,11 +540,81 @@ impl Ddl<'_> {
         let arrow = iceberg_compatible(schema);
         let ischema = iceberg::arrow::arrow_schema_to_schema_auto_assign_ids(&arrow)
             .map_err(|e| invalid(e.to_string()))?;
+        let mut props = HashMap::from([("write.format.default".to_owned(), "parquet".to_owned())]);
+        let mut sorted_by = None;
+        for (k, v) in properties {
+            match k.as_str() {
+                "format-version" if v != "2" => {
+                    return Err(invalid(format!(
+                        "format-version {v}: ClearIce creates format 2 tables"
+                    )));
+                }
+                "format-version" => {}
+                "write.format.default" if !v.eq_ignore_ascii_case("parquet") => {
+                    return Err(invalid(format!(
+                        "write.format.default {v}: ClearIce writes Parquet"
+                    )));
+                }
+                // Trino's name: the order rows are written in within each file.
+                "sorted_by" => sorted_by = Some(v),
+                crate::dml::TARGET_FILE_SIZE if v.parse::<u64>().map_or(true, |n| n == 0) => {
+                    return Err(invalid(format!(
+                        "{k} must be a positive number of bytes, not '{v}'"
+                    )));
+                }
+                _ => {
+                    props.insert(k, v);
+                }
+            }
+        }
         let mut creation = TableCreation::builder()
             .name(name.to_owned())
             .schema(ischema.clone())
-            .properties([("write.format.default".to_owned(), "parquet".to_owned())])
+            .properties(props)
             .build();
+        if let Some(text) = sorted_by {
+            let mut order = iceberg::spec::SortOrder::builder();
+            for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                let mut words = term.split_whitespace();
+                let c = words.next().unwrap_or_default().to_lowercase();
+                let field = ischema.field_by_name(&c).ok_or_else(|| {
+                    invalid(format!(
+                        "sorted_by names column '{c}', which the table does not have"
+                    ))
+                })?;
+                let mut direction = iceberg::spec::SortDirection::Ascending;
+                let mut nulls = iceberg::spec::NullOrder::First;
+                for w in words.map(str::to_ascii_uppercase) {
+                    match w.as_str() {
+                        "ASC" => {}
+                        "DESC" => {
+                            direction = iceberg::spec::SortDirection::Descending;
+                            nulls = iceberg::spec::NullOrder::Last;
+                        }
+                        "NULLS" => {}
+                        "FIRST" => nulls = iceberg::spec::NullOrder::First,
+                        "LAST" => nulls = iceberg::spec::NullOrder::Last,
+                        other => {
+                            return Err(invalid(format!(
+                                "sorted_by: unexpected '{other}' in '{term}'"
+                            )));
+                        }
+                    }
+                }
+                order.with_sort_field(iceberg::spec::SortField {
+                    source_id: field.id,
+                    transform: Transform::Identity,
+                    direction,
+                    null_order: nulls,
+                });
+            }
+            creation.sort_order = Some(
+                order
+                    .with_order_id(1)
+                    .build(&ischema)
+                    .map_err(|e| invalid(e.to_string()))?,
+            );
+        }
         if let Some(text) = partitioning {
             let terms = parse_partitioning(text).map_err(&invalid)?;
             let mut spec = UnboundPartitionSpec::builder();

@@ -219,7 +219,10 @@ impl FileWriter {
         }
         let (table, schema) = (self.table.clone(), Arc::clone(&self.schema));
         let parts = datafusion::common::runtime::SpawnedTask::spawn_blocking(move || {
-            partition_batches(&table, &schema, &batches)
+            partition_batches(&table, &schema, &batches)?
+                .into_iter()
+                .map(|(p, b)| Ok((p, sort_batch(&table, b)?)))
+                .collect::<std::result::Result<Vec<_>, String>>()
         })
         .join()
         .await
@@ -603,6 +606,42 @@ fn partition_batches(
             Ok((Struct::from_iter(lits), b))
         })
         .collect()
+}
+
+/// Rows in the table's sort order (its default `SortOrder`, transforms applied), if it
+/// has one: readers then skip more with the files' statistics.
+fn sort_batch(table: &Table, batch: RecordBatch) -> std::result::Result<RecordBatch, String> {
+    use datafusion::arrow::compute::{SortColumn, SortOptions, lexsort_to_indices};
+    use iceberg::spec::{NullOrder, SortDirection};
+    let order = table.metadata().default_sort_order();
+    if order.fields.is_empty() || batch.num_rows() < 2 {
+        return Ok(batch);
+    }
+    let ischema = table.metadata().current_schema();
+    let mut columns = Vec::with_capacity(order.fields.len());
+    for f in &order.fields {
+        let Some(source) = ischema.field_by_id(f.source_id) else {
+            return Err(format!(
+                "sort order names field id {}, which the table does not have",
+                f.source_id
+            ));
+        };
+        let col = batch
+            .column_by_name(&source.name)
+            .ok_or_else(|| format!("sort column '{}' missing", source.name))?;
+        let values = iceberg::transform::create_transform_function(&f.transform)
+            .and_then(|t| t.transform(Arc::clone(col)))
+            .map_err(|e| e.to_string())?;
+        columns.push(SortColumn {
+            values,
+            options: Some(SortOptions {
+                descending: f.direction == SortDirection::Descending,
+                nulls_first: f.null_order == NullOrder::First,
+            }),
+        });
+    }
+    let indices = lexsort_to_indices(&columns, None).map_err(|e| e.to_string())?;
+    take_record_batch(&batch, &indices).map_err(|e| e.to_string())
 }
 
 fn literal(a: &ArrayRef, row: usize) -> std::result::Result<Option<Literal>, String> {
