@@ -531,8 +531,9 @@ pub fn detach_dml_scans(plan: LogicalPlan) -> Result<LogicalPlan> {
 
 /// Checks the writes in `plan` against the policy before anything runs:
 /// - an INSERT puts nothing but NULL into protected columns the principal may not write;
-/// - a write (INSERT, CTAS, COPY) reads no column the principal sees masked, so masked
-///   values never go back into a table or out to a file;
+/// - a table write (INSERT, CTAS, MERGE) reads no column the principal sees masked, so
+///   masked values never go back into a table (a `COPY` of them is what the principal
+///   sees: allowed);
 /// - `COPY ... TO`, or a write into another table, carries no decrypted protected
 ///   column out of its table unless the table's `export` lists the principal (otherwise
 ///   a copy into an unprotected table would publish it).
@@ -576,8 +577,8 @@ pub fn check_statement(
     Ok(())
 }
 
-/// Checks what a write copies from `input` (a plan whose scans are resolved): no column
-/// the principal sees masked; no decrypted protected column leaving its table (for
+/// Checks what a write copies from `input` (a plan whose scans are resolved): into a
+/// table, no column the principal sees masked; no decrypted protected column leaving its table (for
 /// another table `written`, or a file when `None`) unless the table's `export` allows.
 pub(crate) fn check_copied(
     input: &LogicalPlan,
@@ -593,14 +594,18 @@ pub(crate) fn check_copied(
             let p = p.as_any().downcast_ref::<PolicyTableProvider>().expect("policy");
             let projection = scan.projection.as_deref();
             let table = p.inner().name().to_owned();
-            if let Some(c) = p.masked_columns(projection).first() {
+            // Masked values written back into a table would replace the real ones (a
+            // file export of what the principal sees is fine).
+            if written.is_some()
+                && let Some(c) = p.masked_columns(projection).first()
+            {
                 problem = Some(
                     Error::WriteDenied {
                         what: format!(
-                            "column '{c}' of table '{table}' is masked for this principal; a write or export cannot copy masked values"
+                            "column '{c}' of table '{table}' is masked for this principal; a write cannot copy masked values into a table"
                         ),
                         principal: p.principal().to_owned(),
-                        rule: "masked values never go back into tables or out to files".into(),
+                        rule: "masked values never go back into tables".into(),
                     }
                     .into(),
                 );
