@@ -117,7 +117,7 @@ MERGE INTO lake.etl.people t USING lake.etl.changes s ON t.id = s.id
 ";
 
 #[test]
-fn a_pipeline_of_sql_files_builds_an_encrypted_table_python_reads_back() {
+fn a_pipeline_of_sql_files_builds_an_encrypted_table_python_and_spark_read_back() {
     let Some(python) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let lake = lake(tmp.path());
@@ -223,6 +223,11 @@ fn a_pipeline_of_sql_files_builds_an_encrypted_table_python_reads_back() {
     let py: Value = serde_json::from_slice(&out.stdout).unwrap();
     let theirs: Vec<Vec<Value>> = serde_json::from_value(py["rows"].clone()).unwrap();
     assert_eq!(theirs, ours);
+    // ... and what Spark reads with parquet-java's key tools (PropertiesDrivenCryptoFactory
+    // and a KMS client over the same keyring).
+    let files: Vec<String> = serde_json::from_value(py["files"].clone()).unwrap();
+    let spark = spark_read(&python, tmp.path(), &lake.join("keyring.json"), &files);
+    assert_eq!(spark, ours, "Spark read other rows");
     // Manifests: bounds of the plaintext columns only.
     let bounds: Vec<String> = serde_json::from_value(py["bounds"].clone()).unwrap();
     assert!(bounds.contains(&"id".to_owned()), "{bounds:?}");
@@ -237,7 +242,6 @@ fn a_pipeline_of_sql_files_builds_an_encrypted_table_python_reads_back() {
         "{ops:?}"
     );
     // Footers: every data file's columns under the policy's keys.
-    let files: Vec<String> = serde_json::from_value(py["files"].clone()).unwrap();
     let keys = column_keys(&lake, &files);
     for (file, cols) in keys {
         let key = |c: &str| {
@@ -275,6 +279,47 @@ fn a_pipeline_of_sql_files_builds_an_encrypted_table_python_reads_back() {
             .iter()
             .any(|r| r["action"] == "create_table" && r["allowed"] == true)
     );
+}
+
+/// The rows of `files` as Spark reads them, decrypting with parquet-java's key tools.
+fn spark_read(python: &str, tmp: &Path, keyring: &Path, files: &[String]) -> Vec<Vec<Value>> {
+    let jars = run_ok(Command::new(python).args([
+        "-c",
+        "import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))",
+    ]));
+    let jars = String::from_utf8(jars.stdout).unwrap().trim().to_owned();
+    let classes = tmp.join("kms-classes");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/kms/KeyringKmsClient.java");
+    run_ok(
+        Command::new("javac")
+            .args(["-cp", &format!("{jars}/*"), "-d"])
+            .arg(&classes)
+            .arg(source),
+    );
+    let jar = tmp.join("keyring-kms.jar");
+    run_ok(
+        Command::new("jar")
+            .arg("cf")
+            .arg(&jar)
+            .arg("-C")
+            .arg(&classes)
+            .arg("."),
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/spark_read_written.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(&jar)
+        .arg(keyring)
+        .args(files.iter().map(|f| f.trim_start_matches("file://")))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "Spark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_value(v["rows"].clone()).unwrap()
 }
 
 /// Data files under the table's directory.
