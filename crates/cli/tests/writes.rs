@@ -1,5 +1,6 @@
 //! SQL writes as pipelines run them: `clearice -f` files building an encrypted table that
-//! PyIceberg and PyArrow read back with the keys; the files' column keys and the
+//! PyIceberg, PyArrow and Spark (parquet-java's key tools) read back with the keys; the
+//! files' column keys and the
 //! manifests' bounds; a write killed before its commit; concurrent INSERTs; ADBC
 //! `executeUpdate` against `clearice serve`; the audit records of writes.
 
