@@ -200,6 +200,12 @@ impl IcebergCatalogProvider {
     /// for a refresh under way.
     pub async fn refresh_now(&self) {
         let mut listed_at = self.listed_at.lock().await;
+        self.relist().await;
+        *listed_at = std::time::Instant::now();
+    }
+
+    /// Lists again; a catalog that cannot be listed keeps its listing (logged).
+    async fn relist(&self) {
         match list(
             &self.name,
             &self.catalog,
@@ -214,7 +220,6 @@ impl IcebergCatalogProvider {
                 tracing::warn!(catalog = %self.name, error = %e, "catalog listing not refreshed")
             }
         }
-        *listed_at = std::time::Instant::now();
     }
 
     fn schemas(&self) -> Arc<Schemas> {
@@ -232,20 +237,7 @@ impl IcebergCatalogProvider {
         if listed_at.elapsed() < max_age {
             return;
         }
-        match list(
-            &self.name,
-            &self.catalog,
-            &self.crypto,
-            &self.stores,
-            &self.committer,
-        )
-        .await
-        {
-            Ok(schemas) => *self.schemas.write().expect("schemas") = Arc::new(schemas),
-            Err(e) => {
-                tracing::warn!(catalog = %self.name, error = %e, "catalog listing not refreshed")
-            }
-        }
+        self.relist().await;
         *listed_at = std::time::Instant::now();
     }
 }

@@ -427,6 +427,22 @@ impl Ddl<'_> {
         Err(e.into())
     }
 
+    /// Refuses (audited) unless the principal may change table `target`.
+    fn check_table_write(&self, target: &str, action: &str) -> Result<()> {
+        let policy = self.access.policy();
+        let principal = self.access.principal();
+        if policy.is_known(principal) && policy.may_write_table(principal, target) {
+            return Ok(());
+        }
+        let e = Error::WriteDenied {
+            what: format!("{action} '{target}'"),
+            principal: principal.to_owned(),
+            rule: "not in the table's `write` list (or `[writes] create`)".into(),
+        };
+        self.record(target, action, Some(e.to_string()));
+        Err(e.into())
+    }
+
     /// `CREATE SCHEMA [IF NOT EXISTS] catalog.ns`.
     pub async fn create_schema(&self, ns: &str, if_not_exists: bool) -> Result<()> {
         let target = format!("{}.{ns}", self.catalog.name());
@@ -664,17 +680,9 @@ impl Ddl<'_> {
         use iceberg::spec::{NestedField, Schema};
         use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
         let target = format!("{}.{ns}.{name}", self.catalog.name());
+        self.check_table_write(&target, "alter_table")?;
         let policy = self.access.policy();
         let principal = self.access.principal();
-        if !policy.is_known(principal) || !policy.may_write_table(principal, &target) {
-            let e = Error::WriteDenied {
-                what: format!("alter_table '{target}'"),
-                principal: principal.to_owned(),
-                rule: "not in the table's `write` list (or `[writes] create`)".into(),
-            };
-            self.record(&target, "alter_table", Some(e.to_string()));
-            return Err(e.into());
-        }
         let invalid = |reason: String| -> DataFusionError {
             Error::InvalidWrite {
                 table: target.clone(),
@@ -795,17 +803,7 @@ impl Ddl<'_> {
     /// The catalog forgets the table; its files stay where they are.
     pub async fn drop_table(&self, ns: &str, name: &str, if_exists: bool) -> Result<()> {
         let target = format!("{}.{ns}.{name}", self.catalog.name());
-        let policy = self.access.policy();
-        let principal = self.access.principal();
-        if !policy.is_known(principal) || !policy.may_write_table(principal, &target) {
-            let e = Error::WriteDenied {
-                what: format!("drop_table '{target}'"),
-                principal: principal.to_owned(),
-                rule: "not in the table's `write` list (or `[writes] create`)".into(),
-            };
-            self.record(&target, "drop_table", Some(e.to_string()));
-            return Err(e.into());
-        }
+        self.check_table_write(&target, "drop_table")?;
         let ident = TableIdent::new(namespace(ns), name.to_owned());
         let cat = self.catalog.iceberg();
         if !cat

@@ -367,20 +367,24 @@ pub fn count_schema() -> SchemaRef {
     )]))
 }
 
+/// One partition producing the `count` row once its work is done.
+fn count_properties() -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(count_schema()),
+        Partitioning::UnknownPartitioning(1),
+        EmissionType::Final,
+        Boundedness::Bounded,
+    ))
+}
+
 impl IcebergWriteExec {
     /// A write of `input` into `target` (`overwrite`: INSERT OVERWRITE).
     pub fn new(input: Arc<dyn ExecutionPlan>, target: Arc<WriteTarget>, overwrite: bool) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(count_schema()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
         Self {
             input,
             target,
             overwrite,
-            properties,
+            properties: count_properties(),
         }
     }
 }
@@ -703,12 +707,7 @@ impl IcebergRowLevelExec {
                 .map(datafusion::logical_expr::expr_rewriter::unnormalize_col)
                 .collect(),
             state,
-            properties: Arc::new(PlanProperties::new(
-                EquivalenceProperties::new(count_schema()),
-                Partitioning::UnknownPartitioning(1),
-                EmissionType::Final,
-                Boundedness::Bounded,
-            )),
+            properties: count_properties(),
         }))
     }
 }
