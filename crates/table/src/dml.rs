@@ -38,7 +38,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use iceberg::Catalog;
 use iceberg::spec::{DataFile, Struct};
 use iceberg::table::Table;
@@ -173,7 +173,14 @@ impl WriteTarget {
         &self,
         mut input: SendableRecordBatchStream,
         commit: Commit,
-    ) -> Result<u64, Error> {
+        pool: &Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
+    ) -> Result<u64> {
+        // The rows buffered and being encoded count against the query's memory limit.
+        let reservation = datafusion::execution::memory_pool::MemoryConsumer::new(format!(
+            "IcebergWrite[{}]",
+            self.name
+        ))
+        .register(pool);
         let writer = FileWriter::try_new(
             &self.table,
             self.spec.clone(),
@@ -188,7 +195,7 @@ impl WriteTarget {
             let mut files = Vec::new();
             let mut in_flight = futures::stream::FuturesUnordered::new();
             while let Some(batch) = input.next().await {
-                let batch = batch.map_err(|e| self.err(e.to_string()))?;
+                let batch = batch?;
                 if batch.num_rows() == 0 {
                     continue;
                 }
@@ -201,21 +208,28 @@ impl WriteTarget {
                 }
                 let batch = self.conform(&batch, &schema)?;
                 rows += batch.num_rows() as u64;
-                pending_bytes += batch.get_array_memory_size() as u64;
+                let size = batch.get_array_memory_size();
+                reservation.try_grow(size)?;
+                pending_bytes += size as u64;
                 pending.push(batch);
                 if pending_bytes >= cut {
-                    in_flight.push(writer.write(std::mem::take(&mut pending)));
-                    pending_bytes = 0;
+                    let chunk = std::mem::take(&mut pending);
+                    let bytes = std::mem::take(&mut pending_bytes) as usize;
+                    in_flight.push(writer.write(chunk).map(move |r| (r, bytes)).boxed());
                     while in_flight.len() >= FILES_IN_FLIGHT {
-                        files.extend(in_flight.next().await.expect("in flight")?);
+                        let (done, bytes) = in_flight.next().await.expect("in flight");
+                        files.extend(done?);
+                        reservation.shrink(bytes);
                     }
                 }
             }
             if !pending.is_empty() {
-                in_flight.push(writer.write(pending));
+                let bytes = pending_bytes as usize;
+                in_flight.push(writer.write(pending).map(move |r| (r, bytes)).boxed());
             }
-            while let Some(f) = in_flight.next().await {
-                files.extend(f?);
+            while let Some((done, bytes)) = in_flight.next().await {
+                files.extend(done?);
+                reservation.shrink(bytes);
             }
             pause_before_commit(&files).await;
             let properties = BTreeMap::from([(
@@ -469,6 +483,7 @@ impl ExecutionPlan for IcebergWriteExec {
             futures::stream::select_all(streams),
         ));
         let target = Arc::clone(&self.target);
+        let pool = Arc::clone(context.memory_pool());
         let out = count_schema();
         let commit = if self.overwrite {
             Commit::Overwrite
@@ -476,7 +491,7 @@ impl ExecutionPlan for IcebergWriteExec {
             Commit::Append
         };
         let result = futures::stream::once(async move {
-            let rows = target.run(merged, commit).await?;
+            let rows = target.run(merged, commit, &pool).await?;
             Ok(RecordBatch::try_new(
                 count_schema(),
                 vec![Arc::new(UInt64Array::from(vec![rows]))],
@@ -875,15 +890,16 @@ async fn row_level(
     let physical = state.create_physical_plan(&plan).await?;
     let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
     let removed: HashSet<String> = affected.iter().cloned().collect();
-    Ok(target
+    target
         .run(
             stream,
             Commit::Replace {
                 removed,
                 reported: Some(matched),
             },
+            &state.runtime_env().memory_pool,
         )
-        .await?)
+        .await
 }
 
 /// The table as a row-level write reads it: every column decrypted, as the principal

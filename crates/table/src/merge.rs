@@ -436,15 +436,16 @@ pub async fn merge(
     let physical = state.create_physical_plan(&plan).await?;
     let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
     let removed: HashSet<String> = files.iter().cloned().collect();
-    Ok(write_target
+    write_target
         .run(
             stream,
             Commit::Replace {
                 removed,
                 reported: Some(changed),
             },
+            &state.runtime_env().memory_pool,
         )
-        .await?)
+        .await
 }
 
 async fn collect(
