@@ -311,7 +311,8 @@ impl PolicyTableProvider {
 
     /// What a write by this principal needs: table write permission (refused here,
     /// audited, before anything is written), the policy's encryption of the table's
-    /// files, the KMS and the providers holding column keys.
+    /// files, the KMS and the providers holding column keys. Not recorded as allowed
+    /// until it is admitted.
     pub fn write_target(&self, action: &str) -> Result<crate::dml::WriteTarget> {
         let table = self.inner.name().to_owned();
         let policy = self.access.policy();
@@ -373,14 +374,6 @@ impl PolicyTableProvider {
             .map(|f| self.inner.current_name(f))
             .filter(|n| !policy.may_write_column(principal, &table, n))
             .collect();
-        self.access.record(TableAccess {
-            table: table.clone(),
-            snapshot_id: None,
-            columns: self.audit_columns(&self.columns.iter().collect::<Vec<_>>()),
-            allowed: true,
-            error: None,
-            write: Some(audit.clone()),
-        });
         Ok(crate::dml::WriteTarget {
             name: table,
             catalog: Arc::clone(catalog),
@@ -401,6 +394,20 @@ impl PolicyTableProvider {
             source: self.inner.clone(),
             scan_as: self.rewrite_keys(),
         })
+    }
+
+    /// Records the write as allowed (once every check passed); its outcome is filled in
+    /// when it commits.
+    fn admit(&self, target: crate::dml::WriteTarget) -> crate::dml::WriteTarget {
+        self.access.record(TableAccess {
+            table: target.name.clone(),
+            snapshot_id: None,
+            columns: self.audit_columns(&self.columns.iter().collect::<Vec<_>>()),
+            allowed: true,
+            error: None,
+            write: Some(target.audit.clone()),
+        });
+        target
     }
 
     /// Checks a row-level write (DELETE, UPDATE, INSERT OVERWRITE) before it runs:
@@ -460,7 +467,7 @@ impl PolicyTableProvider {
                 ));
             }
         }
-        Ok(target)
+        Ok(self.admit(target))
     }
 
     /// Who a row-level write's scans run as (the principal's provider, token, AAD).
@@ -649,7 +656,7 @@ impl TableProvider for PolicyTableProvider {
         let target = if insert_op == InsertOp::Overwrite {
             self.check_row_level(action, &[])?
         } else {
-            self.write_target(action)?
+            self.admit(self.write_target(action)?)
         };
         Ok(Arc::new(crate::dml::IcebergWriteExec::new(
             input,
