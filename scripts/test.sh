@@ -167,7 +167,7 @@ if [ $# -gt 0 ]; then
   cargo test "$@"
 else
   cargo test --workspace
-  echo "== the demo and policy suites (and policy over Flight SQL) with the demo lake on S3"
+  echo "== the demo, policy and writes suites (policy and writes over Flight SQL too) with the lakes on S3"
   # --workspace: the binary `cargo test --workspace` built (same features), not a rebuild.
-  CLEARICE_DEMO_ON_S3=1 cargo test --workspace --test sqllogictests -- demo/ policy/
+  CLEARICE_DEMO_ON_S3=1 cargo test --workspace --test sqllogictests -- demo/ policy/ writes/
 fi

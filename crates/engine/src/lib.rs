@@ -193,10 +193,10 @@ impl Engine {
                     &resolve_sqlite_uri(&config, &cat.uri),
                 ),
                 CatalogKind::Rest => clearice_table::commit::Committer::Unsupported {
-                    reason: "REST catalogs take appends only from ClearIce 0.1".into(),
+                    reason: "ClearIce commits only appends to REST catalogs so far".into(),
                 },
                 CatalogKind::Hms => clearice_table::commit::Committer::Unsupported {
-                    reason: "iceberg-catalog-hms 0.10.1 cannot commit".into(),
+                    reason: "iceberg-catalog-hms 0.10.1 cannot commit to Hive Metastore tables".into(),
                 },
             };
             let provider = IcebergCatalogProvider::try_new(

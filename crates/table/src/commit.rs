@@ -73,11 +73,12 @@ impl Committer {
     /// (from then on, nothing written may be removed). Returns the new table.
     pub(crate) async fn swap(
         &self,
+        name: &str,
         table: &Table,
         updates: Vec<TableUpdate>,
         swapped: &std::sync::atomic::AtomicBool,
     ) -> Result<Table> {
-        let name = table.identifier().to_string();
+        let name = name.to_owned();
         let ierr = |source: iceberg::Error| Error::Iceberg {
             table: name.clone(),
             source: Box::new(source),
@@ -178,13 +179,14 @@ impl Committer {
 /// table changed since `table` was loaded.
 pub async fn commit_overwrite(
     committer: &Committer,
+    name: &str,
     table: &Table,
     removed: &HashSet<String>,
     added: Vec<DataFile>,
     operation: Operation,
     properties: HashMap<String, String>,
 ) -> Result<Table> {
-    let name = table.identifier().to_string();
+    let name = name.to_owned();
     let ierr = |source: iceberg::Error| Error::Iceberg {
         table: name.clone(),
         source: Box::new(source),
@@ -339,6 +341,7 @@ pub async fn commit_overwrite(
             .build();
         committer
             .swap(
+                &name,
                 table,
                 vec![
                     TableUpdate::AddSnapshot { snapshot },

@@ -746,6 +746,7 @@ impl Ddl<'_> {
             self.catalog
                 .committer()
                 .swap(
+                    &target,
                     &table,
                     vec![
                         iceberg::TableUpdate::AddSchema { schema: renamed },

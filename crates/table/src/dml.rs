@@ -260,6 +260,7 @@ impl WriteTarget {
                     })?;
                     let t = crate::commit::commit_overwrite(
                         committer,
+                        &self.name,
                         &self.table,
                         &removed,
                         files,
@@ -280,6 +281,7 @@ impl WriteTarget {
                     })?;
                     crate::commit::commit_overwrite(
                         committer,
+                        &self.name,
                         &self.table,
                         &removed,
                         files,

@@ -433,6 +433,14 @@ impl PolicyTableProvider {
         let target = self.write_target(action)?;
         let table = self.inner.name();
         let principal = self.access.principal();
+        // Said before any work: the catalog cannot take the commit.
+        if let Some(crate::commit::Committer::Unsupported { reason }) = self.inner.committer() {
+            return Err(Error::Unsupported {
+                table: table.to_owned(),
+                what: format!("{action} (which removes data files; {reason})"),
+            }
+            .into());
+        }
         let refuse = |what: String, rule: &str| -> DataFusionError {
             let e = Error::WriteDenied {
                 what,
