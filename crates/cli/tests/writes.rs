@@ -467,6 +467,18 @@ fn adbc_execute_update_returns_row_counts() {
         v["rows"],
         serde_json::json!([[2, "b"], [3, "c"], [4, "z"], [5, "z"]])
     );
+    // Bulk ingest: created, appended to, refused when it exists and mode is create.
+    assert_eq!(v["ingest_create"], 3, "{v}");
+    assert_eq!(v["ingest_append"], 3, "{v}");
+    assert_eq!(v["ingested"], serde_json::json!([6, 12]), "{v}");
+    let again = v["ingest_again"]
+        .as_str()
+        .expect("create on an existing table fails");
+    assert!(again.contains("already exists"), "{again}");
+    let refused = v["analyst_ingest"]
+        .as_str()
+        .expect("the analyst's ingest is refused");
+    assert!(refused.contains("write denied"), "{refused}");
     let refused = v["analyst"]
         .as_str()
         .expect("the analyst's INSERT is refused");

@@ -196,7 +196,8 @@ impl Engine {
                     reason: "ClearIce commits only appends to REST catalogs so far".into(),
                 },
                 CatalogKind::Hms => clearice_table::commit::Committer::Unsupported {
-                    reason: "iceberg-catalog-hms 0.10.1 cannot commit to Hive Metastore tables".into(),
+                    reason: "iceberg-catalog-hms 0.10.1 cannot commit to Hive Metastore tables"
+                        .into(),
                 },
             };
             let provider = IcebergCatalogProvider::try_new(

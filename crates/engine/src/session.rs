@@ -619,6 +619,88 @@ impl Session {
         .await
     }
 
+    /// Bulk ingest (Flight SQL `CommandStatementIngest`, ADBC `adbc_ingest`): appends
+    /// `batches` to catalog table `table` under the policy's write rules, creating it from
+    /// `schema` first if it does not exist and `create` is set; an existing table is
+    /// appended to only if `append` is set. Returns the rows written. Audited like SQL.
+    pub async fn ingest(
+        &self,
+        table: &datafusion::common::TableReference,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        create: bool,
+        append: bool,
+    ) -> Result<u64> {
+        use datafusion::logical_expr::LogicalPlanBuilder;
+        self.refresh_catalogs().await;
+        let text = format!("-- ingest into {table}");
+        let out = self
+            .audited(&text, async move {
+                let _permit = self.permit()?;
+                let Some((cat, ns, name)) = self.iceberg_table(table) else {
+                    return Err(DataFusionError::NotImplemented(format!(
+                        "ingest into '{table}': only Iceberg catalog tables take ingests"
+                    )));
+                };
+                let full = datafusion::common::TableReference::full(
+                    cat.name().to_owned(),
+                    ns.clone(),
+                    name.clone(),
+                );
+                let exists = self
+                    .ctx
+                    .catalog(cat.name())
+                    .and_then(|c| c.schema(&ns))
+                    .is_some_and(|s| s.table_exist(&name));
+                match (exists, create, append) {
+                    (false, false, _) => {
+                        return Err(DataFusionError::Plan(format!(
+                            "table '{full}' not found (ingest with mode create or create_append creates it)"
+                        )));
+                    }
+                    (true, _, false) => {
+                        return Err(DataFusionError::Plan(format!(
+                            "table '{full}' already exists (ingest with mode append or create_append adds to it)"
+                        )));
+                    }
+                    (false, true, _) => {
+                        let nullable = datafusion::arrow::datatypes::Schema::new(
+                            schema
+                                .fields()
+                                .iter()
+                                .map(|f| f.as_ref().clone().with_nullable(true))
+                                .collect::<Vec<_>>(),
+                        );
+                        clearice_table::ddl::Ddl {
+                            catalog: cat.as_ref(),
+                            access: &self.access,
+                        }
+                        .create_table(&ns, &name, &nullable, None, vec![], false)
+                        .await?;
+                    }
+                    (true, _, true) => {}
+                }
+                let rows = datafusion::datasource::MemTable::try_new(schema, vec![batches])?;
+                let input = LogicalPlanBuilder::scan(
+                    "ingest",
+                    datafusion::datasource::provider_as_source(Arc::new(rows)),
+                    None,
+                )?
+                .build()?;
+                let provider = self.ctx.table_provider(full.clone()).await?;
+                let insert = LogicalPlanBuilder::insert_into(
+                    input,
+                    full,
+                    datafusion::datasource::provider_as_source(provider),
+                    datafusion::logical_expr::dml::InsertOp::Append,
+                )?
+                .build()?;
+                collect(self.checked(insert).await?).await
+            })
+            .await?;
+        Ok(reported_count(&out))
+    }
+
     /// Runs a parsed statement (no round trip through SQL text), auditing table access.
     pub async fn execute(&self, stmt: Statement) -> Result<QueryOutput> {
         self.refresh_catalogs().await;
@@ -1031,6 +1113,17 @@ fn take_table_properties(mut stmt: Statement) -> Result<(Statement, Vec<(String,
         out.push((key.value, value));
     }
     Ok((stmt, out))
+}
+
+/// The `count` a write reports (0 if the output is not one).
+fn reported_count(out: &QueryOutput) -> u64 {
+    use datafusion::arrow::array::UInt64Array;
+    out.batches
+        .iter()
+        .filter_map(|b| b.column_by_name("count"))
+        .filter_map(|c| c.as_any().downcast_ref::<UInt64Array>())
+        .flat_map(|a| a.iter().flatten())
+        .sum()
 }
 
 /// The ALTER TABLE statement `stmt` is, if it is one.

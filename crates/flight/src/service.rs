@@ -13,9 +13,9 @@ use arrow_flight::sql::{
     ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetCrossReference,
     CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys,
     CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
-    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementQuery,
-    CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     Action, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
@@ -511,6 +511,64 @@ impl FlightSqlService for ClearIceFlightSql {
         let token = bearer(&request).map(str::to_owned);
         let sql = number_question_marks(&cmd.query).into_owned();
         self.update(session, token, sql, vec![]).await
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        cmd: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
+        let session = self.session(&request).await?;
+        if cmd.temporary {
+            return Err(Status::unimplemented(
+                "temporary tables are not supported: ingest into a catalog table",
+            ));
+        }
+        if cmd.transaction_id.is_some() {
+            return Err(Status::unimplemented("transactions are not supported"));
+        }
+        let options = cmd.table_definition_options.unwrap_or_default();
+        let create = options.if_not_exist() == TableNotExistOption::Create;
+        let append = match options.if_exists() {
+            TableExistsOption::Append => true,
+            TableExistsOption::Fail | TableExistsOption::Unspecified => false,
+            TableExistsOption::Replace => {
+                return Err(Status::unimplemented(
+                    "ingest mode replace is not supported (it cannot be one commit): use append, or INSERT OVERWRITE",
+                ));
+            }
+        };
+        let table = match (&cmd.catalog, &cmd.schema) {
+            (Some(c), Some(s)) => {
+                datafusion::common::TableReference::full(c.clone(), s.clone(), cmd.table.clone())
+            }
+            (None, Some(s)) => {
+                datafusion::common::TableReference::partial(s.clone(), cmd.table.clone())
+            }
+            _ => datafusion::common::TableReference::bare(cmd.table.clone()),
+        };
+        let stream = request.into_inner().map_err(|e| e.into());
+        let mut decoded =
+            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream);
+        let mut batches = Vec::new();
+        while let Some(b) = decoded.next().await {
+            batches.push(b.map_err(|e| Status::invalid_argument(format!("ingest data: {e}")))?);
+        }
+        let schema = match (batches.first(), decoded.schema()) {
+            (Some(b), _) => b.schema(),
+            (None, Some(s)) => Arc::clone(s),
+            (None, None) => return Ok(0),
+        };
+        let rows = self
+            .on_cpu(async move {
+                session
+                    .ingest(&table, schema, batches, create, append)
+                    .await
+            })
+            .await?
+            .map_err(|e| status_of(&e))?;
+        Ok(rows as i64)
     }
 
     async fn do_put_prepared_statement_update(

@@ -43,6 +43,20 @@ def main():
         cur2 = conn.cursor()
         cur2.execute("SELECT id, v FROM lake.adbc.t ORDER BY id")
         out["rows"] = [list(r) for r in cur2.fetchall()]
+        # Bulk ingest (CommandStatementIngest): create, then append
+        data = pa.table({"k": pa.array([1, 2, 3], pa.int64()), "s": pa.array(["x", "y", None])})
+        cur3 = conn.cursor()
+        out["ingest_create"] = cur3.adbc_ingest("ingested", data, mode="create",
+                                                catalog_name="lake", db_schema_name="adbc")
+        out["ingest_append"] = cur3.adbc_ingest("ingested", data, mode="append",
+                                                catalog_name="lake", db_schema_name="adbc")
+        try:
+            cur3.adbc_ingest("ingested", data, mode="create", catalog_name="lake", db_schema_name="adbc")
+            out["ingest_again"] = None
+        except adbc_driver_manager.Error as e:
+            out["ingest_again"] = str(e)
+        cur3.execute("SELECT count(*), sum(k) FROM lake.adbc.ingested")
+        out["ingested"] = list(cur3.fetchall()[0])
     with connect(addr, "analyst") as conn:
         cur = conn.cursor()
         try:
@@ -50,6 +64,12 @@ def main():
             out["analyst"] = None
         except adbc_driver_manager.Error as e:
             out["analyst"] = str(e)
+        try:
+            cur.adbc_ingest("ingested", pa.table({"k": pa.array([9], pa.int64()), "s": ["z"]}),
+                            mode="append", catalog_name="lake", db_schema_name="adbc")
+            out["analyst_ingest"] = None
+        except adbc_driver_manager.Error as e:
+            out["analyst_ingest"] = str(e)
     print(json.dumps(out))
 
 

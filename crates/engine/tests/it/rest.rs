@@ -287,7 +287,11 @@ async fn sql_writes_through_a_rest_catalog_encrypt_by_policy() {
             .unwrap(),
     );
     assert_eq!(rows, vec![vec![Value::from("XXX-XX-1111")]]);
-    let rows = json_rows(&query(&admin, "SELECT count(*) FROM rest.etl.ids").await.unwrap());
+    let rows = json_rows(
+        &query(&admin, "SELECT count(*) FROM rest.etl.ids")
+            .await
+            .unwrap(),
+    );
     assert_eq!(rows, vec![vec![Value::from(3)]]);
     // The files are encrypted as the policy says.
     let files = json_rows(
@@ -310,7 +314,11 @@ async fn sql_writes_through_a_rest_catalog_encrypt_by_policy() {
         e.contains("commits only appends to REST catalogs") && e.contains("rest.etl.people"),
         "{e}"
     );
-    let rows = json_rows(&query(&admin, "SELECT count(*) FROM rest.etl.people").await.unwrap());
+    let rows = json_rows(
+        &query(&admin, "SELECT count(*) FROM rest.etl.people")
+            .await
+            .unwrap(),
+    );
     assert_eq!(rows, vec![vec![Value::from(3)]]);
     query(&admin, "DROP SCHEMA rest.etl CASCADE").await.unwrap();
     let e = query_err(&admin, "SELECT * FROM rest.etl.people").await;
