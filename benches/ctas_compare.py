@@ -157,8 +157,9 @@ def main():
     n = subprocess.run([args.clearice, "--config", str(tmp / "clearice.toml"), "--user", "bench", "-q",
                         "--format", "csv", "-c",
                         "SELECT (SELECT count(*) FROM lake.b.enc) AS e, (SELECT count(*) FROM lake.b.plain) AS p, "
-                        "(SELECT count(*) FROM lake.b.py) AS y, (SELECT sum(balance) FROM lake.b.enc) = "
-                        "(SELECT sum(balance) FROM lake.b.py) AS same"],
+                        "(SELECT count(*) FROM lake.b.py) AS y, "
+                        "(SELECT sum(CAST(round(balance * 100) AS BIGINT)) FROM lake.b.enc) = "
+                        "(SELECT sum(CAST(round(balance * 100) AS BIGINT)) FROM lake.b.py) AS same"],
                        check=True, capture_output=True, text=True).stdout.splitlines()[1]
     e, p, y, same = n.split(",")
     assert int(e) == int(p) == int(y) == args.rows and same == "true", n

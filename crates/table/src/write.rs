@@ -221,7 +221,7 @@ impl FileWriter {
         let parts = datafusion::common::runtime::SpawnedTask::spawn_blocking(move || {
             partition_batches(&table, &schema, &batches)?
                 .into_iter()
-                .map(|(p, b)| Ok((p, sort_batch(&table, b)?)))
+                .map(|(p, b)| Ok((p, sort_batches(&table, b)?)))
                 .collect::<std::result::Result<Vec<_>, String>>()
         })
         .join()
@@ -229,13 +229,13 @@ impl FileWriter {
         .map_err(|e| self.err(e.to_string()))?
         .map_err(|e| self.err(e))?;
         let mut files = Vec::with_capacity(parts.len());
-        for (partition, batch) in parts {
-            files.push(self.write_file(partition, batch).await?);
+        for (partition, batches) in parts {
+            files.push(self.write_file(partition, batches).await?);
         }
         Ok(files)
     }
 
-    async fn write_file(&self, partition: Struct, batch: RecordBatch) -> Result<DataFile> {
+    async fn write_file(&self, partition: Struct, batches: Vec<RecordBatch>) -> Result<DataFile> {
         let n = self
             .next_file
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -277,12 +277,12 @@ impl FileWriter {
             self.kms.clone(),
         );
         let ischema = Arc::clone(self.table.metadata().current_schema());
-        let rows = batch.num_rows() as u64;
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let (encoded, stand_ins) =
             datafusion::common::runtime::SpawnedTask::spawn_blocking(move || {
-                let encoded = write_file(&schema, &batch, &spec, kms.as_deref(), &stand_ins)
+                let encoded = write_file(&schema, &batches, &spec, kms.as_deref(), &stand_ins)
                     .and_then(|(bytes, footer)| {
-                        let metrics = plaintext_metrics(&ischema, &batch, &spec)?;
+                        let metrics = plaintext_metrics(&ischema, &batches, &spec)?;
                         Ok((bytes, footer, metrics))
                     });
                 (encoded, stand_ins)
@@ -388,7 +388,7 @@ pub async fn commit_append(
 /// Encodes and encrypts one data file in memory (CPU work: run on a blocking thread).
 fn write_file(
     schema: &SchemaRef,
-    batch: &RecordBatch,
+    batches: &[RecordBatch],
     spec: &EncryptionSpec,
     kms: Option<&dyn Kms>,
     stand_ins: &HashMap<String, ProviderColumnKey>,
@@ -431,11 +431,13 @@ fn write_file(
         props = props.with_file_encryption_properties(b.build().map_err(|e| e.to_string())?);
     }
     let mut file = Vec::new();
-    let batch = RecordBatch::try_new(Arc::clone(schema), batch.columns().to_vec())
-        .map_err(|e| e.to_string())?;
     let mut w = ArrowWriter::try_new(&mut file, Arc::clone(schema), Some(props.build()))
         .map_err(|e| e.to_string())?;
-    w.write(&batch).map_err(|e| e.to_string())?;
+    for batch in batches {
+        let batch = RecordBatch::try_new(Arc::clone(schema), batch.columns().to_vec())
+            .map_err(|e| e.to_string())?;
+        w.write(&batch).map_err(|e| e.to_string())?;
+    }
     w.close().map_err(|e| e.to_string())?;
     Ok((file, footer_key))
 }
@@ -456,7 +458,7 @@ const MAX_STRING_BOUND: usize = 64;
 /// columns get none (bounds would put their plaintext into the manifest).
 fn plaintext_metrics(
     ischema: &iceberg::spec::Schema,
-    batch: &RecordBatch,
+    batches: &[RecordBatch],
     spec: &EncryptionSpec,
 ) -> std::result::Result<Metrics, String> {
     let mut m = Metrics::default();
@@ -467,29 +469,28 @@ fn plaintext_metrics(
         let Type::Primitive(ty) = field.field_type.as_ref() else {
             continue;
         };
-        let Ok(col) = batch.schema().index_of(&field.name) else {
-            continue;
-        };
-        let array = batch.column(col);
-        m.value_counts.insert(field.id, array.len() as u64);
-        m.null_counts.insert(field.id, array.null_count() as u64);
-        let values = iceberg::arrow::arrow_primitive_to_literal(array, &field.field_type)
-            .map_err(|e| format!("column '{}': {e}", field.name))?;
         let mut bounds: Option<(Datum, Datum)> = None;
-        for v in values.into_iter().flatten() {
-            let Literal::Primitive(p) = v else { continue };
-            let Some(d) = datum(ty, p) else { break };
-            if d.is_nan() {
+        let mut seen = false;
+        for batch in batches {
+            let Ok(col) = batch.schema().index_of(&field.name) else {
                 continue;
+            };
+            seen = true;
+            let array = batch.column(col);
+            *m.value_counts.entry(field.id).or_default() += array.len() as u64;
+            *m.null_counts.entry(field.id).or_default() += array.null_count() as u64;
+            if let Some((lo, hi)) = bounds_of(ty, array) {
+                bounds = Some(match bounds {
+                    None => (lo, hi),
+                    Some((l, h)) => (
+                        if lo < l { lo } else { l },
+                        if hi > h { hi } else { h },
+                    ),
+                });
             }
-            bounds = Some(match bounds {
-                None => (d.clone(), d),
-                Some((lo, hi)) => {
-                    let lo = if d < lo { d.clone() } else { lo };
-                    let hi = if d > hi { d } else { hi };
-                    (lo, hi)
-                }
-            });
+        }
+        if !seen {
+            continue;
         }
         // Long strings would bloat every manifest: such a column gets no bounds in this
         // file (no pruning on it, never a wrong one).
@@ -505,19 +506,63 @@ fn plaintext_metrics(
     Ok(m)
 }
 
-/// A bound of a column type that Iceberg prunes on; `None` for types without bounds here
-/// (decimal, binary, uuid, time...).
-fn datum(ty: &PrimitiveType, v: PrimitiveLiteral) -> Option<Datum> {
-    Some(match (ty, v) {
-        (PrimitiveType::Boolean, PrimitiveLiteral::Boolean(b)) => Datum::bool(b),
-        (PrimitiveType::Int, PrimitiveLiteral::Int(i)) => Datum::int(i),
-        (PrimitiveType::Long, PrimitiveLiteral::Long(i)) => Datum::long(i),
-        (PrimitiveType::Float, PrimitiveLiteral::Float(f)) => Datum::float(f.0),
-        (PrimitiveType::Double, PrimitiveLiteral::Double(f)) => Datum::double(f.0),
-        (PrimitiveType::String, PrimitiveLiteral::String(s)) => Datum::string(s),
-        (PrimitiveType::Date, PrimitiveLiteral::Int(d)) => Datum::date(d),
-        (PrimitiveType::Timestamp, PrimitiveLiteral::Long(t)) => Datum::timestamp_micros(t),
-        (PrimitiveType::Timestamptz, PrimitiveLiteral::Long(t)) => Datum::timestamptz_micros(t),
+/// Min and max of a column as Iceberg bounds, computed with Arrow's kernels; `None` for
+/// types without bounds here (decimal, binary, uuid, time...) and all-NULL columns. NaN is
+/// never a bound.
+fn bounds_of(ty: &PrimitiveType, array: &ArrayRef) -> Option<(Datum, Datum)> {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::compute::{max, max_boolean, max_string, min, min_boolean, min_string};
+    use datafusion::arrow::datatypes::{
+        Date32Type, Float32Type, Float64Type, Int32Type, Int64Type, TimeUnit,
+        TimestampMicrosecondType,
+    };
+    fn floats<T: Copy + PartialOrd>(values: impl Iterator<Item = Option<T>>, nan: impl Fn(T) -> bool) -> Option<(T, T)> {
+        let mut out: Option<(T, T)> = None;
+        for v in values.flatten().filter(|v| !nan(*v)) {
+            out = Some(match out {
+                None => (v, v),
+                Some((lo, hi)) => (if v < lo { v } else { lo }, if v > hi { v } else { hi }),
+            });
+        }
+        out
+    }
+    Some(match (ty, array.data_type()) {
+        (PrimitiveType::Boolean, DataType::Boolean) => {
+            let a = array.as_boolean();
+            (Datum::bool(min_boolean(a)?), Datum::bool(max_boolean(a)?))
+        }
+        (PrimitiveType::Int, DataType::Int32) => {
+            let a = array.as_primitive::<Int32Type>();
+            (Datum::int(min(a)?), Datum::int(max(a)?))
+        }
+        (PrimitiveType::Long, DataType::Int64) => {
+            let a = array.as_primitive::<Int64Type>();
+            (Datum::long(min(a)?), Datum::long(max(a)?))
+        }
+        (PrimitiveType::Float, DataType::Float32) => {
+            let (lo, hi) = floats(array.as_primitive::<Float32Type>().iter(), f32::is_nan)?;
+            (Datum::float(lo), Datum::float(hi))
+        }
+        (PrimitiveType::Double, DataType::Float64) => {
+            let (lo, hi) = floats(array.as_primitive::<Float64Type>().iter(), f64::is_nan)?;
+            (Datum::double(lo), Datum::double(hi))
+        }
+        (PrimitiveType::String, DataType::Utf8) => {
+            let a = array.as_string::<i32>();
+            (Datum::string(min_string(a)?), Datum::string(max_string(a)?))
+        }
+        (PrimitiveType::Date, DataType::Date32) => {
+            let a = array.as_primitive::<Date32Type>();
+            (Datum::date(min(a)?), Datum::date(max(a)?))
+        }
+        (PrimitiveType::Timestamp, DataType::Timestamp(TimeUnit::Microsecond, None)) => {
+            let a = array.as_primitive::<TimestampMicrosecondType>();
+            (Datum::timestamp_micros(min(a)?), Datum::timestamp_micros(max(a)?))
+        }
+        (PrimitiveType::Timestamptz, DataType::Timestamp(TimeUnit::Microsecond, Some(_))) => {
+            let a = array.as_primitive::<TimestampMicrosecondType>();
+            (Datum::timestamptz_micros(min(a)?), Datum::timestamptz_micros(max(a)?))
+        }
         _ => return None,
     })
 }
@@ -552,21 +597,19 @@ fn partition_batches(
     table: &Table,
     schema: &SchemaRef,
     batches: &[RecordBatch],
-) -> std::result::Result<Vec<(Struct, RecordBatch)>, String> {
+) -> std::result::Result<Vec<(Struct, Vec<RecordBatch>)>, String> {
     let spec = table.metadata().default_partition_spec();
     let ischema = table.metadata().current_schema();
-    let batch = concat_batches(
-        schema,
-        &batches
-            .iter()
-            .map(|b| RecordBatch::try_new(Arc::clone(schema), b.columns().to_vec()))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| format!("batch does not match the table schema: {e}"))?,
-    )
-    .map_err(|e| e.to_string())?;
+    let batches = batches
+        .iter()
+        .map(|b| RecordBatch::try_new(Arc::clone(schema), b.columns().to_vec()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| format!("batch does not match the table schema: {e}"))?;
     if spec.fields().is_empty() {
-        return Ok(vec![(Struct::empty(), batch)]);
+        // One file of the batches as they are (no copy).
+        return Ok(vec![(Struct::empty(), batches)]);
     }
+    let batch = concat_batches(schema, &batches).map_err(|e| e.to_string())?;
     let mut keys: Vec<ArrayRef> = Vec::new();
     for f in spec.fields() {
         let source = ischema
@@ -603,20 +646,28 @@ fn partition_batches(
             let (lits, rows) = groups.remove(&k).expect("present");
             let b =
                 take_record_batch(&batch, &UInt32Array::from(rows)).map_err(|e| e.to_string())?;
-            Ok((Struct::from_iter(lits), b))
+            Ok((Struct::from_iter(lits), vec![b]))
         })
         .collect()
 }
 
 /// Rows in the table's sort order (its default `SortOrder`, transforms applied), if it
 /// has one: readers then skip more with the files' statistics.
-fn sort_batch(table: &Table, batch: RecordBatch) -> std::result::Result<RecordBatch, String> {
+fn sort_batches(
+    table: &Table,
+    batches: Vec<RecordBatch>,
+) -> std::result::Result<Vec<RecordBatch>, String> {
     use datafusion::arrow::compute::{SortColumn, SortOptions, lexsort_to_indices};
     use iceberg::spec::{NullOrder, SortDirection};
     let order = table.metadata().default_sort_order();
-    if order.fields.is_empty() || batch.num_rows() < 2 {
-        return Ok(batch);
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if order.fields.is_empty() || rows < 2 {
+        return Ok(batches);
     }
+    let batch = match batches.as_slice() {
+        [one] => one.clone(),
+        _ => concat_batches(&batches[0].schema(), &batches).map_err(|e| e.to_string())?,
+    };
     let ischema = table.metadata().current_schema();
     let mut columns = Vec::with_capacity(order.fields.len());
     for f in &order.fields {
@@ -641,7 +692,9 @@ fn sort_batch(table: &Table, batch: RecordBatch) -> std::result::Result<RecordBa
         });
     }
     let indices = lexsort_to_indices(&columns, None).map_err(|e| e.to_string())?;
-    take_record_batch(&batch, &indices).map_err(|e| e.to_string())
+    Ok(vec![
+        take_record_batch(&batch, &indices).map_err(|e| e.to_string())?,
+    ])
 }
 
 fn literal(a: &ArrayRef, row: usize) -> std::result::Result<Option<Literal>, String> {
@@ -720,7 +773,7 @@ mod tests {
             plaintext_footer: false,
             aad_prefix: None,
         };
-        let m = plaintext_metrics(&schema, &batch, &spec).unwrap();
+        let m = plaintext_metrics(&schema, &[batch], &spec).unwrap();
         assert_eq!(
             (&m.lower[&1], &m.upper[&1]),
             (&Datum::long(3), &Datum::long(9))
