@@ -275,6 +275,11 @@ impl WriteTarget {
                 }
                 Commit::Overwrite => {
                     let removed = self.replaced_files(&files).await?;
+                    if removed.is_empty() && files.is_empty() {
+                        // Nothing written into a partitioned table: nothing replaced.
+                        self.audit.committed(None, 0);
+                        return Ok(0);
+                    }
                     let committer = self.source.committer().ok_or_else(|| Error::Unsupported {
                         table: self.name.clone(),
                         what: "removing data files from a table loaded outside a catalog".into(),
