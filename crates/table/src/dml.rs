@@ -821,10 +821,15 @@ async fn row_level(
     use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit, when};
     use datafusion::prelude::coalesce;
     let predicate = datafusion::logical_expr::utils::conjunction(filters.iter().cloned());
+    // Pass 1 looks for matching rows (its filters may prune files); pass 2 reads every
+    // row of the files it rewrites.
     let source = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
-        datafusion::datasource::provider_as_source(Arc::new(RewriteSource {
-            inner: target.source.for_rewrite(files, file_column),
-            keys: target.scan_as.clone(),
+        let inner = target.source.for_rewrite(files, file_column);
+        let keys = target.scan_as.clone();
+        datafusion::datasource::provider_as_source(Arc::new(if file_column {
+            RewriteSource::pruning(inner, keys)
+        } else {
+            RewriteSource::whole(inner, keys)
         }))
     };
     // 1. Which data files hold matching rows, and how many.
@@ -915,11 +920,29 @@ async fn row_level(
 pub(crate) struct RewriteSource {
     inner: IcebergTableProvider,
     keys: RewriteKeys,
+    /// Let filters prune files. Only a scan that looks for rows may: the scan that
+    /// rewrites files must read every row of them (a file pruned there would be removed
+    /// with rows it should have kept).
+    prune: bool,
 }
 
 impl RewriteSource {
-    pub(crate) fn new(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
-        Self { inner, keys }
+    /// A scan that may skip files its filters exclude.
+    pub(crate) fn pruning(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
+        Self {
+            inner,
+            keys,
+            prune: true,
+        }
+    }
+
+    /// A scan that reads every row of its files.
+    pub(crate) fn whole(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
+        Self {
+            inner,
+            keys,
+            prune: false,
+        }
     }
 }
 
@@ -941,10 +964,13 @@ impl datafusion::catalog::TableProvider for RewriteSource {
         &self,
         filters: &[&datafusion::logical_expr::Expr],
     ) -> Result<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
-        Ok(vec![
-            datafusion::logical_expr::TableProviderFilterPushDown::Inexact;
-            filters.len()
-        ])
+        use datafusion::logical_expr::TableProviderFilterPushDown as Push;
+        let push = if self.prune {
+            Push::Inexact
+        } else {
+            Push::Unsupported
+        };
+        Ok(vec![push; filters.len()])
     }
 
     async fn scan(
@@ -962,6 +988,7 @@ impl datafusion::catalog::TableProvider for RewriteSource {
             credential: self.keys.credential.clone(),
             column_keys: self.keys.column_keys.clone(),
         };
+        let filters = if self.prune { filters } else { &[] };
         self.inner
             .scan_with(state, projection, filters, limit, keys, false)
             .await

@@ -109,11 +109,15 @@ pub async fn merge(
         .alias(s_alias.as_str())?
         .build()?;
     // The target as the rewrite reads it.
+    // Pass 1 (with `_file`) looks for matches and may prune; the others read whole files.
     let write = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
-        datafusion::datasource::provider_as_source(Arc::new(RewriteSource::new(
-            target.inner().for_rewrite(files, file_column),
-            target.rewrite_keys(),
-        )))
+        let inner = target.inner().for_rewrite(files, file_column);
+        let keys = target.rewrite_keys();
+        datafusion::datasource::provider_as_source(Arc::new(if file_column {
+            RewriteSource::pruning(inner, keys)
+        } else {
+            RewriteSource::whole(inner, keys)
+        }))
     };
     let t_all = LogicalPlanBuilder::scan(t_alias.as_str(), write(None, true), None)?.build()?;
     let joined = t_all.schema().join(source_plan.schema())?;

@@ -482,10 +482,7 @@ fn plaintext_metrics(
             if let Some((lo, hi)) = bounds_of(ty, array) {
                 bounds = Some(match bounds {
                     None => (lo, hi),
-                    Some((l, h)) => (
-                        if lo < l { lo } else { l },
-                        if hi > h { hi } else { h },
-                    ),
+                    Some((l, h)) => (if lo < l { lo } else { l }, if hi > h { hi } else { h }),
                 });
             }
         }
@@ -516,7 +513,10 @@ fn bounds_of(ty: &PrimitiveType, array: &ArrayRef) -> Option<(Datum, Datum)> {
         Date32Type, Float32Type, Float64Type, Int32Type, Int64Type, TimeUnit,
         TimestampMicrosecondType,
     };
-    fn floats<T: Copy + PartialOrd>(values: impl Iterator<Item = Option<T>>, nan: impl Fn(T) -> bool) -> Option<(T, T)> {
+    fn floats<T: Copy + PartialOrd>(
+        values: impl Iterator<Item = Option<T>>,
+        nan: impl Fn(T) -> bool,
+    ) -> Option<(T, T)> {
         let mut out: Option<(T, T)> = None;
         for v in values.flatten().filter(|v| !nan(*v)) {
             out = Some(match out {
@@ -557,11 +557,17 @@ fn bounds_of(ty: &PrimitiveType, array: &ArrayRef) -> Option<(Datum, Datum)> {
         }
         (PrimitiveType::Timestamp, DataType::Timestamp(TimeUnit::Microsecond, None)) => {
             let a = array.as_primitive::<TimestampMicrosecondType>();
-            (Datum::timestamp_micros(min(a)?), Datum::timestamp_micros(max(a)?))
+            (
+                Datum::timestamp_micros(min(a)?),
+                Datum::timestamp_micros(max(a)?),
+            )
         }
         (PrimitiveType::Timestamptz, DataType::Timestamp(TimeUnit::Microsecond, Some(_))) => {
             let a = array.as_primitive::<TimestampMicrosecondType>();
-            (Datum::timestamptz_micros(min(a)?), Datum::timestamptz_micros(max(a)?))
+            (
+                Datum::timestamptz_micros(min(a)?),
+                Datum::timestamptz_micros(max(a)?),
+            )
         }
         _ => return None,
     })
