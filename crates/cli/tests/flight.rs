@@ -684,7 +684,12 @@ fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
     assert!(count("read_file", "support") >= 13, "{audit}");
     assert!(count("write_file", "support") >= 6);
     assert!(count("set", "admin") >= 4);
-    assert!(count("statement", "admin") >= 6);
+    // Views and in-memory tables are refused by confinement ...
+    assert!(count("statement", "admin") >= 2);
+    // ... catalog writes by the policy's write rules, audited as the write they were.
+    for action in ["create_table", "drop_table", "create_schema", "insert"] {
+        assert!(count(action, "admin") >= 1, "{action}: {audit}");
+    }
     assert!(count("limit", "support") >= 3);
     assert!(count("login", "analyst") >= 20);
     assert!(!audit.contains("topsecret"));
