@@ -633,7 +633,8 @@ impl Ddl<'_> {
         }
         if let Some(text) = partitioning {
             let terms = parse_partitioning(text).map_err(&invalid)?;
-            let mut spec = UnboundPartitionSpec::builder();
+            // The spec id is sent too: Iceberg's REST server requires it.
+            let mut spec = UnboundPartitionSpec::builder().with_spec_id(0);
             for t in terms {
                 let field = ischema.field_by_name(&t.column).ok_or_else(|| {
                     invalid(format!(
