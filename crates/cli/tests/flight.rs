@@ -12,6 +12,16 @@ use serde_json::Value;
 mod common;
 use common::python;
 
+/// The servers of these tests run one at a time: the attack suite measures that a point
+/// query is not starved by a runaway one, which another test's server (or JVM) on the
+/// same 2 cores would skew.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 struct Server {
     child: Child,
     addr: String,
@@ -30,6 +40,7 @@ fn start(config: &Path, dir: &Path) -> Server {
 
 #[test]
 fn adbc_clients_see_the_policy_of_their_user() {
+    let _alone = one_at_a_time();
     let Some(python) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let lake = tmp.path().join("lake");
@@ -203,6 +214,7 @@ fn serve_refuses_plaintext_on_a_public_address() {
 
 #[test]
 fn superset_sqlalchemy_dialect_browses_and_queries_under_the_policy() {
+    let _alone = one_at_a_time();
     let Some(_) = python() else { return };
     let python = std::env::var("CLEARICE_SUPERSET_PYTHON")
         .expect("CLEARICE_SUPERSET_PYTHON (set by scripts/test.sh)");
@@ -291,6 +303,7 @@ fn tls_server(python: &str, tmp: &Path, server_extra: &str) -> (Server, PathBuf,
 
 #[test]
 fn adbc_needs_a_client_certificate_with_mtls() {
+    let _alone = one_at_a_time();
     let Some(python) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let (server, lake, script) =
@@ -338,6 +351,7 @@ fn adbc_needs_a_client_certificate_with_mtls() {
 
 #[test]
 fn adbc_connects_over_tls() {
+    let _alone = one_at_a_time();
     let Some(python) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let (server, lake, script) = tls_server(&python, tmp.path(), "");
@@ -411,6 +425,7 @@ fn error_text(v: &Value) -> &str {
 /// admin, over ADBC against the real binary.
 #[test]
 fn attack_suite_flight_users_cannot_reach_server_files_settings_or_resources() {
+    let _alone = one_at_a_time();
     let Some(python) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(tmp.path()).unwrap();
@@ -768,6 +783,7 @@ fn bearer_token(python: &str, addr: &str, user: &str) -> String {
 /// What DBeaver does on connect and browse, with the driver DBeaver loads (both lines).
 #[test]
 fn jdbc_driver_connects_browses_and_queries_like_dbeaver() {
+    let _alone = one_at_a_time();
     let Some(python) = python() else { return };
     let Some(jars) = jdbc_jars() else { return };
     let tmp = tempfile::tempdir().unwrap();
@@ -852,6 +868,7 @@ fn jdbc_driver_connects_browses_and_queries_like_dbeaver() {
 /// The JDBC driver over TLS (`tlsRootCerts`) with a client certificate (mTLS).
 #[test]
 fn jdbc_driver_connects_with_tls_and_a_client_certificate() {
+    let _alone = one_at_a_time();
     let Some(python) = python() else { return };
     let Some(jars) = jdbc_jars() else { return };
     let tmp = tempfile::tempdir().unwrap();
