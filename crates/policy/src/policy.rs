@@ -874,6 +874,74 @@ access = { "*" = "hide", admin = "plaintext" }
 }
 
 #[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    const P: &str = r#"
+[roles]
+etl = {}
+analyst = {}
+[users]
+ann = { roles = ["analyst"] }
+eve = { roles = ["etl"] }
+root = { roles = ["etl", "analyst"] }
+
+[writes]
+create = ["etl"]
+
+[tables."c.n.t"]
+write = ["etl", "user:ann"]
+export = ["user:root"]
+
+[tables."c.n.t".columns.ssn]
+master_key = "k"
+write = ["user:root"]
+
+[tables."c.n.t".columns.secret]
+master_key = "k"
+
+[tables."c.n.listed_only".columns.x]
+access = { "*" = "plaintext" }
+"#;
+
+    #[test]
+    fn write_rules_default_to_create_and_protected_columns_to_nobody() {
+        let p = Policy::parse(P, "p").unwrap();
+        // [writes] create: schemas and tables, and tables without their own `write`
+        assert!(p.may_create("eve") && !p.may_create("ann"));
+        assert!(p.may_write_table("eve", "c.n.listed_only"));
+        assert!(p.may_write_table("eve", "c.n.unlisted"));
+        assert!(!p.may_write_table("ann", "c.n.unlisted"));
+        // a table's own `write` replaces the default
+        assert!(p.may_write_table("ann", "c.n.t") && p.may_write_table("eve", "c.n.t"));
+        // protected columns: their own `write` list only (none: nobody)
+        assert!(p.may_write_column("root", "c.n.t", "ssn"));
+        assert!(!p.may_write_column("eve", "c.n.t", "ssn"));
+        assert!(!p.may_write_column("root", "c.n.t", "secret"));
+        // unprotected columns follow the table
+        assert!(p.may_write_column("ann", "c.n.t", "name"));
+        // export: the table's list only
+        assert!(p.may_export("root", "c.n.t") && !p.may_export("eve", "c.n.t"));
+        assert!(!p.may_export("root", "c.n.unlisted"));
+        // unknown principals may do nothing
+        assert!(!p.may_create("mallory") && !p.may_write_table("mallory", "c.n.t"));
+    }
+
+    #[test]
+    fn an_open_policy_lets_everyone_write_and_an_unknown_subject_is_an_error() {
+        let open = Policy::open("none");
+        assert!(open.may_create("anyone"));
+        assert!(open.may_write_table("anyone", "c.n.t"));
+        assert!(open.may_write_column("anyone", "c.n.t", "ssn"));
+        assert!(open.may_export("anyone", "c.n.t"));
+        let e = Policy::parse(&P.replace("\"user:ann\"]", "\"user:zed\"]"), "p")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown principal 'zed'"), "{e}");
+    }
+}
+
+#[cfg(test)]
 mod area_tests {
     use super::*;
 
