@@ -413,31 +413,39 @@ impl Ddl<'_> {
 
     /// Refuses (audited) unless the principal may create and drop schemas and tables.
     fn check_create(&self, target: &str, action: &str) -> Result<()> {
-        let policy = self.access.policy();
         let principal = self.access.principal();
-        if policy.is_known(principal) && policy.may_create(principal) {
-            return Ok(());
-        }
-        let e = Error::WriteDenied {
-            what: format!("{action} '{target}'"),
-            principal: principal.to_owned(),
-            rule: "not in the policy's `[writes] create`".into(),
-        };
-        self.record(target, action, Some(e.to_string()));
-        Err(e.into())
+        let allowed = self.access.policy().may_create(principal);
+        self.check(
+            target,
+            action,
+            allowed,
+            "not in the policy's `[writes] create`",
+        )
     }
 
     /// Refuses (audited) unless the principal may change table `target`.
     fn check_table_write(&self, target: &str, action: &str) -> Result<()> {
-        let policy = self.access.policy();
         let principal = self.access.principal();
-        if policy.is_known(principal) && policy.may_write_table(principal, target) {
+        let allowed = self.access.policy().may_write_table(principal, target);
+        self.check(
+            target,
+            action,
+            allowed,
+            "not in the table's `write` list (or `[writes] create`)",
+        )
+    }
+
+    /// `action` on `target` if `allowed` by the policy (and the principal is one of its
+    /// users), else a refusal naming `rule`, audited.
+    fn check(&self, target: &str, action: &str, allowed: bool, rule: &str) -> Result<()> {
+        let principal = self.access.principal();
+        if allowed && self.access.policy().is_known(principal) {
             return Ok(());
         }
         let e = Error::WriteDenied {
             what: format!("{action} '{target}'"),
             principal: principal.to_owned(),
-            rule: "not in the table's `write` list (or `[writes] create`)".into(),
+            rule: rule.to_owned(),
         };
         self.record(target, action, Some(e.to_string()));
         Err(e.into())

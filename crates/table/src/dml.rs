@@ -84,7 +84,7 @@ pub struct WriteTarget {
     pub scan_as: RewriteKeys,
 }
 
-/// The keys context of a rewrite scan (owned [`crate::ScanAs`]).
+/// Who a scan runs as, owned (a [`crate::ScanAs`] borrows the principal).
 #[derive(Debug, Clone)]
 pub struct RewriteKeys {
     /// The principal.
@@ -97,6 +97,20 @@ pub struct RewriteKeys {
     pub credential: Option<clearice_crypto::AccessToken>,
     /// Master key of each protected column (equality deletes).
     pub column_keys: BTreeMap<String, String>,
+}
+
+impl RewriteKeys {
+    /// The scan's keys, limited to `scope`.
+    pub fn scan_as(&self, scope: clearice_crypto::KeyScope) -> crate::provider::ScanAs<'_> {
+        crate::provider::ScanAs {
+            scope,
+            principal: &self.principal,
+            aad_prefix: self.aad_prefix.clone(),
+            provider: Some(Arc::clone(&self.provider)),
+            credential: self.credential.clone(),
+            column_keys: self.column_keys.clone(),
+        }
+    }
 }
 
 impl fmt::Debug for WriteTarget {
@@ -980,14 +994,7 @@ impl datafusion::catalog::TableProvider for RewriteSource {
         filters: &[datafusion::logical_expr::Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let keys = crate::provider::ScanAs {
-            scope: clearice_crypto::KeyScope::All,
-            principal: &self.keys.principal,
-            aad_prefix: self.keys.aad_prefix.clone(),
-            provider: Some(Arc::clone(&self.keys.provider)),
-            credential: self.keys.credential.clone(),
-            column_keys: self.keys.column_keys.clone(),
-        };
+        let keys = self.keys.scan_as(clearice_crypto::KeyScope::All);
         let filters = if self.prune { filters } else { &[] };
         self.inner
             .scan_with(state, projection, filters, limit, keys, false)

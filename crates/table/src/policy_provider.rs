@@ -478,7 +478,7 @@ impl PolicyTableProvider {
         Ok(self.admit(target))
     }
 
-    /// Who a row-level write's scans run as (the principal's provider, token, AAD).
+    /// Who this principal's scans run as (provider, token, AAD prefix, column keys).
     pub(crate) fn rewrite_keys(&self) -> crate::dml::RewriteKeys {
         crate::dml::RewriteKeys {
             principal: self.access.principal().to_owned(),
@@ -799,26 +799,7 @@ impl TableProvider for PolicyTableProvider {
                 Some(&inner_cols),
                 filters,
                 limit,
-                crate::provider::ScanAs {
-                    scope,
-                    principal: self.access.principal(),
-                    aad_prefix: self
-                        .access
-                        .policy()
-                        .table(self.inner.name())
-                        .and_then(|t| t.aad_prefix.as_ref())
-                        .map(|p| p.as_bytes().to_vec()),
-                    provider: Some(Arc::clone(&self.crypto)),
-                    credential: self.access.credential().cloned(),
-                    column_keys: self
-                        .inner
-                        .schema()
-                        .fields()
-                        .iter()
-                        .zip(&self.protected_keys)
-                        .filter_map(|(f, k)| Some((f.name().clone(), k.clone()?)))
-                        .collect(),
-                },
+                self.rewrite_keys().scan_as(scope),
                 !all_plaintext,
             )
             .await?;
