@@ -257,6 +257,10 @@ class Worker:
         seconds, rows = self.ask(f"RUN\t{self.what(workload)}").split()
         return float(seconds), int(rows)
 
+    def run_sql(self, sql):
+        seconds, rows = self.ask(f"RUN\t{sql}").split()
+        return float(seconds), int(rows)
+
     def dump(self, workload, path):
         self.ask(f"DUMP\t{path}\t{self.what(workload)}")
         import pyarrow.ipc as ipc
@@ -315,6 +319,8 @@ def python_worker(kind, data):
 
         def execute(workload, source):
             assert source == "plain", "DuckDB cannot read PME"
+            if workload == "MASK":  # what the analyst's masks compute, for checking
+                return con.sql(MASK_DUCKDB.format(p=f"read_parquet('{data / 'plain.parquet'}')")).to_arrow_table()
             sql = WORKLOADS[workload][1].format(p=f"read_parquet('{data / 'plain.parquet'}')",
                                                 a=f"read_parquet('{data / 'accounts.parquet'}')")
             return con.sql(sql).to_arrow_table()
@@ -459,6 +465,7 @@ def main():
     ap.add_argument("--bin-dir", type=Path, default=None, help="skip the build; binaries here")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--results", action="store_true", help="write the table into benches/RESULTS.md")
+    ap.add_argument("--no-flight", action="store_true", help="skip the Flight SQL streaming comparison")
     args = ap.parse_args()
 
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -515,11 +522,15 @@ def main():
                 times[(w.name, wl)].append(w.run(wl)[0])
         log(f"round {r + 1}/{args.runs} done")
     kms_warm = {w.name: w.kms() for w in workers}
+    mask_lines = masks(args, work, compare, reference)
     for w in workers:
         w.close()
 
     med = {k: statistics.median(v) for k, v in times.items()}
     lines = report(args, work, workers, workloads, med, kms_cold, kms_warm)
+    lines += mask_lines
+    if not args.no_flight:
+        lines += flight(args, work, compare, clearice)
     print("\n".join(lines))
     if args.results:
         path = ROOT / "benches" / "RESULTS.md"
@@ -568,6 +579,111 @@ def report(args, work, workers, workloads, med, kms_cold, kms_warm):
     lines += ["", "KMS unwraps (after the checking round → after all rounds): " + ", ".join(
         f"{n} {kms_cold[n]} → {kms_warm[n]}" for n in names if kms_cold[n] is not None)]
     return lines
+
+
+FLIGHT_SQL = "SELECT * FROM lake.bench.payments"
+MASK_SQL = "SELECT payment_id, account, card_number FROM lake.bench.payments"
+MASK_DUCKDB = ("SELECT payment_id, sha256(account) AS account, "
+               "repeat('X', length(card_number) - 4) || right(card_number, 4) AS card_number FROM {p}")
+
+
+def masks(args, work, compare, duck):
+    """The full scan of the two masked columns (5M `sha256`, 5M `show_last_4`) as `analyst`
+    against the same scan in plaintext as `admin`; the masked result is checked equal to
+    DuckDB's `sha256()` and string functions over the plaintext twin first."""
+    import pyarrow.compute as pc
+
+    def sorted_strings(t):
+        cols = [t.column(i).cast("string") for i in range(t.num_columns)]
+        order = pc.sort_indices(t.column(0))
+        return [c.take(order) for c in cols]
+
+    admin = Worker("admin", [compare, "clearice", "--config", str(work / "clearice.toml"), "--user", "admin"], {})
+    analyst = Worker("analyst", [compare, "clearice", "--config", str(work / "clearice.toml"), "--user", "analyst"], {})
+    import pyarrow.ipc as ipc
+
+    analyst.ask(f"DUMP\t{work / 'got.arrow'}\t{MASK_SQL}")
+    with ipc.open_file(str(work / "got.arrow")) as f:
+        got = f.read_all()
+    want = duck.dump("MASK", str(work / "want.arrow"))
+    for name, g, w in zip(["payment_id", "account", "card_number"], sorted_strings(got), sorted_strings(want)):
+        if not g.equals(w):
+            raise SystemExit(f"masked {name} differs from DuckDB's")
+    t = {"admin": [], "analyst": []}
+    for r in range(args.runs):
+        for w in ([admin, analyst] if r % 2 == 0 else [analyst, admin]):
+            t[w.name].append(w.run_sql(MASK_SQL)[0])
+    admin.close()
+    analyst.close()
+    a, m = statistics.median(t["admin"]), statistics.median(t["analyst"])
+    return ["", f"Masks: `{MASK_SQL}` ({args.rows:,} rows), median of {args.runs}; the analyst sees `account` as "
+            "`sha256`, `card_number` as `show_last_4` (checked equal to DuckDB's `sha256()` and `repeat`/`right` "
+            "over the plaintext first):", "",
+            "| admin (plaintext) | analyst (masked) | masked / plaintext |", "|---|---|---|",
+            f"| {a:.3f} s | {m:.3f} s | **{m / a:.2f}×** |"]
+
+
+def flight(args, work, compare, clearice):
+    """The whole encrypted table to a Python ADBC client over Flight SQL, against the same
+    statement drained in process; the server's peak memory shows it does not buffer the
+    result."""
+    import adbc_driver_flightsql.dbapi as flightsql
+
+    config = work / "clearice-serve.toml"
+    users = subprocess.run([compare, "server-users", "admin"], check=True, capture_output=True,
+                           text=True).stdout
+    config.write_text((work / "clearice.toml").read_text() + '\n[server]\naddr = "127.0.0.1:0"\n' + users)
+    addr_file = work / "flight.addr"
+    addr_file.unlink(missing_ok=True)
+    server = subprocess.Popen([clearice, "--config", str(config), "serve", "--addr", "127.0.0.1:0",
+                               "--addr-file", str(addr_file)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            if addr_file.exists() and addr_file.read_text().strip():
+                break
+            time.sleep(0.1)
+        addr = addr_file.read_text().strip()
+        conn = flightsql.connect(f"grpc://{addr}", db_kwargs={"username": "admin", "password": "admin"})
+        local = Worker("in-process", [compare, "clearice", "--config", str(work / "clearice.toml"),
+                                      "--user", "admin"], {})
+
+        def over_flight():
+            start = time.perf_counter()
+            with conn.cursor() as cur:
+                cur.execute(FLIGHT_SQL)
+                rows = sum(b.num_rows for b in cur.fetch_record_batch())
+            return time.perf_counter() - start, rows
+
+        idle = rss_kib(server.pid, "VmRSS")
+        t_flight, t_local = [], []
+        for r in range(args.runs):
+            for which in (["flight", "local"] if r % 2 == 0 else ["local", "flight"]):
+                if which == "flight":
+                    s, n = over_flight()
+                    t_flight.append(s)
+                else:
+                    s, n = local.run_sql(FLIGHT_SQL)
+                    t_local.append(s)
+                if n != args.rows:
+                    raise SystemExit(f"{which}: {n} rows, expected {args.rows}")
+        peak = rss_kib(server.pid, "VmHWM")
+        local.close()
+        conn.close()
+    finally:
+        server.terminate()
+        server.wait()
+    f, l = statistics.median(t_flight), statistics.median(t_local)
+    return ["", f"Flight SQL streaming: `{FLIGHT_SQL}` ({args.rows:,} rows, 7 columns) as `admin`, median of {args.runs}:",
+            "", "| in-process (drained) | Flight SQL → Python ADBC (record batches iterated) | Flight / in-process | server RSS idle → peak |",
+            "|---|---|---|---|",
+            f"| {l:.3f} s | {f:.3f} s | **{f / l:.2f}×** | {idle / 1024:.0f} → {peak / 1024:.0f} MiB |"]
+
+
+def rss_kib(pid, field):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
 
 
 if __name__ == "__main__":

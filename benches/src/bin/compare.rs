@@ -5,6 +5,7 @@
 //! ```text
 //! compare clearice   --config clearice.toml --user admin
 //! compare datafusion --keyring keyring.json --table NAME=PATH[:encrypted] ...
+//! compare server-users admin ...     # prints [server.users.*] (password = name)
 //! ```
 //!
 //! Reads commands on stdin, one per line, tab-separated, and answers one line each:
@@ -192,6 +193,15 @@ async fn dump(runner: &Runner, path: &str, sql: &str) -> Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("server-users") {
+        // `[server.users.NAME]` sections whose password is the name (bench configs only).
+        let users: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+        print!(
+            "{}",
+            clearice_engine::demo::server_users(&users).map_err(|e| anyhow::anyhow!("{e}"))?
+        );
+        return Ok(());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use chrono::{Datelike, NaiveDate};
 use clearice_policy::Mask;
+use datafusion::arrow::array::builder::NullBufferBuilder;
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Date32Array, ListArray, PrimitiveArray, StringArray, StringViewArray,
-    new_empty_array, new_null_array,
+    Array, ArrayRef, AsArray, Date32Array, ListArray, PrimitiveArray, StringArray, StringBuilder,
+    StringViewBuilder, new_empty_array, new_null_array,
 };
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::compute::cast;
@@ -94,69 +94,250 @@ pub fn apply(mask: &Mask, input: Option<&ArrayRef>, dt: &DataType, len: usize) -
     }
 }
 
-fn mask_str(s: &str, keep_first: bool) -> String {
+/// Appends `s` with every alphanumeric character but the first or last four replaced by
+/// `X` (separators kept).
+fn mask_into(s: &str, keep_first: bool, out: &mut String) {
+    if s.is_ascii() {
+        let n = s.len();
+        let range = if keep_first {
+            n.min(4)..n
+        } else {
+            0..n.saturating_sub(4)
+        };
+        let (before, masked, after) = (&s[..range.start], &s[range.clone()], &s[range.end..]);
+        out.push_str(before);
+        out.extend(masked.bytes().map(|b| {
+            if b.is_ascii_alphanumeric() {
+                'X'
+            } else {
+                b as char
+            }
+        }));
+        out.push_str(after);
+        return;
+    }
     let n = s.chars().count();
-    s.chars()
-        .enumerate()
-        .map(|(i, c)| {
-            let kept = if keep_first { i < 4 } else { i + 4 >= n };
-            if kept || !c.is_alphanumeric() { c } else { 'X' }
-        })
-        .collect()
+    out.extend(s.chars().enumerate().map(|(i, c)| {
+        let kept = if keep_first { i < 4 } else { i + 4 >= n };
+        if kept || !c.is_alphanumeric() { c } else { 'X' }
+    }));
+}
+
+/// ASCII values: the masked text has the same length, so the offsets and nulls of the
+/// input are reused and only the value bytes are rewritten, in one pass over the buffer.
+fn keep_chars_ascii(a: &StringArray, keep_first: bool) -> StringArray {
+    let offsets = a.offsets();
+    let values = a.value_data();
+    let base = offsets[0] as usize;
+    let mut out = values[base..offsets[offsets.len() - 1] as usize].to_vec();
+    for w in offsets.windows(2) {
+        let (start, end) = (w[0] as usize - base, w[1] as usize - base);
+        let len = end - start;
+        let range = if keep_first {
+            start + len.min(4)..end
+        } else {
+            start..start + len.saturating_sub(4)
+        };
+        for b in &mut out[range] {
+            if b.is_ascii_alphanumeric() {
+                *b = b'X';
+            }
+        }
+    }
+    let shifted: Vec<i32> = offsets.iter().map(|o| o - offsets[0]).collect();
+    StringArray::new(
+        OffsetBuffer::new(shifted.into()),
+        out.into(),
+        a.nulls().cloned(),
+    )
 }
 
 fn keep_chars(a: &ArrayRef, keep_first: bool) -> Result<ArrayRef> {
     let out: ArrayRef = match a.data_type() {
-        DataType::Utf8View => Arc::new(
-            a.as_string_view()
-                .iter()
-                .map(|v| v.map(|s| mask_str(s, keep_first)))
-                .collect::<StringViewArray>(),
-        ),
-        DataType::Utf8 => Arc::new(
-            a.as_string::<i32>()
-                .iter()
-                .map(|v| v.map(|s| mask_str(s, keep_first)))
-                .collect::<StringArray>(),
-        ),
+        // ASCII views: through the in-place kernel (casts copy bytes once each way).
+        DataType::Utf8View if a.as_string_view().is_ascii() => {
+            let s = cast(a, &DataType::Utf8)?;
+            cast(
+                &keep_chars_ascii(s.as_string::<i32>(), keep_first),
+                &DataType::Utf8View,
+            )?
+        }
+        DataType::Utf8View => {
+            let v = a.as_string_view();
+            let mut b = StringViewBuilder::with_capacity(v.len());
+            let mut scratch = String::new();
+            for s in v.iter() {
+                match s {
+                    Some(s) => {
+                        scratch.clear();
+                        mask_into(s, keep_first, &mut scratch);
+                        b.append_value(&scratch);
+                    }
+                    None => b.append_null(),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Utf8 => {
+            let s = a.as_string::<i32>();
+            let used = &s.value_data()
+                [s.offsets()[0] as usize..s.offsets()[s.offsets().len() - 1] as usize];
+            if used.is_ascii() {
+                Arc::new(keep_chars_ascii(s, keep_first))
+            } else {
+                let mut b = StringBuilder::with_capacity(s.len(), used.len());
+                let mut scratch = String::new();
+                for v in s.iter() {
+                    match v {
+                        Some(v) => {
+                            scratch.clear();
+                            mask_into(v, keep_first, &mut scratch);
+                            b.append_value(&scratch);
+                        }
+                        None => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+        }
         _ => {
             let s = cast(a, &DataType::Utf8)?;
-            let masked: ArrayRef = Arc::new(
-                s.as_string::<i32>()
-                    .iter()
-                    .map(|v| v.map(|s| mask_str(s, keep_first)))
-                    .collect::<StringArray>(),
-            );
-            cast(&masked, a.data_type())?
+            cast(&keep_chars(&s, keep_first)?, a.data_type())?
         }
     };
     Ok(out)
 }
 
-fn sha256(a: &ArrayRef) -> Result<ArrayRef> {
-    let s = cast(a, &DataType::Utf8)?;
-    let s = s.as_string::<i32>();
-    Ok(Arc::new(
-        s.iter()
-            .map(|v| v.map(|t| hex::encode(Sha256::digest(t.as_bytes()))))
-            .collect::<StringArray>(),
-    ))
+/// SHA-256 initial state (FIPS 180-4 §5.3.3).
+const SHA256_IV: [u32; 8] = [
+    0x6a09_e667,
+    0xbb67_ae85,
+    0x3c6e_f372,
+    0xa54f_f53a,
+    0x510e_527f,
+    0x9b05_688c,
+    0x1f83_d9ab,
+    0x5be0_cd19,
+];
+
+/// Lower-case hex of SHA-256 of `v` into `out`. Values under 56 bytes (ids, e-mails,
+/// card numbers: nearly all masked values) are padded into one block and compressed
+/// directly, without a hasher's buffering; longer ones go through [`Sha256`].
+fn sha256_hex(v: &[u8], out: &mut [u8; 64]) {
+    /// Two hex digits per byte value.
+    const HEX: [[u8; 2]; 256] = {
+        let digits = b"0123456789abcdef";
+        let mut t = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = [digits[i >> 4], digits[i & 15]];
+            i += 1;
+        }
+        t
+    };
+    let mut digest = [0u8; 32];
+    if v.len() < 56 {
+        let mut block = [0u8; 64];
+        block[..v.len()].copy_from_slice(v);
+        block[v.len()] = 0x80;
+        block[56..].copy_from_slice(&(v.len() as u64 * 8).to_be_bytes());
+        let mut state = SHA256_IV;
+        sha2::compress256(
+            &mut state,
+            std::slice::from_ref(sha2::digest::generic_array::GenericArray::from_slice(
+                &block,
+            )),
+        );
+        for (d, w) in digest.chunks_exact_mut(4).zip(state) {
+            d.copy_from_slice(&w.to_be_bytes());
+        }
+    } else {
+        digest.copy_from_slice(&Sha256::digest(v));
+    }
+    for (o, b) in out.chunks_exact_mut(2).zip(digest) {
+        o.copy_from_slice(&HEX[usize::from(b)]);
+    }
 }
 
-fn trunc_date(d: NaiveDate, month: bool) -> NaiveDate {
-    NaiveDate::from_ymd_opt(d.year(), if month { d.month() } else { 1 }, 1)
-        .expect("valid first day")
+/// Lower-case hex SHA-256 of each value, written into one buffer of 64 bytes per
+/// non-null value (no per-row allocation); dictionary arrays hash each distinct value once.
+fn sha256(a: &ArrayRef) -> Result<ArrayRef> {
+    if let DataType::Dictionary(_, _) = a.data_type() {
+        let dict = a.as_any_dictionary();
+        let hashed = sha256(dict.values())?;
+        return Ok(cast(&dict.with_values(hashed), &DataType::Utf8)?);
+    }
+    fn hash_all<'a>(len: usize, values: impl Iterator<Item = Option<&'a [u8]>>) -> StringArray {
+        let mut bytes = Vec::with_capacity(len * 64);
+        let mut offsets = Vec::with_capacity(len + 1);
+        offsets.push(0i32);
+        let mut nulls = NullBufferBuilder::new(len);
+        let mut hex = [0u8; 64];
+        for v in values {
+            match v {
+                Some(v) => {
+                    sha256_hex(v, &mut hex);
+                    bytes.extend_from_slice(&hex);
+                    nulls.append_non_null();
+                }
+                None => nulls.append_null(),
+            }
+            offsets.push(bytes.len() as i32);
+        }
+        StringArray::new(
+            OffsetBuffer::new(offsets.into()),
+            bytes.into(),
+            nulls.finish(),
+        )
+    }
+    Ok(Arc::new(match a.data_type() {
+        DataType::Utf8View => {
+            let v = a.as_string_view();
+            hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))
+        }
+        DataType::Utf8 => {
+            let v = a.as_string::<i32>();
+            hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))
+        }
+        DataType::LargeUtf8 => {
+            let v = a.as_string::<i64>();
+            hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))
+        }
+        _ => {
+            let s = cast(a, &DataType::Utf8)?;
+            let v = s.as_string::<i32>();
+            hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))
+        }
+    }))
+}
+
+/// First day of the year (or month) of the day `days` after 1970-01-01, in days after
+/// 1970-01-01: integer arithmetic on the proleptic Gregorian calendar (H. Hinnant's
+/// `civil_from_days`/`days_from_civil`), so the mask runs at memory speed.
+fn trunc_days(days: i64, month: bool) -> i64 {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let m = if month { m } else { 1 };
+    // days_from_civil(y, m, 1)
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 fn truncate(a: &ArrayRef, month: bool) -> Result<ArrayRef> {
-    let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).expect("epoch");
     match a.data_type() {
         DataType::Date32 => {
             let d = a.as_primitive::<Date32Type>();
-            let out: Date32Array = d.unary(|v| {
-                let date = epoch + chrono::Duration::days(v as i64);
-                (trunc_date(date, month) - epoch).num_days() as i32
-            });
+            let out: Date32Array = d.unary(|v| trunc_days(i64::from(v), month) as i32);
             Ok(Arc::new(out))
         }
         DataType::Timestamp(unit, _) => {
@@ -165,13 +346,9 @@ fn truncate(a: &ArrayRef, month: bool) -> Result<ArrayRef> {
                 TimestampNanosecondType as Ns, TimestampSecondType as S,
             };
             fn go<T: ArrowTimestampType>(a: &ArrayRef, per_day: i64, month: bool) -> ArrayRef {
-                let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).expect("epoch");
                 let p: &PrimitiveArray<T> = a.as_primitive::<T>();
-                let out: PrimitiveArray<T> = p.unary(|v| {
-                    let days = v.div_euclid(per_day);
-                    let date = epoch + chrono::Duration::days(days);
-                    (trunc_date(date, month) - epoch).num_days() * per_day
-                });
+                let out: PrimitiveArray<T> =
+                    p.unary(|v| trunc_days(v.div_euclid(per_day), month) * per_day);
                 Arc::new(out.with_data_type(a.data_type().clone()))
             }
             Ok(match unit {
@@ -189,12 +366,98 @@ fn truncate(a: &ArrayRef, month: bool) -> Result<ArrayRef> {
 #[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
+    use datafusion::arrow::array::StringViewArray;
+
+    fn mask_str(s: &str, keep_first: bool) -> String {
+        let mut out = String::with_capacity(s.len());
+        mask_into(s, keep_first, &mut out);
+        out
+    }
+    use chrono::{Datelike, NaiveDate};
 
     #[test]
     fn show_last_4_keeps_separators_and_last_four() {
         assert_eq!(mask_str("123-45-6789", false), "XXX-XX-6789");
         assert_eq!(mask_str("ab", false), "ab");
         assert_eq!(mask_str("José Garcia", true), "José XXXXXX");
+    }
+
+    #[test]
+    fn show_4_kernels_agree_with_the_per_value_rule() {
+        let values = vec![
+            Some("123-45-6789"),
+            None,
+            Some(""),
+            Some("ab"),
+            Some("4111111111111111"),
+            Some("José Garcia"),
+            Some("x@y.org"),
+        ];
+        for keep_first in [false, true] {
+            let want: Vec<Option<String>> = values
+                .iter()
+                .map(|v| v.map(|s| mask_str(s, keep_first)))
+                .collect();
+            // ASCII-only Utf8 (the in-place kernel), sliced so offsets do not start at 0.
+            let ascii: ArrayRef = Arc::new(StringArray::from(values.clone()));
+            let ascii = ascii.slice(1, 4);
+            let got = keep_chars(&ascii, keep_first).unwrap();
+            let got: Vec<Option<String>> = got
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(str::to_owned))
+                .collect();
+            assert_eq!(got, want[1..5].to_vec());
+            // ASCII views, non-ASCII Utf8 and Utf8View.
+            let ascii_view: ArrayRef = Arc::new(StringViewArray::from(values[..5].to_vec()));
+            let got = cast(
+                &keep_chars(&ascii_view, keep_first).unwrap(),
+                &DataType::Utf8,
+            )
+            .unwrap();
+            let got: Vec<Option<String>> = got
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(str::to_owned))
+                .collect();
+            assert_eq!(got, want[..5].to_vec());
+            for a in [
+                Arc::new(StringArray::from(values.clone())) as ArrayRef,
+                Arc::new(StringViewArray::from(values.clone())) as ArrayRef,
+            ] {
+                let got = cast(&keep_chars(&a, keep_first).unwrap(), &DataType::Utf8).unwrap();
+                let got: Vec<Option<String>> = got
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| v.map(str::to_owned))
+                    .collect();
+                assert_eq!(got, want);
+                assert_eq!(
+                    keep_chars(&a, keep_first).unwrap().data_type(),
+                    a.data_type()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn day_arithmetic_agrees_with_chrono() {
+        let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
+        for days in (-1_000_000i64..1_000_000)
+            .step_by(13)
+            .chain([-1, 0, 59, 60, 365, 11_016])
+        {
+            let d = epoch + chrono::Duration::days(days);
+            for month in [false, true] {
+                let want = NaiveDate::from_ymd_opt(d.year(), if month { d.month() } else { 1 }, 1)
+                    .unwrap();
+                assert_eq!(
+                    trunc_days(days, month),
+                    (want - epoch).num_days(),
+                    "{d} {month}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -244,6 +507,27 @@ mod tests {
             h.as_string::<i32>().value(0),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+        assert!(h.is_null(1));
+        // Around the one-block limit (55/56 bytes) and beyond: as the hasher computes.
+        for n in [0, 1, 54, 55, 56, 63, 64, 65, 119, 120, 1000] {
+            let text = "é".repeat(n / 2) + &"x".repeat(n % 2);
+            let a: ArrayRef = Arc::new(StringArray::from(vec![text.as_str()]));
+            assert_eq!(
+                sha256(&a).unwrap().as_string::<i32>().value(0),
+                hex::encode(Sha256::digest(text.as_bytes())),
+                "{n} bytes"
+            );
+        }
+        let d: ArrayRef = Arc::new(
+            vec![Some("abc"), None, Some("abc")]
+                .into_iter()
+                .collect::<datafusion::arrow::array::DictionaryArray<
+                    datafusion::arrow::datatypes::Int32Type,
+                >>(),
+        );
+        let h = sha256(&d).unwrap();
+        assert_eq!(h.data_type(), &DataType::Utf8);
+        assert_eq!(h.as_string::<i32>().value(2), h.as_string::<i32>().value(0));
         assert!(h.is_null(1));
     }
 }
