@@ -235,27 +235,28 @@ fn sha256_hex(v: &[u8], out: &mut [u8; 64]) {
         }
         t
     };
-    let mut digest = [0u8; 32];
+    let mut state = SHA256_IV;
     if v.len() < 56 {
         let mut block = [0u8; 64];
         block[..v.len()].copy_from_slice(v);
         block[v.len()] = 0x80;
         block[56..].copy_from_slice(&(v.len() as u64 * 8).to_be_bytes());
-        let mut state = SHA256_IV;
         sha2::compress256(
             &mut state,
-            std::slice::from_ref(sha2::digest::generic_array::GenericArray::from_slice(
-                &block,
-            )),
+            std::slice::from_ref(sha2::digest::generic_array::GenericArray::from_slice(&block)),
         );
-        for (d, w) in digest.chunks_exact_mut(4).zip(state) {
-            d.copy_from_slice(&w.to_be_bytes());
-        }
     } else {
-        digest.copy_from_slice(&Sha256::digest(v));
+        let digest = Sha256::digest(v);
+        for (w, d) in state.iter_mut().zip(digest.chunks_exact(4)) {
+            *w = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
+        }
     }
-    for (o, b) in out.chunks_exact_mut(2).zip(digest) {
-        o.copy_from_slice(&HEX[usize::from(b)]);
+    for (o, w) in out.chunks_exact_mut(8).zip(state) {
+        let [a, b, c, d] = w.to_be_bytes();
+        o[0..2].copy_from_slice(&HEX[usize::from(a)]);
+        o[2..4].copy_from_slice(&HEX[usize::from(b)]);
+        o[4..6].copy_from_slice(&HEX[usize::from(c)]);
+        o[6..8].copy_from_slice(&HEX[usize::from(d)]);
     }
 }
 
