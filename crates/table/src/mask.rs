@@ -243,7 +243,9 @@ fn sha256_hex(v: &[u8], out: &mut [u8; 64]) {
         block[56..].copy_from_slice(&(v.len() as u64 * 8).to_be_bytes());
         sha2::compress256(
             &mut state,
-            std::slice::from_ref(sha2::digest::generic_array::GenericArray::from_slice(&block)),
+            std::slice::from_ref(sha2::digest::generic_array::GenericArray::from_slice(
+                &block,
+            )),
         );
     } else {
         let digest = Sha256::digest(v);
