@@ -25,6 +25,8 @@ use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::writer::FileWriter;
 use datafusion::common::config::EncryptionFactoryOptions;
 use datafusion::error::{DataFusionError, Result};
@@ -37,6 +39,10 @@ use futures::StreamExt;
 
 use clearice_crypto::{KeyResolver, KeyringKms, Kms};
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one runner per process, never moved after it is built"
+)]
 enum Runner {
     ClearIce {
         engine: Arc<clearice_engine::Engine>,
@@ -80,7 +86,7 @@ impl EncryptionFactory for KeyringFactory {
     async fn get_file_encryption_properties(
         &self,
         _config: &EncryptionFactoryOptions,
-        _schema: &datafusion::arrow::datatypes::SchemaRef,
+        _schema: &SchemaRef,
         _file_path: &object_store::path::Path,
     ) -> Result<Option<Arc<FileEncryptionProperties>>> {
         Err(DataFusionError::NotImplemented(
@@ -180,12 +186,24 @@ async fn run(runner: &Runner, sql: &str) -> Result<(f64, usize)> {
     Ok((start.elapsed().as_secs_f64(), rows))
 }
 
-async fn dump(runner: &Runner, path: &str, sql: &str) -> Result<()> {
+async fn collect(runner: &Runner, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let mut stream = runner.stream(sql).await?;
-    let file = std::fs::File::create(path)?;
-    let mut writer = FileWriter::try_new(file, &stream.schema())?;
+    let schema = stream.schema();
+    let mut batches = vec![];
     while let Some(batch) = stream.next().await {
-        writer.write(&batch?)?;
+        batches.push(batch?);
+    }
+    Ok((schema, batches))
+}
+
+#[expect(
+    clippy::disallowed_methods,
+    reason = "called on the runner's main thread, outside the runtime"
+)]
+fn write_ipc(path: &str, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
+    let mut writer = FileWriter::try_new(std::fs::File::create(path)?, schema)?;
+    for batch in batches {
+        writer.write(batch)?;
     }
     writer.finish()?;
     Ok(())
@@ -218,7 +236,10 @@ fn main() -> anyhow::Result<()> {
                 Ok((s, rows)) => format!("{s:.6} {rows}"),
                 Err(e) => format!("error {}", one_line(&e)),
             },
-            (Some("DUMP"), Some(path), Some(sql)) => match rt.block_on(dump(&runner, path, sql)) {
+            (Some("DUMP"), Some(path), Some(sql)) => match rt
+                .block_on(collect(&runner, sql))
+                .and_then(|(schema, batches)| write_ipc(path, &schema, &batches))
+            {
                 Ok(()) => "ok".into(),
                 Err(e) => format!("error {}", one_line(&e)),
             },
