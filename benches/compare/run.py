@@ -254,10 +254,10 @@ class Worker:
         return answer
 
     def run(self, workload):
-        seconds, rows = self.ask(f"RUN\t{self.what(workload)}").split()
-        return float(seconds), int(rows)
+        return self.run_sql(self.what(workload))
 
     def run_sql(self, sql):
+        """Runs `sql` (for Python workers: `WORKLOAD:source`); returns (seconds, rows)."""
         seconds, rows = self.ask(f"RUN\t{sql}").split()
         return float(seconds), int(rows)
 

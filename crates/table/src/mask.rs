@@ -7,7 +7,7 @@ use clearice_policy::Mask;
 use datafusion::arrow::array::builder::NullBufferBuilder;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Date32Array, ListArray, PrimitiveArray, StringArray, StringBuilder,
-    StringViewBuilder, new_empty_array, new_null_array,
+    new_empty_array, new_null_array,
 };
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::compute::cast;
@@ -152,60 +152,41 @@ fn keep_chars_ascii(a: &StringArray, keep_first: bool) -> StringArray {
     )
 }
 
-fn keep_chars(a: &ArrayRef, keep_first: bool) -> Result<ArrayRef> {
-    let out: ArrayRef = match a.data_type() {
-        // ASCII views: through the in-place kernel (casts copy bytes once each way).
-        DataType::Utf8View if a.as_string_view().is_ascii() => {
-            let s = cast(a, &DataType::Utf8)?;
-            cast(
-                &keep_chars_ascii(s.as_string::<i32>(), keep_first),
-                &DataType::Utf8View,
-            )?
-        }
-        DataType::Utf8View => {
-            let v = a.as_string_view();
-            let mut b = StringViewBuilder::with_capacity(v.len());
-            let mut scratch = String::new();
-            for s in v.iter() {
-                match s {
-                    Some(s) => {
-                        scratch.clear();
-                        mask_into(s, keep_first, &mut scratch);
-                        b.append_value(&scratch);
-                    }
-                    None => b.append_null(),
-                }
+/// Other text: value by value through one reused buffer.
+fn keep_chars_rows(a: &StringArray, keep_first: bool) -> StringArray {
+    let mut b = StringBuilder::with_capacity(a.len(), a.value_data().len());
+    let mut scratch = String::new();
+    for v in a.iter() {
+        match v {
+            Some(v) => {
+                scratch.clear();
+                mask_into(v, keep_first, &mut scratch);
+                b.append_value(&scratch);
             }
-            Arc::new(b.finish())
+            None => b.append_null(),
         }
+    }
+    b.finish()
+}
+
+fn keep_chars(a: &ArrayRef, keep_first: bool) -> Result<ArrayRef> {
+    match a.data_type() {
         DataType::Utf8 => {
             let s = a.as_string::<i32>();
-            let used = &s.value_data()
-                [s.offsets()[0] as usize..s.offsets()[s.offsets().len() - 1] as usize];
-            if used.is_ascii() {
-                Arc::new(keep_chars_ascii(s, keep_first))
+            let o = s.offsets();
+            let used = &s.value_data()[o[0] as usize..o[o.len() - 1] as usize];
+            Ok(Arc::new(if used.is_ascii() {
+                keep_chars_ascii(s, keep_first)
             } else {
-                let mut b = StringBuilder::with_capacity(s.len(), used.len());
-                let mut scratch = String::new();
-                for v in s.iter() {
-                    match v {
-                        Some(v) => {
-                            scratch.clear();
-                            mask_into(v, keep_first, &mut scratch);
-                            b.append_value(&scratch);
-                        }
-                        None => b.append_null(),
-                    }
-                }
-                Arc::new(b.finish())
-            }
+                keep_chars_rows(s, keep_first)
+            }))
         }
+        // Views and other types: through Utf8 and back (the casts copy bytes once each way).
         _ => {
             let s = cast(a, &DataType::Utf8)?;
-            cast(&keep_chars(&s, keep_first)?, a.data_type())?
+            Ok(cast(&keep_chars(&s, keep_first)?, a.data_type())?)
         }
-    };
-    Ok(out)
+    }
 }
 
 /// SHA-256 initial state (FIPS 180-4 §5.3.3).
@@ -309,10 +290,6 @@ fn sha256(a: &ArrayRef) -> Result<ArrayRef> {
         }
         DataType::Utf8 => {
             let v = a.as_string::<i32>();
-            hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))?
-        }
-        DataType::LargeUtf8 => {
-            let v = a.as_string::<i64>();
             hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))?
         }
         _ => {
