@@ -99,6 +99,20 @@ pub enum Command {
         /// Write the bound address (host:port) to this file once listening.
         #[arg(long)]
         addr_file: Option<PathBuf>,
+        /// Coordinate the `[cluster]` workers: catalog scans run on them (policy, masks'
+        /// decisions and audit stay here).
+        #[arg(long)]
+        distributed: bool,
+    },
+    /// Run a cluster worker: executes the stages coordinators of the same `[cluster]`
+    /// (same secret) send, with this config's catalogs and KMS.
+    Worker {
+        /// Listen address; port 0 picks a free port. Default 127.0.0.1:50061.
+        #[arg(long, env = "CLEARICE_WORKER_ADDR")]
+        addr: Option<String>,
+        /// Write the bound address (host:port) to this file once listening.
+        #[arg(long)]
+        addr_file: Option<PathBuf>,
     },
     /// Run the reference crypto service of the `remote` provider (keys stay in it).
     CryptoServer {
@@ -313,13 +327,29 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             );
             return Ok(0);
         }
-        Some(Command::Serve { addr, addr_file }) => {
+        Some(Command::Serve {
+            addr,
+            addr_file,
+            distributed,
+        }) => {
             let config = config_or_demo(cli.config.as_deref(), cli.quiet).await?;
-            let engine = Arc::new(Engine::open(config).await?);
+            let mut engine = Engine::open(config).await?;
+            if *distributed {
+                engine = engine.distribute()?;
+            }
+            let engine = Arc::new(engine);
             // The network (tonic, logins, cancellation) on this runtime; planning and
             // execution on the CPU runtime.
             let cpu = clearice_engine::CpuExecutor::new(cpu);
             return serve::run(engine, addr.clone(), addr_file.clone(), cpu).await;
+        }
+        Some(Command::Worker { addr, addr_file }) => {
+            let path = cli.config.as_deref().ok_or_else(|| {
+                anyhow::anyhow!("no config given: run clearice worker --config FILE")
+            })?;
+            let config = Config::load(path)?;
+            let engine = Engine::open(config).await?;
+            return serve::worker(engine, addr.clone(), addr_file.clone()).await;
         }
         Some(Command::CryptoServer { addr, addr_file }) => {
             let path =

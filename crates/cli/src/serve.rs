@@ -144,6 +144,51 @@ pub async fn crypto_server(
     Ok(0)
 }
 
+/// Runs a cluster worker (`clearice worker`) until SIGINT or SIGTERM; returns the exit code.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the address file, once at startup before serving"
+)]
+pub async fn worker(
+    engine: Engine,
+    addr: Option<String>,
+    addr_file: Option<PathBuf>,
+) -> Result<i32> {
+    let service = engine.worker_service()?;
+    let insecure = engine.config().cluster.as_ref().is_some_and(|c| c.insecure);
+    let addr = addr.unwrap_or_else(|| "127.0.0.1:50061".into());
+    let sock: SocketAddr = tokio::net::lookup_host(&addr)
+        .await
+        .with_context(|| format!("cannot resolve listen address '{addr}'"))?
+        .next()
+        .with_context(|| format!("no address for '{addr}'"))?;
+    // Stage results (decrypted, masked rows) cross this connection in plaintext.
+    if !sock.ip().is_loopback() && !insecure {
+        bail!(
+            "refusing to listen on {sock}: worker traffic is not encrypted (no TLS between \
+             coordinator and workers yet); keep workers on a private network and set \
+             [cluster] insecure = true"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(sock)
+        .await
+        .with_context(|| format!("cannot listen on {sock}"))?;
+    let bound = listener.local_addr()?;
+    println!("ClearIce worker listening on http://{bound}");
+    if let Some(f) = addr_file {
+        std::fs::write(&f, bound.to_string())
+            .with_context(|| format!("cannot write '{}'", f.display()))?;
+    }
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(service.into_worker_server())
+        .serve_with_incoming_shutdown(incoming, shutdown_signal())
+        .await
+        .context("worker server")?;
+    println!("ClearIce worker stopped");
+    Ok(0)
+}
+
 async fn shutdown_signal() {
     #[cfg(unix)]
     {

@@ -65,6 +65,10 @@ pub struct Config {
     /// Object storage settings.
     #[serde(default)]
     pub storage: StorageConfig,
+    /// Scale-out: the workers a coordinator sends scans to, and the secret that signs
+    /// them (`clearice serve --distributed`, `clearice worker`).
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
     /// Directory of the config file (relative paths resolve against it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -225,6 +229,30 @@ pub struct PolicyConfig {
 pub struct AuditConfig {
     /// JSON-lines file, appended to.
     pub path: PathBuf,
+}
+
+/// `[cluster]`: scale-out on datafusion-distributed workers.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The workers' URLs (`http://host:port`), for a coordinator.
+    #[serde(default)]
+    pub workers: Vec<String>,
+    /// File holding the secret (at least 32 bytes) coordinator and workers share: every
+    /// scan sent to a worker is signed with it (HMAC-SHA256), and a worker refuses scans
+    /// it cannot verify.
+    pub secret_file: PathBuf,
+    /// File groups per worker in a scan (default the session's `target_partitions`).
+    #[serde(default)]
+    pub partitions_per_worker: Option<usize>,
+    /// How long a signed scan stays valid, seconds (default 3600): a worker refuses older
+    /// ones (replayed plan bytes).
+    #[serde(default)]
+    pub task_ttl_s: Option<u64>,
+    /// A worker may listen beyond loopback although its traffic (decrypted, masked rows)
+    /// is not encrypted: there is no TLS between coordinator and workers yet.
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 /// `[server]`: the Flight SQL endpoint.

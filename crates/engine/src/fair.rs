@@ -48,8 +48,13 @@ pub(crate) struct YieldExec {
 }
 
 impl YieldExec {
-    fn new(input: Arc<dyn ExecutionPlan>, max_rows: Option<usize>) -> Self {
+    pub(crate) fn new(input: Arc<dyn ExecutionPlan>, max_rows: Option<usize>) -> Self {
         Self { input, max_rows }
+    }
+
+    /// The slice size, if the input is re-sliced.
+    pub(crate) fn max_rows(&self) -> Option<usize> {
+        self.max_rows
     }
 }
 

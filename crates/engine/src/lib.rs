@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 mod audit;
+mod cluster;
 mod config;
 mod confine;
 pub mod demo;
@@ -57,9 +58,10 @@ pub use clearice_crypto::AccessToken;
 pub use clearice_table::Error as TableError;
 pub use clearice_table::storage::{Requests as StorageRequests, S3Options, Secret};
 pub use clearice_table::travel::rewrite_sql as rewrite_time_travel;
+pub use cluster::{ClearIceCodec, MIN_SECRET_BYTES, TaskSigner};
 pub use config::{
-    AuditConfig, CatalogConfig, CatalogKind, Config, ExplicitKeysConfig, KmsConfig, KmsKind,
-    LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
+    AuditConfig, CatalogConfig, CatalogKind, ClusterConfig, Config, ExplicitKeysConfig, KmsConfig,
+    KmsKind, LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
     ShellConfig,
 };
 pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
@@ -92,6 +94,10 @@ pub struct Engine {
         std::path::PathBuf,
     )>,
     permits: Arc<limits::Permits>,
+    /// Signs and verifies scans sent to workers (`[cluster]` configured).
+    signer: Option<Arc<TaskSigner>>,
+    /// Sends scans to workers (after [`Engine::distribute`]).
+    coordinator: Option<cluster::Coordinator>,
 }
 
 /// Which front end a session serves: decides confinement.
@@ -117,6 +123,7 @@ impl Engine {
             area_roots,
             s3,
             catalog_props,
+            signer,
         } = tokio::task::spawn_blocking(move || LocalParts::load(&cfg))
             .await
             .map_err(|e| Error::ConfigRead {
@@ -234,7 +241,68 @@ impl Engine {
             area_roots,
             policy: Arc::new(policy),
             permits: Arc::default(),
+            signer: signer.map(Arc::new),
+            coordinator: None,
         })
+    }
+
+    /// Makes this engine a coordinator: catalog scans of every new session run on the
+    /// `[cluster]` workers (policy, masks' decisions and audit stay here). Starts probing
+    /// the workers (needs a Tokio runtime).
+    pub fn distribute(mut self) -> Result<Self> {
+        let cluster_err = |reason: String| Error::ConfigValue {
+            path: self.config.source.clone(),
+            key: "cluster".into(),
+            reason,
+        };
+        let (Some(cluster), Some(signer)) = (&self.config.cluster, &self.signer) else {
+            return Err(cluster_err(
+                "a coordinator needs [cluster] with workers and secret_file".into(),
+            ));
+        };
+        if cluster.workers.is_empty() {
+            return Err(cluster_err("[cluster] workers is empty".into()));
+        }
+        let workers = cluster::Workers::start(&cluster.workers).map_err(cluster_err)?;
+        self.coordinator = Some(cluster::Coordinator {
+            workers,
+            signer: Arc::clone(signer),
+            partitions_per_worker: cluster.partitions_per_worker,
+        });
+        Ok(self)
+    }
+
+    /// The worker service of `clearice worker`: runs the stages coordinators of the same
+    /// cluster (same secret) send, planning scans with this engine's catalogs and keys.
+    pub fn worker_service(&self) -> Result<datafusion_distributed::Worker> {
+        let Some(signer) = &self.signer else {
+            return Err(Error::ConfigValue {
+                path: self.config.source.clone(),
+                key: "cluster".into(),
+                reason: "a worker needs [cluster] secret_file".into(),
+            });
+        };
+        Ok(cluster::worker(cluster::WorkerSessions {
+            runtime: Arc::clone(&self.runtime),
+            codec: Arc::new(self.worker_codec(Arc::clone(signer))),
+        }))
+    }
+
+    /// The codec this engine's worker decodes plans with (scans verified with `signer`,
+    /// planned with this engine's catalogs and keys).
+    pub fn worker_codec(&self, signer: Arc<TaskSigner>) -> ClearIceCodec {
+        let builder = Arc::new(cluster::WorkerScans {
+            catalogs: self.catalogs.clone(),
+            providers: Arc::clone(&self.providers),
+        });
+        ClearIceCodec::worker(signer, builder)
+    }
+
+    /// The workers answering now (a coordinator), else `None`.
+    pub fn live_workers(&self) -> Option<Vec<String>> {
+        self.coordinator
+            .as_ref()
+            .map(|c| c.workers.live().iter().map(|u| u.to_string()).collect())
     }
 
     /// Writes an audit record that is not about a query (a failed or throttled login).
@@ -505,6 +573,9 @@ impl Engine {
                 .with_physical_optimizer_rule(Arc::new(fair::FairJoins))
                 .build();
         }
+        if let Some(c) = &self.coordinator {
+            state = c.distribute(state);
+        }
         if let Err(e) = state.register_file_format(
             Arc::new(
                 DecryptingParquetFormatFactory::new(files_keys).with_stores(self.stores.clone()),
@@ -610,6 +681,8 @@ struct LocalParts {
     s3: S3Options,
     /// REST catalogs' client properties (secrets read from their files).
     catalog_props: HashMap<String, HashMap<String, String>>,
+    /// `[cluster]`: the signer over its secret.
+    signer: Option<TaskSigner>,
 }
 
 impl LocalParts {
@@ -729,6 +802,21 @@ impl LocalParts {
             }
             catalog_props.insert(name.clone(), props);
         }
+        let signer = match &config.cluster {
+            Some(c) => {
+                let path = config.resolve(&c.secret_file);
+                let err = |reason: String| Error::ConfigValue {
+                    path: config.source.clone(),
+                    key: "cluster.secret_file".into(),
+                    reason: format!("'{}': {reason}", path.display()),
+                };
+                let secret =
+                    zeroize::Zeroizing::new(std::fs::read(&path).map_err(|e| err(e.to_string()))?);
+                let ttl = Duration::from_secs(c.task_ttl_s.unwrap_or(3600));
+                Some(TaskSigner::new(secret.trim_ascii(), ttl).map_err(err)?)
+            }
+            None => None,
+        };
         Ok(Self {
             resolver,
             policy,
@@ -737,6 +825,7 @@ impl LocalParts {
             remote,
             s3,
             catalog_props,
+            signer,
         })
     }
 }

@@ -3,7 +3,8 @@
 use std::fmt;
 
 /// What a principal sees of a column.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Decision {
     /// The decrypted value.
     Plaintext,
@@ -16,7 +17,8 @@ pub enum Decision {
 }
 
 /// Masks, named as in Iceberg REST `ReadRestrictions` where it has a name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Mask {
     /// Typed NULL (`replace_with_null`, Ranger `MASK_NULL`).
     Null,
@@ -24,8 +26,10 @@ pub enum Mask {
     /// type's default: `****` for strings, 0, 1970-01-01, the epoch, false, an empty list.
     Fixed(Option<String>),
     /// Letters and digits replaced by `X` except the last 4 characters (`show_last_4`).
+    #[serde(rename = "show_last_4")]
     ShowLast4,
     /// Letters and digits replaced by `X` except the first 4 characters (`show_first_4`).
+    #[serde(rename = "show_first_4")]
     ShowFirst4,
     /// Lowercase hex SHA-256 of the value's text, **unkeyed** (same value, same hash, in
     /// every query: joinable, but guessable for small domains) (`sha256_global`).

@@ -28,6 +28,7 @@ pub mod metadata;
 pub mod pme;
 mod policy_provider;
 mod provider;
+pub mod remote;
 mod schema;
 pub mod storage;
 pub mod travel;
@@ -41,6 +42,6 @@ pub use catalog::{
 pub use deletes::IcebergDeletesExec;
 pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
-pub use policy_provider::{PolicyMaskExec, PolicyTableProvider, column_kind};
+pub use policy_provider::{MaskOutput, PolicyMaskExec, PolicyTableProvider, column_kind};
 pub use provider::{AsOf, CATALOG_STORE_URL, IcebergSnapshotExec, IcebergTableProvider, ScanAs};
 pub use schema::arrow_schema;

@@ -37,6 +37,7 @@ use crate::error::Error;
 use crate::exec::{map_batches, mapped_properties, only_child};
 use crate::mask;
 use crate::provider::IcebergTableProvider;
+use crate::remote::{DistributeScans, RemoteScanExec, ScanRequest};
 
 /// One visible column: its decision and where its values come from.
 #[derive(Debug, Clone)]
@@ -63,6 +64,8 @@ pub struct PolicyTableProvider {
     crypto: clearice_crypto::ProviderRef,
     /// Keys whose provider could not be asked, and why (scans reading them fail).
     provider_failure: Option<(BTreeSet<String>, clearice_crypto::ProviderError)>,
+    /// The table's provider by name, and master keys routed to others (for workers).
+    provider_routes: (String, BTreeMap<String, String>),
 }
 
 /// A copy of a provider failure for one more error (the variants a failed access check
@@ -262,6 +265,7 @@ impl PolicyTableProvider {
             denied,
             crypto,
             provider_failure,
+            provider_routes: (table_provider, routes.into_iter().collect()),
         })
     }
 
@@ -792,23 +796,30 @@ impl TableProvider for PolicyTableProvider {
         let all_plaintext = projected
             .iter()
             .all(|c| c.resolved.decision == Decision::Plaintext);
-        let inner_plan = self
-            .inner
+        // Scale-out: workers plan the same scan again (their own KMS), given the key scope
+        // and masks decided here. A principal's own provider token is not sent to workers:
+        // such sessions scan here.
+        let distribute = state
+            .config()
+            .get_extension::<DistributeScans>()
+            .filter(|_| self.access.credential().is_none());
+        let mut inner = self.inner.clone();
+        if let Some(d) = &distribute {
+            inner.split = Some(d.partitions);
+        }
+        let keys = self.rewrite_keys();
+        let inner_plan = inner
             .scan_with(
                 state,
                 Some(&inner_cols),
                 filters,
                 limit,
-                self.rewrite_keys().scan_as(scope),
+                keys.scan_as(scope.clone()),
                 !all_plaintext,
             )
             .await?;
-        if all_plaintext {
-            // Same fields, same order: the inner scan is the answer.
-            return Ok(inner_plan);
-        }
         let out_schema = project_schema(&self.schema, projection)?;
-        let outputs = projected
+        let outputs: Vec<MaskOutput> = projected
             .iter()
             .map(|c| MaskOutput {
                 name: c.field.name().clone(),
@@ -820,23 +831,64 @@ impl TableProvider for PolicyTableProvider {
                 data_type: c.field.data_type().clone(),
             })
             .collect();
-        Ok(Arc::new(PolicyMaskExec::new(
-            inner_plan,
-            outputs,
-            out_schema,
-            principal.to_owned(),
-        )))
+        // Same fields, same order when all are plaintext: the inner scan is the answer.
+        let plan: Arc<dyn ExecutionPlan> = if all_plaintext {
+            inner_plan
+        } else {
+            Arc::new(PolicyMaskExec::new(
+                inner_plan,
+                outputs.clone(),
+                Arc::clone(&out_schema),
+                principal.to_owned(),
+            ))
+        };
+        if distribute.is_none() {
+            return Ok(plan);
+        }
+        let ident = self.inner.table().identifier();
+        let namespace = ident.namespace().clone().inner();
+        let suffix = format!(".{}.{}", namespace.join("."), ident.name());
+        let request = ScanRequest {
+            catalog: table.strip_suffix(&suffix).unwrap_or(&table).to_owned(),
+            namespace,
+            table: ident.name().to_owned(),
+            snapshot_id: inner.snapshot().map(|s| s.snapshot_id()),
+            travel: inner.travelled().is_some(),
+            table_fields: inner
+                .table_schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect(),
+            projection: inner_cols,
+            filters: filters.to_vec(),
+            limit,
+            set_predicate: !all_plaintext,
+            scope,
+            principal: principal.to_owned(),
+            aad_prefix: keys.aad_prefix,
+            provider: self.provider_routes.0.clone(),
+            routes: self.provider_routes.1.clone(),
+            column_keys: keys.column_keys,
+            masks: (!all_plaintext).then_some(outputs),
+            partitions: plan.properties().output_partitioning().partition_count(),
+            schema: out_schema,
+        };
+        Ok(Arc::new(RemoteScanExec::planned(request, plan)))
     }
 }
 
 /// One output column of [`PolicyMaskExec`].
 #[derive(Debug, Clone)]
-struct MaskOutput {
-    name: String,
-    decision: Decision,
+pub struct MaskOutput {
+    /// The column's name.
+    pub name: String,
+    /// What the principal sees of it.
+    pub decision: Decision,
     /// Input column (absent for constant masks: nothing was read or decrypted).
-    input: Option<usize>,
-    data_type: DataType,
+    pub input: Option<usize>,
+    /// The output type.
+    pub data_type: DataType,
 }
 
 /// Applies a principal's masks to the scan's output. Blocks filter pushdown (the
@@ -851,7 +903,7 @@ pub struct PolicyMaskExec {
 }
 
 impl PolicyMaskExec {
-    fn new(
+    pub(crate) fn new(
         input: Arc<dyn ExecutionPlan>,
         outputs: Vec<MaskOutput>,
         schema: SchemaRef,

@@ -88,6 +88,9 @@ pub struct IcebergTableProvider {
     only_files: Option<Arc<std::collections::HashSet<String>>>,
     /// Add the data file's path to every row as column `_file` (row-level writes).
     file_column: bool,
+    /// File groups per data scan, if not the session's `target_partitions` (a scan
+    /// planned for workers).
+    pub(crate) split: Option<usize>,
 }
 
 /// A snapshot named by a query (`FOR VERSION AS OF`, `FOR TIMESTAMP AS OF`).
@@ -173,6 +176,7 @@ impl IcebergTableProvider {
             committer: None,
             only_files: None,
             file_column: false,
+            split: None,
         })
     }
 
@@ -232,6 +236,23 @@ impl IcebergTableProvider {
     /// The catalog the table was loaded from, if known.
     pub fn catalog(&self) -> Option<&Arc<dyn iceberg::Catalog>> {
         self.catalog.as_ref()
+    }
+
+    /// The table at snapshot `id` with its current schema (what a query that did not
+    /// travel in time read when `id` was current).
+    pub fn pinned(&self, id: i64) -> Result<Self> {
+        let snapshot = self
+            .table
+            .metadata()
+            .snapshot_by_id(id)
+            .cloned()
+            .ok_or_else(|| Error::SnapshotNotFound {
+                table: self.name.clone(),
+                reason: format!("no snapshot {id} (expired since the query was planned?)"),
+            })?;
+        let mut t = self.clone();
+        t.snapshot = Some(snapshot);
+        Ok(t)
     }
 
     /// The table as of a snapshot, branch, tag or time, with that snapshot's schema.
@@ -667,7 +688,7 @@ impl IcebergTableProvider {
                     files,
                     &projection,
                     limit,
-                    options.execution.target_partitions,
+                    self.split.unwrap_or(options.execution.target_partitions),
                 )?);
                 continue;
             }
@@ -685,7 +706,7 @@ impl IcebergTableProvider {
                 files,
                 &columns,
                 None,
-                options.execution.target_partitions,
+                self.split.unwrap_or(options.execution.target_partitions),
             )?;
             let keys = deletes.filter_for(&eq_files, &self.schema, &columns)?;
             plans.push(Arc::new(IcebergDeletesExec::try_new(

@@ -4,6 +4,7 @@
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 
+mod cluster;
 mod common;
 mod confine;
 mod demo;

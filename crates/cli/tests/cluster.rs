@@ -1,0 +1,154 @@
+//! Scale-out with real processes: three `clearice worker`s on loopback, one killed with
+//! SIGKILL in the middle of a query.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use clearice_engine::{Config, Engine, demo};
+use futures::StreamExt;
+
+use common::*;
+
+const SECRET: &str = "0c5e2a7f19d84b36a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8";
+
+/// A demo lake under `tmp` with `[cluster]` (secret, `workers`) in `cluster.toml`.
+fn lake(tmp: &Path) -> std::path::PathBuf {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = rt.block_on(demo::init(&tmp.join("lake"))).unwrap();
+    std::fs::write(tmp.join("lake/cluster.secret"), SECRET).unwrap();
+    config
+}
+
+fn with_cluster(config: &Path, workers: &[String]) -> std::path::PathBuf {
+    let mut text = std::fs::read_to_string(config).unwrap();
+    let urls: Vec<String> = workers.iter().map(|a| format!("\"http://{a}\"")).collect();
+    text.push_str(&format!(
+        "\n[cluster]\nworkers = [{}]\nsecret_file = \"cluster.secret\"\npartitions_per_worker = 2\n",
+        urls.join(", ")
+    ));
+    let path = config.with_file_name(format!("cluster-{}.toml", workers.len()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_worker_killed_mid_query_fails_it_clearly_and_the_next_query_runs_on_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = lake(tmp.path());
+    let worker_config = with_cluster(&config, &[]);
+    let mut workers: Vec<Proc> = (0..3)
+        .map(|i| {
+            start(
+                &worker_config,
+                &["worker"],
+                &tmp.path().join(format!("worker{i}.addr")),
+            )
+        })
+        .collect();
+    let addrs: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
+    let coordinator_config = with_cluster(&config, &addrs);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let engine = Engine::open(Config::load(&coordinator_config).unwrap())
+            .await
+            .unwrap()
+            .distribute()
+            .unwrap();
+        let sql = "SELECT order_id, card_number, amount FROM lake.sales.orders";
+        let count = |engine: &Engine| {
+            let session = engine.session("admin");
+            async move {
+                let mut stream = session.sql_stream(sql).await?;
+                let mut rows = 0;
+                while let Some(b) = stream.next().await {
+                    rows += b?.num_rows();
+                }
+                Ok::<_, datafusion::error::DataFusionError>(rows)
+            }
+        };
+        assert_eq!(count(&engine).await.unwrap(), demo::ORDERS);
+        // Mid-query: the first batch has arrived when a worker dies.
+        let session = engine.session("admin");
+        let mut stream = session.sql_stream(sql).await.unwrap();
+        let mut rows = stream.next().await.unwrap().unwrap().num_rows();
+        let killed = workers.remove(1);
+        signal(&killed.child, libc::SIGKILL);
+        let mut error = None;
+        while let Some(b) = stream.next().await {
+            match b {
+                Ok(b) => rows += b.num_rows(),
+                Err(e) => {
+                    error = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        let error = error.unwrap_or_else(|| {
+            panic!("the query ended without an error after its worker died ({rows} rows)")
+        });
+        assert!(rows < demo::ORDERS, "partial results only with an error");
+        eprintln!("error after the kill: {error}");
+        assert!(
+            error.contains(&format!(
+                "cluster worker http://{} stopped answering",
+                killed.addr
+            )) && error.contains("no partial result"),
+            "the error names the worker: {error}"
+        );
+        assert!(!error.contains('\n'), "one line: {error}");
+        drop(killed);
+        // The probe drops the dead worker; queries run on the two others.
+        let start = Instant::now();
+        loop {
+            match count(&engine).await {
+                Ok(n) => {
+                    assert_eq!(n, demo::ORDERS, "complete results");
+                    break;
+                }
+                Err(e) => assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "no recovery after the worker died: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(engine.live_workers().unwrap().len(), 2);
+    });
+}
+
+#[test]
+fn a_worker_refuses_to_start_without_a_cluster_secret_or_beyond_loopback_in_plaintext() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = lake(tmp.path());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .arg("--config")
+        .arg(&config)
+        .args(["worker", "--addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("[cluster] secret_file"), "{err}");
+    let clustered = with_cluster(&config, &[]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .arg("--config")
+        .arg(&clustered)
+        .args(["worker", "--addr", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not encrypted"), "{err}");
+    std::fs::write(tmp.path().join("lake/cluster.secret"), "short").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .arg("--config")
+        .arg(&clustered)
+        .args(["worker", "--addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at least 32 are needed"), "{err}");
+}

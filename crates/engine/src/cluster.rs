@@ -1,0 +1,820 @@
+//! Scale-out on datafusion-distributed: one coordinator, several workers.
+//!
+//! ```text
+//!  coordinator (clearice serve --distributed)        worker (clearice worker)
+//!  SQL ─▶ plan: policy decided, audited ─▶           own catalogs, own KMS / providers
+//!        RemoteScanExec leaves (key ids, masks)
+//!  ClusterRule: DistributedPhysicalOptimizerRule     Worker (gRPC): decodes the stage,
+//!    cuts stages; ClearIceCodec signs each scan ───▶   verifies the signature, plans the
+//!  NetworkCoalesceExec ◀── Arrow batches (masked) ──   scan again, decrypts, masks
+//! ```
+//!
+//! Policy decisions, masks and audit records are made once, on the coordinator, when the
+//! table is resolved. A worker receives a [`ScanRequest`]: table, pinned snapshot, columns,
+//! filters, the master key ids the scan may use and the masks; it unwraps keys with its
+//! own KMS and masks before a batch leaves it. Plans carry no key bytes and no footer.
+//! Each scan is signed with the cluster secret (HMAC-SHA256) and stamped: a worker refuses
+//! a scan it cannot verify or that is older than `task_ttl_s`, so a peer that can reach a
+//! worker's port cannot make it decrypt for a principal the coordinator did not admit.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use clearice_crypto::{KeyScope, Providers};
+use clearice_table::remote::{RemoteScanExec, ScanBuilder, ScanRequest};
+use clearice_table::{IcebergCatalogProvider, MaskOutput};
+use datafusion::arrow::datatypes::Schema;
+use datafusion::catalog::CatalogProvider;
+use datafusion::config::ConfigOptions;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion_distributed::{
+    DistributedExec, DistributedExt, DistributedPhysicalOptimizerRule, NetworkCoalesceExec,
+    PartitionIsolatorExec, TaskEstimation, TaskEstimator, Worker, WorkerQueryContext,
+    WorkerResolver, WorkerSessionBuilder,
+};
+use datafusion_proto::logical_plan::DefaultLogicalExtensionCodec;
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use parking_lot::RwLock;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+use crate::fair::YieldExec;
+
+/// Signs and verifies scans sent to workers (HMAC-SHA256 with the cluster secret).
+pub struct TaskSigner {
+    key: ring::hmac::Key,
+    ttl: Duration,
+}
+
+impl fmt::Debug for TaskSigner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskSigner")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shortest cluster secret accepted.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+impl TaskSigner {
+    /// A signer over `secret` (at least [`MIN_SECRET_BYTES`]); scans expire after `ttl`.
+    pub fn new(secret: &[u8], ttl: Duration) -> Result<Self, String> {
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(format!(
+                "the cluster secret has {} bytes; at least {MIN_SECRET_BYTES} are needed",
+                secret.len()
+            ));
+        }
+        Ok(Self {
+            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret),
+            ttl,
+        })
+    }
+
+    fn sign(&self, body: &[u8]) -> Vec<u8> {
+        ring::hmac::sign(&self.key, body).as_ref().to_vec()
+    }
+
+    fn verify(&self, body: &[u8], tag: &[u8]) -> bool {
+        ring::hmac::verify(&self.key, body, tag).is_ok()
+    }
+}
+
+const SCAN_MAGIC: &[u8; 8] = b"CLRSCAN1";
+const YIELD_MAGIC: &[u8; 8] = b"CLRYLD01";
+const TAG_BYTES: usize = 32;
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// What a worker can refuse a plan for; one line each, naming the table.
+fn refused(what: impl fmt::Display) -> DataFusionError {
+    DataFusionError::Execution(format!("worker refused the scan: {what}"))
+}
+
+/// Key scope on the wire.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WireScope {
+    All,
+    MasterKeys(Vec<String>),
+    Except(Vec<String>),
+    None(String),
+}
+
+/// One output column's decision on the wire (its type is the schema's).
+#[derive(Serialize, Deserialize)]
+struct WireMask {
+    name: String,
+    decision: clearice_policy::Decision,
+    input: Option<usize>,
+}
+
+/// A [`ScanRequest`] on the wire: JSON, signed. No key bytes: master key ids only.
+#[derive(Serialize, Deserialize)]
+struct WireScan {
+    issued_at: u64,
+    catalog: String,
+    namespace: Vec<String>,
+    table: String,
+    snapshot_id: Option<i64>,
+    travel: bool,
+    table_fields: Vec<String>,
+    projection: Vec<usize>,
+    /// `LogicalExprList` (datafusion-proto), base64.
+    filters: String,
+    limit: Option<usize>,
+    set_predicate: bool,
+    scope: WireScope,
+    principal: String,
+    /// Base64.
+    aad_prefix: Option<String>,
+    provider: String,
+    routes: BTreeMap<String, String>,
+    column_keys: BTreeMap<String, String>,
+    masks: Option<Vec<WireMask>>,
+    /// Arrow schema (datafusion-proto), base64.
+    schema: String,
+    partitions: usize,
+}
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+impl WireScan {
+    fn from_request(r: &ScanRequest) -> DfResult<Self> {
+        let filters = datafusion_proto::logical_plan::to_proto::serialize_exprs(
+            &r.filters,
+            &DefaultLogicalExtensionCodec {},
+        )
+        .map_err(|e| DataFusionError::Plan(format!("table {}: filters: {e}", r.table_name())))?;
+        let filters = datafusion_proto::protobuf::LogicalExprList { expr: filters }.encode_to_vec();
+        let schema = datafusion_proto::protobuf::Schema::try_from(r.schema.as_ref())
+            .map_err(|e| DataFusionError::Plan(format!("table {}: schema: {e}", r.table_name())))?
+            .encode_to_vec();
+        Ok(Self {
+            issued_at: now_s(),
+            catalog: r.catalog.clone(),
+            namespace: r.namespace.clone(),
+            table: r.table.clone(),
+            snapshot_id: r.snapshot_id,
+            travel: r.travel,
+            table_fields: r.table_fields.clone(),
+            projection: r.projection.clone(),
+            filters: b64().encode(filters),
+            limit: r.limit,
+            set_predicate: r.set_predicate,
+            scope: match &r.scope {
+                KeyScope::All => WireScope::All,
+                KeyScope::MasterKeys(k) => WireScope::MasterKeys(k.iter().cloned().collect()),
+                KeyScope::Except(k) => WireScope::Except(k.iter().cloned().collect()),
+                KeyScope::None(reason) => WireScope::None(reason.clone()),
+            },
+            principal: r.principal.clone(),
+            aad_prefix: r.aad_prefix.as_ref().map(|p| b64().encode(p)),
+            provider: r.provider.clone(),
+            routes: r.routes.clone(),
+            column_keys: r.column_keys.clone(),
+            masks: r.masks.as_ref().map(|m| {
+                m.iter()
+                    .map(|o| WireMask {
+                        name: o.name.clone(),
+                        decision: o.decision.clone(),
+                        input: o.input,
+                    })
+                    .collect()
+            }),
+            schema: b64().encode(schema),
+            partitions: r.partitions,
+        })
+    }
+
+    fn into_request(self, ctx: &TaskContext) -> DfResult<ScanRequest> {
+        let table = format!(
+            "{}.{}.{}",
+            self.catalog,
+            self.namespace.join("."),
+            self.table
+        );
+        let bad = |what: &str, e: &dyn fmt::Display| refused(format!("table {table}: {what}: {e}"));
+        let filters = b64()
+            .decode(&self.filters)
+            .map_err(|e| bad("filters", &e))?;
+        let filters = datafusion_proto::protobuf::LogicalExprList::decode(filters.as_slice())
+            .map_err(|e| bad("filters", &e))?;
+        let filters = datafusion_proto::logical_plan::from_proto::parse_exprs(
+            &filters.expr,
+            ctx,
+            &DefaultLogicalExtensionCodec {},
+        )
+        .map_err(|e| bad("filters", &e))?;
+        let schema = b64().decode(&self.schema).map_err(|e| bad("schema", &e))?;
+        let schema = datafusion_proto::protobuf::Schema::decode(schema.as_slice())
+            .map_err(|e| bad("schema", &e))?;
+        let schema: Schema = (&schema).try_into().map_err(|e| bad("schema", &e))?;
+        let schema = Arc::new(schema);
+        let masks = match self.masks {
+            None => None,
+            Some(m) => {
+                if m.len() != schema.fields().len() {
+                    return Err(bad("masks", &"not one per column"));
+                }
+                Some(
+                    m.into_iter()
+                        .zip(schema.fields())
+                        .map(|(w, f)| MaskOutput {
+                            name: w.name,
+                            decision: w.decision,
+                            input: w.input,
+                            data_type: f.data_type().clone(),
+                        })
+                        .collect(),
+                )
+            }
+        };
+        let aad_prefix = match self.aad_prefix {
+            Some(p) => Some(b64().decode(p).map_err(|e| bad("aad_prefix", &e))?),
+            None => None,
+        };
+        Ok(ScanRequest {
+            catalog: self.catalog,
+            namespace: self.namespace,
+            table: self.table,
+            snapshot_id: self.snapshot_id,
+            travel: self.travel,
+            table_fields: self.table_fields,
+            projection: self.projection,
+            filters,
+            limit: self.limit,
+            set_predicate: self.set_predicate,
+            scope: match self.scope {
+                WireScope::All => KeyScope::All,
+                WireScope::MasterKeys(k) => KeyScope::MasterKeys(k.into_iter().collect()),
+                WireScope::Except(k) => KeyScope::Except(k.into_iter().collect()),
+                WireScope::None(reason) => KeyScope::None(reason),
+            },
+            principal: self.principal,
+            aad_prefix,
+            provider: self.provider,
+            routes: self.routes,
+            column_keys: self.column_keys,
+            masks,
+            schema,
+            partitions: self.partitions,
+        })
+    }
+}
+
+/// Encodes ClearIce's plan nodes for workers (composed with datafusion-distributed's
+/// codec): [`RemoteScanExec`] as a signed [`ScanRequest`], `YieldExec` by its slice size.
+/// Any other ClearIce node cannot leave the coordinator (`ClusterRule` keeps such plans
+/// local).
+#[derive(Debug, Clone)]
+pub struct ClearIceCodec {
+    signer: Arc<TaskSigner>,
+    /// Plans decoded scans (workers only).
+    builder: Option<Arc<dyn ScanBuilder>>,
+}
+
+impl ClearIceCodec {
+    /// The coordinator's codec: encodes and signs.
+    pub fn coordinator(signer: Arc<TaskSigner>) -> Self {
+        Self {
+            signer,
+            builder: None,
+        }
+    }
+
+    /// A worker's codec: verifies, and plans scans with `builder`.
+    pub fn worker(signer: Arc<TaskSigner>, builder: Arc<dyn ScanBuilder>) -> Self {
+        Self {
+            signer,
+            builder: Some(builder),
+        }
+    }
+
+    /// The request in `buf` if it is a scan this codec's secret signed and that has not
+    /// expired; what it names is not checked.
+    fn verified_scan(&self, buf: &[u8], ctx: &TaskContext) -> DfResult<ScanRequest> {
+        let rest = &buf[SCAN_MAGIC.len()..];
+        if rest.len() < TAG_BYTES {
+            return Err(refused("truncated scan"));
+        }
+        let (tag, body) = rest.split_at(TAG_BYTES);
+        if !self.signer.verify(body, tag) {
+            return Err(refused(
+                "its signature does not verify with this worker's cluster secret \
+                 (not sent by a coordinator of this cluster, or altered)",
+            ));
+        }
+        let wire: WireScan =
+            serde_json::from_slice(body).map_err(|e| refused(format!("malformed scan: {e}")))?;
+        let age = now_s().saturating_sub(wire.issued_at);
+        if age > self.signer.ttl.as_secs() {
+            return Err(refused(format!(
+                "table {}.{}: signed {age} s ago, longer than the cluster's task_ttl_s ({})",
+                wire.catalog,
+                wire.table,
+                self.signer.ttl.as_secs()
+            )));
+        }
+        wire.into_request(ctx)
+    }
+}
+
+impl PhysicalExtensionCodec for ClearIceCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if buf.starts_with(SCAN_MAGIC) {
+            let request = self.verified_scan(buf, ctx)?;
+            let Some(builder) = &self.builder else {
+                return Err(DataFusionError::Internal(
+                    "a coordinator cannot run a scan it receives".into(),
+                ));
+            };
+            return Ok(Arc::new(RemoteScanExec::deferred(
+                request,
+                Arc::clone(builder),
+            )));
+        }
+        if let Some(rest) = buf.strip_prefix(YIELD_MAGIC) {
+            let n = u64::from_le_bytes(
+                rest.try_into()
+                    .map_err(|_| refused("malformed YieldExec"))?,
+            );
+            let input = inputs
+                .first()
+                .ok_or_else(|| refused("YieldExec without input"))?;
+            let max_rows = (n > 0).then_some(n as usize);
+            return Ok(Arc::new(YieldExec::new(Arc::clone(input), max_rows)));
+        }
+        Err(refused("unknown plan node (not encoded by ClearIce)"))
+    }
+
+    fn try_encode(&self, node: Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> DfResult<()> {
+        if let Some(scan) = node.as_any().downcast_ref::<RemoteScanExec>() {
+            let body = serde_json::to_vec(&WireScan::from_request(scan.request())?)
+                .map_err(|e| DataFusionError::Internal(format!("scan encoding: {e}")))?;
+            buf.extend_from_slice(SCAN_MAGIC);
+            buf.extend_from_slice(&self.signer.sign(&body));
+            buf.extend_from_slice(&body);
+            return Ok(());
+        }
+        if let Some(y) = node.as_any().downcast_ref::<YieldExec>() {
+            buf.extend_from_slice(YIELD_MAGIC);
+            buf.extend_from_slice(&(y.max_rows().unwrap_or(0) as u64).to_le_bytes());
+            return Ok(());
+        }
+        Err(DataFusionError::NotImplemented(format!(
+            "{} cannot be sent to a worker",
+            node.name()
+        )))
+    }
+}
+
+/// Splits a [`RemoteScanExec`] over tasks: each task runs a share of its file groups.
+#[derive(Debug)]
+struct RemoteScans;
+
+impl TaskEstimator for RemoteScans {
+    fn task_estimation(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        _cfg: &ConfigOptions,
+    ) -> Option<TaskEstimation> {
+        let scan = plan.as_any().downcast_ref::<RemoteScanExec>()?;
+        Some(TaskEstimation::desired(scan.request().partitions.max(1)))
+    }
+
+    fn scale_up_leaf_node(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        task_count: usize,
+        _cfg: &ConfigOptions,
+    ) -> Option<Arc<dyn ExecutionPlan>> {
+        plan.as_any().downcast_ref::<RemoteScanExec>()?;
+        if task_count <= 1 {
+            return Some(Arc::clone(plan));
+        }
+        Some(Arc::new(PartitionIsolatorExec::new(
+            Arc::clone(plan),
+            task_count,
+        )))
+    }
+}
+
+/// Distributes a plan only when every leaf is a catalog scan workers can plan again (or
+/// reads nothing) and no node must stay here: writes commit on the coordinator, files
+/// by path are read under the coordinator's confinement. Other plans run here, as on one
+/// machine.
+#[derive(Debug)]
+struct ClusterRule {
+    workers: Workers,
+}
+
+fn distributable(plan: &Arc<dyn ExecutionPlan>, scans: &mut usize) -> bool {
+    let any = plan.as_any();
+    if any.is::<RemoteScanExec>() {
+        *scans += 1;
+        return true;
+    }
+    if plan.children().is_empty() {
+        return any.is::<EmptyExec>() || any.is::<PlaceholderRowExec>();
+    }
+    if matches!(
+        plan.name(),
+        "IcebergWriteExec" | "IcebergRowLevelExec" | "DataSinkExec"
+    ) {
+        return false;
+    }
+    plan.children().into_iter().all(|c| distributable(c, scans))
+}
+
+impl PhysicalOptimizerRule for ClusterRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let mut scans = 0;
+        if !distributable(&plan, &mut scans) || scans == 0 {
+            return Ok(plan);
+        }
+        let mut distributed =
+            DistributedPhysicalOptimizerRule.optimize(Arc::clone(&plan), config)?;
+        if !distributed.as_any().is::<DistributedExec>() {
+            // One task is enough (one file group, or one worker answering): the planner
+            // keeps such plans here, but the scan decrypts on a worker all the same, so
+            // the whole plan runs there as one stage.
+            let mut plan = plan;
+            if plan.output_partitioning().partition_count() > 1 {
+                plan = Arc::new(CoalescePartitionsExec::new(plan));
+            }
+            let stage = NetworkCoalesceExec::try_new(plan, uuid::Uuid::new_v4(), 1, 1, 1)?;
+            distributed = Arc::new(DistributedExec::new(Arc::new(stage)));
+        }
+        Ok(Arc::new(WorkerErrorsExec {
+            input: distributed,
+            workers: self.workers.clone(),
+        }))
+    }
+
+    fn name(&self) -> &str {
+        "clearice_distributed"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// The coordinator's root of a distributed plan: a worker that fails mid-query fails the
+/// query with one line naming the workers that stopped answering (and they get no more
+/// stages until they answer again). Never sent to a worker.
+#[derive(Debug)]
+struct WorkerErrorsExec {
+    input: Arc<dyn ExecutionPlan>,
+    workers: Workers,
+}
+
+impl datafusion::physical_plan::DisplayAs for WorkerErrorsExec {
+    fn fmt_as(
+        &self,
+        _t: datafusion::physical_plan::DisplayFormatType,
+        f: &mut fmt::Formatter<'_>,
+    ) -> fmt::Result {
+        write!(f, "WorkerErrorsExec: workers={}", self.workers.all.len())
+    }
+}
+
+impl ExecutionPlan for WorkerErrorsExec {
+    fn name(&self) -> &str {
+        "WorkerErrorsExec"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("WorkerErrorsExec: no child".into()))?;
+        Ok(Arc::new(Self {
+            input,
+            workers: self.workers.clone(),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
+        use futures::StreamExt;
+        let input = self.input.execute(partition, context)?;
+        let schema = input.schema();
+        let workers = self.workers.clone();
+        let stream = input.then(move |item| {
+            let workers = workers.clone();
+            async move {
+                match item {
+                    Err(e) if status_in(&e).is_some() => Err(workers.explain(&e).await),
+                    other => other,
+                }
+            }
+        });
+        Ok(Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, stream),
+        ))
+    }
+}
+
+/// The gRPC status in `e`'s chain, if a worker call failed.
+fn status_in(e: &DataFusionError) -> Option<&tonic::Status> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(status) = s.downcast_ref::<tonic::Status>() {
+            return Some(status);
+        }
+        source = match s.downcast_ref::<DataFusionError>() {
+            Some(DataFusionError::External(inner)) => Some(inner.as_ref()),
+            Some(DataFusionError::Shared(inner)) => Some(inner.as_ref()),
+            Some(DataFusionError::Context(_, inner)) => Some(inner.as_ref()),
+            _ => s.source(),
+        };
+    }
+    None
+}
+
+/// The configured workers that answer: a background probe drops a worker that stops
+/// answering and takes it back when it answers again.
+#[derive(Debug, Clone)]
+pub struct Workers {
+    all: Arc<Vec<url::Url>>,
+    live: Arc<RwLock<Vec<url::Url>>>,
+}
+
+/// How often workers are probed.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+impl Workers {
+    /// Parses the configured URLs and starts probing them (needs a Tokio runtime). The
+    /// probe stops when the last clone is dropped.
+    pub fn start(urls: &[String]) -> Result<Self, String> {
+        let all = urls
+            .iter()
+            .map(|u| url::Url::parse(u).map_err(|e| format!("worker '{u}': {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let live = Arc::new(RwLock::new(all.clone()));
+        let workers = Self {
+            all: Arc::new(all),
+            live,
+        };
+        let weak = Arc::downgrade(&workers.live);
+        let all = Arc::clone(&workers.all);
+        tokio::spawn(async move {
+            let channels = datafusion_distributed::DefaultChannelResolver::default();
+            loop {
+                tokio::time::sleep(PROBE_EVERY).await;
+                let Some(live) = weak.upgrade() else { return };
+                let mut up = Vec::with_capacity(all.len());
+                for url in all.iter() {
+                    if probe(&channels, url).await {
+                        up.push(url.clone());
+                    }
+                }
+                let mut current = live.write();
+                if *current != up {
+                    tracing::info!(
+                        live = ?up.iter().map(|u| u.as_str()).collect::<Vec<_>>(),
+                        "cluster workers changed"
+                    );
+                    *current = up;
+                }
+            }
+        });
+        Ok(workers)
+    }
+
+    /// The workers answering now.
+    pub fn live(&self) -> Vec<url::Url> {
+        self.live.read().clone()
+    }
+
+    /// One line for a query that a worker call failed: the workers that do not answer
+    /// now (probed at once, and left out of the next queries' plans).
+    async fn explain(&self, e: &DataFusionError) -> DataFusionError {
+        let channels = datafusion_distributed::DefaultChannelResolver::default();
+        let mut up = Vec::new();
+        let mut down = Vec::new();
+        for url in self.all.iter() {
+            if probe(&channels, url).await {
+                up.push(url.clone());
+            } else {
+                down.push(url.as_str().trim_end_matches('/').to_owned());
+            }
+        }
+        *self.live.write() = up;
+        let reason = status_in(e)
+            .map(|s| s.message().lines().next().unwrap_or_default().to_owned())
+            .unwrap_or_default();
+        DataFusionError::Execution(if down.is_empty() {
+            format!(
+                "a cluster worker failed during the query ({reason}); the query was stopped, \
+                 no partial result was returned: run it again"
+            )
+        } else {
+            format!(
+                "cluster worker {} stopped answering during the query ({reason}); the query \
+                 was stopped, no partial result was returned: run it again (the next queries \
+                 run on the other workers)",
+                down.join(", ")
+            )
+        })
+    }
+}
+
+async fn probe(channels: &datafusion_distributed::DefaultChannelResolver, url: &url::Url) -> bool {
+    let Ok(channel) = channels.get_channel(url).await else {
+        return false;
+    };
+    let mut client = datafusion_distributed::create_worker_client(channel);
+    matches!(
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            client.get_worker_info(datafusion_distributed::GetWorkerInfoRequest {}),
+        )
+        .await,
+        Ok(Ok(_))
+    )
+}
+
+impl WorkerResolver for Workers {
+    fn get_urls(&self) -> DfResult<Vec<url::Url>> {
+        let live = self.live();
+        if live.is_empty() {
+            return Err(DataFusionError::Execution(format!(
+                "no cluster worker answers (configured: {})",
+                self.all
+                    .iter()
+                    .map(|u| u.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Ok(live)
+    }
+}
+
+/// The coordinator's cluster: where scans go and how they are signed.
+#[derive(Debug, Clone)]
+pub(crate) struct Coordinator {
+    pub(crate) workers: Workers,
+    pub(crate) signer: Arc<TaskSigner>,
+    pub(crate) partitions_per_worker: Option<usize>,
+}
+
+impl Coordinator {
+    /// `state` planning catalog scans for the workers.
+    pub(crate) fn distribute(&self, state: SessionState) -> SessionState {
+        let per_worker = self
+            .partitions_per_worker
+            .unwrap_or(state.config().target_partitions())
+            .max(1);
+        let partitions = per_worker * self.workers.all.len().max(1);
+        let mut state = SessionStateBuilder::new_from_existing(state)
+            .with_distributed_worker_resolver(self.workers.clone())
+            .with_distributed_user_codec(ClearIceCodec::coordinator(Arc::clone(&self.signer)))
+            .with_distributed_task_estimator(RemoteScans)
+            .with_physical_optimizer_rule(Arc::new(ClusterRule {
+                workers: self.workers.clone(),
+            }))
+            .build();
+        state
+            .config_mut()
+            .set_extension(Arc::new(clearice_table::remote::DistributeScans {
+                partitions,
+            }));
+        state
+    }
+}
+
+/// Plans scans on a worker with its own catalogs and crypto providers.
+#[derive(Debug)]
+pub(crate) struct WorkerScans {
+    pub(crate) catalogs: Vec<(String, Arc<IcebergCatalogProvider>)>,
+    pub(crate) providers: Arc<Providers>,
+}
+
+#[async_trait::async_trait]
+impl ScanBuilder for WorkerScans {
+    async fn build(
+        &self,
+        request: &ScanRequest,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let name = request.table_name();
+        let catalog = self
+            .catalogs
+            .iter()
+            .find(|(n, _)| *n == request.catalog)
+            .map(|(_, c)| c)
+            .ok_or_else(|| {
+                refused(format!(
+                    "table {name}: catalog '{}' is not configured on this worker",
+                    request.catalog
+                ))
+            })?;
+        let ns = request.namespace.join(".");
+        let mut table = None;
+        for attempt in 0..2 {
+            if attempt == 1 {
+                // Created since this worker listed the catalog.
+                catalog.refresh_now().await;
+            }
+            if let Some(schema) = catalog.schema(&ns)
+                && let Some(s) = schema
+                    .as_any()
+                    .downcast_ref::<clearice_table::IcebergSchemaProvider>()
+                && let Some(t) = s.load(&request.table).await?
+            {
+                table = Some(t);
+                break;
+            }
+        }
+        let table = table
+            .ok_or_else(|| refused(format!("table {name} is not in this worker's catalog")))?;
+        let provider = self.providers.routed(&request.provider, &request.routes);
+        let state = SessionStateBuilder::new()
+            .with_config(ctx.session_config().clone())
+            .with_runtime_env(ctx.runtime_env())
+            .with_default_features()
+            .build();
+        table.scan_request(&state, request, provider).await
+    }
+}
+
+/// Builds each worker query's session: the engine's stores and memory, a metadata cache of
+/// its own (decrypted footers do not outlive the query), and ClearIce's codec.
+#[derive(Clone)]
+pub(crate) struct WorkerSessions {
+    pub(crate) runtime: Arc<RuntimeEnv>,
+    pub(crate) codec: Arc<ClearIceCodec>,
+}
+
+#[async_trait::async_trait]
+impl WorkerSessionBuilder for WorkerSessions {
+    async fn build_session_state(&self, ctx: WorkerQueryContext) -> DfResult<SessionState> {
+        let cache_manager = datafusion::execution::cache::cache_manager::CacheManager::try_new(
+            &Default::default(),
+        )?;
+        let runtime = Arc::new(RuntimeEnv {
+            memory_pool: Arc::clone(&self.runtime.memory_pool),
+            disk_manager: Arc::clone(&self.runtime.disk_manager),
+            cache_manager,
+            object_store_registry: Arc::clone(&self.runtime.object_store_registry),
+            parquet_encryption_factory_registry: Default::default(),
+        });
+        Ok(ctx
+            .builder
+            .with_runtime_env(runtime)
+            .with_distributed_user_codec_arc(Arc::clone(&self.codec) as _)
+            .build())
+    }
+}
+
+/// A worker service for `sessions`.
+pub(crate) fn worker(sessions: WorkerSessions) -> Worker {
+    Worker::from_session_builder(sessions)
+}

@@ -1,0 +1,300 @@
+//! Scale-out: a coordinator and three workers (datafusion-distributed) on loopback, each
+//! an engine with its own KMS client, over a demo lake.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use clearice_engine::{Config, Engine, demo};
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A worker serving on loopback until dropped.
+struct TestWorker {
+    engine: Arc<Engine>,
+    url: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestWorker {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn start_worker(config: &Path, listener: tokio::net::TcpListener) -> TestWorker {
+    let engine = Arc::new(Engine::open(Config::load(config).unwrap()).await.unwrap());
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let service = engine.worker_service().unwrap();
+    let server = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service.into_worker_server())
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .unwrap();
+    });
+    TestWorker {
+        engine,
+        url,
+        server,
+    }
+}
+
+/// A demo lake, three workers on it and a coordinator. The config gets `[cluster]`
+/// (`extra` appended to it).
+async fn cluster(tmp: &Path, extra: &str) -> (Arc<Engine>, Vec<TestWorker>, std::path::PathBuf) {
+    let config = demo::init(&tmp.join("lake")).await.unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let urls: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("\"http://{}\"", l.local_addr().unwrap()))
+        .collect();
+    std::fs::write(
+        tmp.join("lake/cluster.secret"),
+        "3f1c9a0d8e7b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa998877",
+    )
+    .unwrap();
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[cluster]\nworkers = [{}]\nsecret_file = \"cluster.secret\"\npartitions_per_worker = 1\n{extra}",
+        urls.join(", ")
+    ));
+    let clustered = tmp.join("lake/cluster.toml");
+    std::fs::write(&clustered, text).unwrap();
+    let mut workers = Vec::new();
+    for l in listeners {
+        workers.push(start_worker(&clustered, l).await);
+    }
+    let coordinator = Arc::new(
+        Engine::open(Config::load(&clustered).unwrap())
+            .await
+            .unwrap()
+            .distribute()
+            .unwrap(),
+    );
+    (coordinator, workers, config)
+}
+
+async fn explain(engine: &Engine, principal: &str, sql: &str) -> String {
+    let batches = query(&engine.session(principal), &format!("EXPLAIN {sql}"))
+        .await
+        .unwrap();
+    pretty_format_batches(&batches).unwrap().to_string()
+}
+
+const QUERIES: &[&str] = &[
+    "SELECT * FROM lake.sales.customers ORDER BY id",
+    "SELECT count(*), sum(balance), min(ssn), max(email) FROM lake.sales.customers",
+    "SELECT id, ssn, email, birth_date FROM lake.sales.customers WHERE id % 997 = 3 ORDER BY id",
+    "SELECT country, count(*), sum(balance) FROM lake.sales.customers WHERE country <> 'FR' GROUP BY country ORDER BY country",
+    "SELECT c.country, count(*), sum(o.amount) FROM lake.sales.orders o JOIN lake.sales.customers c ON o.customer_id = c.id GROUP BY c.country ORDER BY c.country",
+    "SELECT card_number, amount FROM lake.sales.orders WHERE order_id % 5000 = 1 ORDER BY order_id",
+    "SELECT email, count(*) FROM lake.sales.customers GROUP BY email ORDER BY 2 DESC, 1 LIMIT 5",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn distributed_results_match_single_node_and_keys_are_unwrapped_on_workers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (coordinator, workers, single_config) = cluster(tmp.path(), "").await;
+    let single = Engine::open(Config::load(&single_config).unwrap())
+        .await
+        .unwrap();
+    for principal in ["admin", "analyst", "support"] {
+        for sql in QUERIES {
+            let want = match query(&single.session(principal), sql).await {
+                Ok(b) => Ok(json_rows(&b)),
+                Err(e) => Err(e.to_string()),
+            };
+            let got = match query(&coordinator.session(principal), sql).await {
+                Ok(b) => Ok(json_rows(&b)),
+                Err(e) => Err(e.to_string()),
+            };
+            assert_eq!(got, want, "{principal}: {sql}");
+        }
+    }
+    // The scans ran on the workers: stages, and the masks decided for the principal.
+    let plan = explain(&coordinator, "analyst", QUERIES[2]).await;
+    assert!(plan.contains("RemoteScanExec"), "{plan}");
+    assert!(plan.contains("Network"), "not distributed:\n{plan}");
+    assert!(plan.contains("ssn=show_last_4"), "{plan}");
+    assert!(plan.contains("email=sha256"), "{plan}");
+    // Keys: unwrapped by the workers that read the files, never by the coordinator.
+    assert_eq!(
+        coordinator.key_resolver().kms_unwrap_count(),
+        0,
+        "the coordinator read no data"
+    );
+    for w in &workers {
+        let r = w.engine.key_resolver();
+        assert!(
+            r.kms_unwrap_count_for("pii_key") >= 1 && r.kms_unwrap_count_for("finance_key") >= 1,
+            "worker {} unwrapped pii_key {} and finance_key {} times",
+            w.url,
+            r.kms_unwrap_count_for("pii_key"),
+            r.kms_unwrap_count_for("finance_key")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_unwrap_only_the_keys_of_columns_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (coordinator, workers, _) = cluster(tmp.path(), "").await;
+    let rows = json_rows(
+        &query(
+            &coordinator.session("admin"),
+            "SELECT country, sum(balance) FROM lake.sales.customers GROUP BY country",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(!rows.is_empty());
+    for w in &workers {
+        let r = w.engine.key_resolver();
+        assert_eq!(r.kms_unwrap_count_for("pii_key"), 0, "worker {}", w.url);
+        assert!(
+            r.kms_unwrap_count_for("finance_key") >= 1,
+            "worker {}",
+            w.url
+        );
+    }
+    assert_eq!(coordinator.key_resolver().kms_unwrap_count(), 0);
+}
+
+/// What crosses the network: plan bytes name tables, key ids and masks, never keys,
+/// footers or data; a worker refuses bytes the cluster secret did not sign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plan_bytes_hold_no_key_material_and_workers_verify_them() {
+    use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+    let tmp = tempfile::tempdir().unwrap();
+    let (coordinator, workers, _) = cluster(tmp.path(), "").await;
+    let session = coordinator.session("analyst");
+    let df = session
+        .sql_plan("SELECT id, ssn, email, balance FROM lake.sales.customers WHERE id < 100")
+        .await
+        .unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let mut scans = Vec::new();
+    collect_scans(&plan, &mut scans);
+    assert!(!scans.is_empty(), "no RemoteScanExec in the plan");
+    let secret = std::fs::read(tmp.path().join("lake/cluster.secret")).unwrap();
+    let signer = Arc::new(
+        clearice_engine::TaskSigner::new(secret.trim_ascii(), std::time::Duration::from_secs(60))
+            .unwrap(),
+    );
+    let codec = clearice_engine::ClearIceCodec::coordinator(Arc::clone(&signer));
+    let mut bytes = Vec::new();
+    codec.try_encode(Arc::clone(&scans[0]), &mut bytes).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("\"principal\":\"analyst\""), "{text}");
+    assert!(text.contains("pii_key"), "key ids are named: {text}");
+    assert!(text.contains("show_last_4"), "{text}");
+    // No key bytes: the keyring's keys, in any encoding, are not in the plan.
+    let keyring: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("lake/keyring.json")).unwrap(),
+    )
+    .unwrap();
+    let mut secrets = Vec::new();
+    collect_strings(&keyring, &mut secrets);
+    let secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= 16).collect();
+    assert!(!secrets.is_empty(), "keyring has keys: {keyring}");
+    for s in secrets {
+        assert!(!text.contains(s.as_str()), "key material in the plan bytes");
+    }
+    assert!(!text.contains("PARE"), "no footer bytes");
+    // A worker decodes what the coordinator signed...
+    let worker_ctx = datafusion::execution::TaskContext::default();
+    let worker_codec = worker_codec(&workers[0], &signer);
+    worker_codec.try_decode(&bytes, &[], &worker_ctx).unwrap();
+    // ...and refuses it altered (principal swapped) or signed with another secret.
+    let forged = String::from_utf8_lossy(&bytes)
+        .replace("\"principal\":\"analyst\"", "\"principal\":\"admin\"")
+        .into_bytes();
+    let err = worker_codec
+        .try_decode(&forged, &[], &worker_ctx)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("signature does not verify"), "{err}");
+    let other = clearice_engine::ClearIceCodec::coordinator(Arc::new(
+        clearice_engine::TaskSigner::new(&[7u8; 32], std::time::Duration::from_secs(60)).unwrap(),
+    ));
+    let mut other_bytes = Vec::new();
+    other
+        .try_encode(Arc::clone(&scans[0]), &mut other_bytes)
+        .unwrap();
+    let err = worker_codec
+        .try_decode(&other_bytes, &[], &worker_ctx)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("signature does not verify"), "{err}");
+}
+
+fn worker_codec(
+    w: &TestWorker,
+    signer: &Arc<clearice_engine::TaskSigner>,
+) -> clearice_engine::ClearIceCodec {
+    w.engine.worker_codec(Arc::clone(signer))
+}
+
+fn collect_scans(
+    plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    out: &mut Vec<Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+) {
+    if plan.name() == "RemoteScanExec" {
+        out.push(Arc::clone(plan));
+    }
+    for c in plan.children() {
+        collect_scans(c, out);
+    }
+}
+
+fn collect_strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(o) => o.values().for_each(|v| collect_strings(v, out)),
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_worker_fails_the_query_clearly_and_the_next_runs_on_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (coordinator, mut workers, _) = cluster(tmp.path(), "").await;
+    let sql = "SELECT count(*), sum(balance) FROM lake.sales.customers";
+    let want = json_rows(&query(&coordinator.session("admin"), sql).await.unwrap());
+    let dead = workers.remove(1);
+    let dead_url = dead.url.clone();
+    drop(dead);
+    // Until the probe notices, a query that sends a stage there fails, naming no rows.
+    // After it, queries run on the two others.
+    let mut recovered = false;
+    for _ in 0..40 {
+        match query(&coordinator.session("admin"), sql).await {
+            Ok(b) => {
+                assert_eq!(json_rows(&b), want, "complete results only");
+                recovered = true;
+                break;
+            }
+            Err(e) => {
+                let e = e.to_string();
+                assert!(!e.is_empty());
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        recovered,
+        "queries did not recover after {dead_url} stopped"
+    );
+    let live = coordinator.live_workers().unwrap();
+    assert!(
+        !live.iter().any(|u| u.trim_end_matches('/') == dead_url),
+        "{live:?}"
+    );
+    assert_eq!(live.len(), 2, "{live:?}");
+}

@@ -1,0 +1,342 @@
+//! Table scans that run on other processes (scale-out).
+//!
+//! ```text
+//!  coordinator                                   worker
+//!  PolicyTableProvider::scan                     RemoteScanExec (decoded: request only)
+//!    decides columns, masks, key scope, audit       │ first execute: ScanBuilder::build
+//!    ▼                                              ▼
+//!  RemoteScanExec { request, plan }  ──bytes──▶  IcebergTableProvider (pinned snapshot)
+//!    leaf for the distributed planner              .scan_request() = the same plan:
+//!    (its plan is never sent)                      DataSourceExec(decrypting reader, own KMS)
+//!                                                  └ PolicyMaskExec (masks on the worker)
+//! ```
+//!
+//! A [`ScanRequest`] is everything a worker needs to plan the coordinator's scan again
+//! with its own catalog and KMS: table, pinned snapshot, columns, filters, the key scope
+//! and masks decided for the principal. It names master keys and never holds key bytes,
+//! footers or files' contents. The coordinator's plan for the same request answers
+//! `EXPLAIN`, statistics and single-process execution.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use clearice_crypto::{KeyScope, ProviderRef};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::common::Statistics;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::TryStreamExt;
+
+use crate::policy_provider::{MaskOutput, PolicyMaskExec};
+use crate::provider::{IcebergTableProvider, ScanAs};
+
+/// Session config extension: a session that has it plans catalog table scans as
+/// [`RemoteScanExec`] leaves a distributed engine can ship to workers.
+#[derive(Debug, Clone, Copy)]
+pub struct DistributeScans {
+    /// File groups per scan (the workers' parallelism): each worker runs a share.
+    pub partitions: usize,
+}
+
+/// One table scan as the coordinator decided it, for a worker to plan again. Key ids and
+/// decisions only: no key bytes, footers or data.
+#[derive(Debug, Clone)]
+pub struct ScanRequest {
+    /// The catalog's name in SQL.
+    pub catalog: String,
+    /// The table's namespace, level by level.
+    pub namespace: Vec<String>,
+    /// The table's name in its namespace.
+    pub table: String,
+    /// The snapshot read (pinned: workers read what the coordinator planned).
+    pub snapshot_id: Option<i64>,
+    /// The query travelled in time (`FOR VERSION AS OF`): the snapshot's schema applies.
+    pub travel: bool,
+    /// Field names of the table schema the projection indexes (checked by the worker).
+    pub table_fields: Vec<String>,
+    /// Table columns read (indices in the table schema).
+    pub projection: Vec<usize>,
+    /// Filters on plaintext columns (file pruning, row filters).
+    pub filters: Vec<Expr>,
+    /// Row limit, if any.
+    pub limit: Option<usize>,
+    /// `filters` also go to the Parquet reader (a mask above blocks DataFusion's pushdown).
+    pub set_predicate: bool,
+    /// Keys the scan may request.
+    pub scope: KeyScope,
+    /// Who the scan runs as (sent to crypto providers, shown in messages).
+    pub principal: String,
+    /// AAD prefix for files that do not store theirs.
+    pub aad_prefix: Option<Vec<u8>>,
+    /// The table's crypto provider (by name in the worker's config).
+    pub provider: String,
+    /// Master key id -> provider name, for keys routed elsewhere.
+    pub routes: BTreeMap<String, String>,
+    /// Master key of each protected column, by column name.
+    pub column_keys: BTreeMap<String, String>,
+    /// The principal's masks, one per output column; `None`: every column in plaintext.
+    pub masks: Option<Vec<MaskOutput>>,
+    /// The scan's output schema.
+    pub schema: SchemaRef,
+    /// File groups (output partitions).
+    pub partitions: usize,
+}
+
+impl ScanRequest {
+    /// `catalog.namespace.table`.
+    pub fn table_name(&self) -> String {
+        format!(
+            "{}.{}.{}",
+            self.catalog,
+            self.namespace.join("."),
+            self.table
+        )
+    }
+}
+
+/// Plans a [`ScanRequest`] where it runs (a worker's catalogs and crypto providers).
+#[async_trait::async_trait]
+pub trait ScanBuilder: fmt::Debug + Send + Sync {
+    /// The plan for `request`, with exactly `request.partitions` output partitions.
+    async fn build(
+        &self,
+        request: &ScanRequest,
+        ctx: Arc<TaskContext>,
+    ) -> Result<Arc<dyn ExecutionPlan>>;
+}
+
+/// A table scan that may run in another process: a leaf for the distributed planner.
+pub struct RemoteScanExec {
+    request: Arc<ScanRequest>,
+    /// The plan: built by the coordinator, or on a worker's first `execute`.
+    plan: Arc<tokio::sync::OnceCell<Arc<dyn ExecutionPlan>>>,
+    /// Builds the plan on a worker (absent on the coordinator).
+    builder: Option<Arc<dyn ScanBuilder>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for RemoteScanExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteScanExec")
+            .field("table", &self.request.table_name())
+            .field("partitions", &self.request.partitions)
+            .finish_non_exhaustive()
+    }
+}
+
+fn properties_of(request: &ScanRequest) -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(Arc::clone(&request.schema)),
+        Partitioning::UnknownPartitioning(request.partitions),
+        EmissionType::Incremental,
+        Boundedness::Bounded,
+    ))
+}
+
+impl RemoteScanExec {
+    /// The coordinator's node: `plan` is its own plan of `request`.
+    pub fn planned(request: ScanRequest, plan: Arc<dyn ExecutionPlan>) -> Self {
+        let properties = properties_of(&request);
+        Self {
+            request: Arc::new(request),
+            plan: Arc::new(tokio::sync::OnceCell::new_with(Some(plan))),
+            builder: None,
+            properties,
+        }
+    }
+
+    /// A worker's node: `builder` plans `request` when first executed.
+    pub fn deferred(request: ScanRequest, builder: Arc<dyn ScanBuilder>) -> Self {
+        let properties = properties_of(&request);
+        Self {
+            request: Arc::new(request),
+            plan: Arc::new(tokio::sync::OnceCell::new()),
+            builder: Some(builder),
+            properties,
+        }
+    }
+
+    /// What the scan reads, as whom, with which keys and masks.
+    pub fn request(&self) -> &ScanRequest {
+        &self.request
+    }
+
+    /// The plan, if built here (the coordinator's, or a worker's after the first execute).
+    pub fn local_plan(&self) -> Option<&Arc<dyn ExecutionPlan>> {
+        self.plan.get()
+    }
+}
+
+impl DisplayAs for RemoteScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.request;
+        write!(f, "RemoteScanExec: table={}", r.table_name())?;
+        if let Some(id) = r.snapshot_id {
+            write!(f, ", snapshot={id}")?;
+        }
+        write!(
+            f,
+            ", partitions={}, principal={}, columns=[",
+            r.partitions, r.principal
+        )?;
+        for (i, field) in r.schema.fields().iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match r.masks.as_ref().map(|m| &m[i].decision) {
+                Some(d) => write!(f, "{}={d}", field.name())?,
+                None => write!(f, "{}", field.name())?,
+            }
+        }
+        f.write_str("]")?;
+        if !r.filters.is_empty() {
+            let filters: Vec<String> = r.filters.iter().map(|e| e.to_string()).collect();
+            write!(f, ", filters=[{}]", filters.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for RemoteScanExec {
+    fn name(&self) -> &str {
+        "RemoteScanExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "RemoteScanExec is a leaf".to_owned(),
+            ))
+        }
+    }
+
+    fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
+        match self.plan.get() {
+            Some(p) => p.partition_statistics(partition),
+            None => Ok(Statistics::new_unknown(&self.request.schema)),
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if let Some(plan) = self.plan.get() {
+            return plan.execute(partition, context);
+        }
+        let Some(builder) = self.builder.clone() else {
+            return Err(DataFusionError::Internal(format!(
+                "RemoteScanExec of {} has neither a plan nor a builder",
+                self.request.table_name()
+            )));
+        };
+        let (cell, request) = (Arc::clone(&self.plan), Arc::clone(&self.request));
+        let stream = futures::stream::once(async move {
+            let plan = cell
+                .get_or_try_init(|| builder.build(&request, Arc::clone(&context)))
+                .await?;
+            let n = plan.properties().output_partitioning().partition_count();
+            if n != request.partitions {
+                return Err(DataFusionError::Execution(format!(
+                    "table {}: this worker planned {n} file groups where the coordinator planned {} \
+                     (the table changed during the query?); run the query again",
+                    request.table_name(),
+                    request.partitions
+                )));
+            }
+            plan.execute(partition, context)
+        })
+        .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.request.schema),
+            stream,
+        )))
+    }
+}
+
+impl IcebergTableProvider {
+    /// Plans `request` (a coordinator's scan of this table) here, with `provider` doing
+    /// the crypto: the same files at the same snapshot, the same key scope and masks.
+    pub async fn scan_request(
+        &self,
+        state: &dyn Session,
+        request: &ScanRequest,
+        provider: ProviderRef,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let name = request.table_name();
+        let mut table = match (request.snapshot_id, request.travel) {
+            (Some(id), true) => self.clone().as_of(crate::AsOf::Version(id))?,
+            (Some(id), false) => self.pinned(id)?,
+            (None, _) => self.clone(),
+        };
+        table.split = Some(request.partitions);
+        let fields: Vec<String> = table
+            .table_schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        if fields != request.table_fields {
+            return Err(DataFusionError::Execution(format!(
+                "table {name}: its schema here ({}) is not the coordinator's ({}); \
+                 run the query again",
+                fields.join(", "),
+                request.table_fields.join(", ")
+            )));
+        }
+        let plan = table
+            .scan_with(
+                state,
+                Some(&request.projection),
+                &request.filters,
+                request.limit,
+                ScanAs {
+                    scope: request.scope.clone(),
+                    principal: &request.principal,
+                    aad_prefix: request.aad_prefix.clone(),
+                    provider: Some(provider),
+                    credential: None,
+                    column_keys: request.column_keys.clone(),
+                },
+                request.set_predicate,
+            )
+            .await?;
+        Ok(match &request.masks {
+            None => plan,
+            Some(masks) => Arc::new(PolicyMaskExec::new(
+                plan,
+                masks.clone(),
+                Arc::clone(&request.schema),
+                request.principal.clone(),
+            )),
+        })
+    }
+}
