@@ -154,7 +154,8 @@ pub async fn worker(
     addr: Option<String>,
     addr_file: Option<PathBuf>,
 ) -> Result<i32> {
-    let service = engine.worker_service()?;
+    // Fails early (before listening) without a cluster secret.
+    engine.worker_service()?;
     let insecure = engine.config().cluster.as_ref().is_some_and(|c| c.insecure);
     let addr = addr.unwrap_or_else(|| "127.0.0.1:50061".into());
     let sock: SocketAddr = tokio::net::lookup_host(&addr)
@@ -179,12 +180,7 @@ pub async fn worker(
         std::fs::write(&f, bound.to_string())
             .with_context(|| format!("cannot write '{}'", f.display()))?;
     }
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
-        .add_service(service.into_worker_server())
-        .serve_with_incoming_shutdown(incoming, shutdown_signal())
-        .await
-        .context("worker server")?;
+    engine.serve_worker(listener, shutdown_signal()).await?;
     println!("ClearIce worker stopped");
     Ok(0)
 }

@@ -1,6 +1,9 @@
 //! Scale-out with real processes: three `clearice worker`s on loopback, one killed with
 //! SIGKILL in the middle of a query.
 
+// Tests may block: they are not async workers serving anyone.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::Path;

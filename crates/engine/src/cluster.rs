@@ -101,9 +101,57 @@ fn now_s() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// How a distributed query fails because of the cluster (one line each).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A worker did not take a scan: unsigned or altered bytes, expired, or a table its
+    /// catalogs do not have.
+    #[error("worker refused the scan: {reason}")]
+    Refused {
+        /// Why, naming the table.
+        reason: String,
+    },
+    /// Workers stopped answering while the query ran.
+    #[error(
+        "cluster worker {workers} stopped answering during the query ({reason}); the query was \
+         stopped, no partial result was returned: run it again (the next queries run on the \
+         other workers)"
+    )]
+    WorkerLost {
+        /// The workers that do not answer now.
+        workers: String,
+        /// The transport's message.
+        reason: String,
+    },
+    /// A worker call failed although every worker answers.
+    #[error(
+        "a cluster worker failed during the query ({reason}); the query was stopped, no \
+         partial result was returned: run it again"
+    )]
+    WorkerFailed {
+        /// The transport's message.
+        reason: String,
+    },
+    /// No configured worker answers.
+    #[error("no cluster worker answers (configured: {configured})")]
+    NoWorkers {
+        /// The configured workers.
+        configured: String,
+    },
+}
+
+impl From<ClusterError> for DataFusionError {
+    fn from(e: ClusterError) -> Self {
+        DataFusionError::External(Box::new(e))
+    }
+}
+
 /// What a worker can refuse a plan for; one line each, naming the table.
 fn refused(what: impl fmt::Display) -> DataFusionError {
-    DataFusionError::Execution(format!("worker refused the scan: {what}"))
+    ClusterError::Refused {
+        reason: what.to_string(),
+    }
+    .into()
 }
 
 /// Key scope on the wire.
@@ -649,19 +697,15 @@ impl Workers {
         let reason = status_in(e)
             .map(|s| s.message().lines().next().unwrap_or_default().to_owned())
             .unwrap_or_default();
-        DataFusionError::Execution(if down.is_empty() {
-            format!(
-                "a cluster worker failed during the query ({reason}); the query was stopped, \
-                 no partial result was returned: run it again"
-            )
+        if down.is_empty() {
+            ClusterError::WorkerFailed { reason }.into()
         } else {
-            format!(
-                "cluster worker {} stopped answering during the query ({reason}); the query \
-                 was stopped, no partial result was returned: run it again (the next queries \
-                 run on the other workers)",
-                down.join(", ")
-            )
-        })
+            ClusterError::WorkerLost {
+                workers: down.join(", "),
+                reason,
+            }
+            .into()
+        }
     }
 }
 
@@ -684,14 +728,15 @@ impl WorkerResolver for Workers {
     fn get_urls(&self) -> DfResult<Vec<url::Url>> {
         let live = self.live();
         if live.is_empty() {
-            return Err(DataFusionError::Execution(format!(
-                "no cluster worker answers (configured: {})",
-                self.all
+            return Err(ClusterError::NoWorkers {
+                configured: self
+                    .all
                     .iter()
                     .map(|u| u.as_str())
                     .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+                    .join(", "),
+            }
+            .into());
         }
         Ok(live)
     }

@@ -50,6 +50,9 @@ pub enum Error {
     /// A catalog failed.
     #[error(transparent)]
     Table(#[from] clearice_table::Error),
+    /// The cluster worker service failed.
+    #[error("cluster worker: {0}")]
+    Worker(String),
 }
 
 /// Result with this crate's [`Error`].
@@ -153,6 +156,15 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             LimitExceeded::Concurrency { .. }
             | LimitExceeded::Rows { .. }
             | LimitExceeded::Bytes { .. } => ErrorClass::ResourceLimit,
+        };
+    }
+    if let Some(c) = cause_of::<crate::cluster::ClusterError>(e) {
+        use crate::cluster::ClusterError as C;
+        return match c {
+            C::Refused { .. } => ErrorClass::Denied,
+            C::WorkerLost { .. } | C::WorkerFailed { .. } | C::NoWorkers { .. } => {
+                ErrorClass::Unavailable
+            }
         };
     }
     if let Some(d) = cause_of::<DecryptError>(e) {

@@ -58,7 +58,7 @@ pub use clearice_crypto::AccessToken;
 pub use clearice_table::Error as TableError;
 pub use clearice_table::storage::{Requests as StorageRequests, S3Options, Secret};
 pub use clearice_table::travel::rewrite_sql as rewrite_time_travel;
-pub use cluster::{ClearIceCodec, MIN_SECRET_BYTES, TaskSigner};
+pub use cluster::{ClearIceCodec, ClusterError, MIN_SECRET_BYTES, TaskSigner};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, ClusterConfig, Config, ExplicitKeysConfig, KmsConfig,
     KmsKind, LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
@@ -286,6 +286,22 @@ impl Engine {
             runtime: Arc::clone(&self.runtime),
             codec: Arc::new(self.worker_codec(Arc::clone(signer))),
         }))
+    }
+
+    /// Serves [`Engine::worker_service`] on `listener` until `shutdown` completes.
+    pub async fn serve_worker(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<()> {
+        let service = self.worker_service()?;
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(service.into_worker_server())
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await
+            .map_err(|e| Error::Worker(e.to_string()))
     }
 
     /// The codec this engine's worker decodes plans with (scans verified with `signer`,

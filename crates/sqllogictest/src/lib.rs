@@ -188,6 +188,9 @@ pub struct RunOptions {
     pub datafusion_session: bool,
     /// Variables for `control substitution on` blocks (`$NAME`).
     pub vars: Vec<(String, String)>,
+    /// The engine coordinates cluster workers: records run with the label `distributed`
+    /// (`skipif distributed` for plans that differ, e.g. `EXPLAIN`).
+    pub distributed: bool,
     /// Files run at once.
     pub jobs: usize,
     /// A file still running after this fails (its records count as failed).
@@ -310,6 +313,9 @@ where
 {
     runner.add_label("Datafusion");
     runner.add_label("clearice");
+    if options.distributed {
+        runner.add_label("distributed");
+    }
     runner.with_normalizer(conventions::normalizer);
     runner.with_validator(conventions::validator);
     runner.with_column_validator(sqllogictest::strict_column_validator);

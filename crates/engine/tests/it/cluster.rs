@@ -26,11 +26,9 @@ impl Drop for TestWorker {
 async fn start_worker(config: &Path, listener: tokio::net::TcpListener) -> TestWorker {
     let engine = Arc::new(Engine::open(Config::load(config).unwrap()).await.unwrap());
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let service = engine.worker_service().unwrap();
+    let e = Arc::clone(&engine);
     let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(service.into_worker_server())
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+        e.serve_worker(listener, std::future::pending())
             .await
             .unwrap();
     });
