@@ -3,7 +3,7 @@
 //! repeated query would run.
 //!
 //! ```text
-//! compare clearice   --config clearice.toml --user admin
+//! compare clearice   --config clearice.toml --user admin [--distributed]   # coordinator of [cluster]
 //! compare datafusion --keyring keyring.json --table NAME=PATH[:encrypted] ...
 //! compare server-users admin ...     # prints [server.users.*] (password = name)
 //! ```
@@ -123,10 +123,13 @@ async fn open(args: &[String]) -> anyhow::Result<Runner> {
         Some("clearice") => {
             let config = arg(args, "--config").ok_or_else(|| anyhow::anyhow!("--config"))?;
             let user = arg(args, "--user").unwrap_or_else(|| "admin".into());
-            let engine = Arc::new(
+            let mut engine =
                 clearice_engine::Engine::open(clearice_engine::Config::load(config.as_ref())?)
-                    .await?,
-            );
+                    .await?;
+            if args.iter().any(|a| a == "--distributed") {
+                engine = engine.distribute()?;
+            }
+            let engine = Arc::new(engine);
             let session = engine.session_for(&user, "bench");
             Ok(Runner::ClearIce { engine, session })
         }

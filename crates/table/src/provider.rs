@@ -764,7 +764,19 @@ impl IcebergTableProvider {
                 _ => f.file,
             })
             .collect();
-        let groups = split_groups(files, partitions);
+        let mut groups = split_groups(files, partitions);
+        // A scan planned for workers is not optimized again there, so the byte-range split
+        // DataFusion's optimizer makes of large files on one machine is made here (the
+        // same on the coordinator and every worker): a few large files still spread over
+        // every worker's partitions.
+        if self.split.is_some()
+            && let Some(ranged) = datafusion::datasource::physical_plan::FileGroupPartitioner::new()
+                .with_target_partitions(partitions)
+                .with_repartition_file_min_size(RANGE_MIN_BYTES)
+                .repartition_file_groups(&groups)
+        {
+            groups = ranged;
+        }
         let config = FileScanConfigBuilder::new(store_url.clone(), Arc::new(source))
             .with_statistics(table_stats)
             .with_file_groups(groups)
@@ -775,6 +787,10 @@ impl IcebergTableProvider {
         Ok(DataSourceExec::from_data_source(config))
     }
 }
+
+/// Smallest file split into byte ranges in a scan planned for workers (DataFusion's
+/// `repartition_file_min_size` default).
+const RANGE_MIN_BYTES: usize = 10 * 1024 * 1024;
 
 /// A data file of a scan and what is known of its rows.
 struct ScanFile {
