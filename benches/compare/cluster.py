@@ -126,16 +126,7 @@ def main():
               ", ".join(f"{k} {v}" for k, v in kms.items())]
     print("\n".join(lines))
     if args.results:
-        path = run.ROOT / "benches" / "RESULTS.md"
-        text = path.read_text()
-        begin, end = "<!-- cluster:begin -->", "<!-- cluster:end -->"
-        block = f"{begin}\n" + "\n".join(lines) + f"\n{end}"
-        if begin in text:
-            text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-        else:
-            text = text.rstrip("\n") + "\n\n## Scale-out\n\n" + block + "\n"
-        path.write_text(text)
-        run.log(f"written to {path}")
+        run.write_results(lines, "cluster", heading="Scale-out (coordinator and workers)")
 
 
 if __name__ == "__main__":

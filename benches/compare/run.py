@@ -533,16 +533,23 @@ def main():
         lines += flight(args, work, compare, clearice)
     print("\n".join(lines))
     if args.results:
-        path = ROOT / "benches" / "RESULTS.md"
-        text = path.read_text()
-        begin, end = "<!-- compare:begin -->", "<!-- compare:end -->"
-        block = f"{begin}\n" + "\n".join(lines) + f"\n{end}"
-        if begin in text:
-            text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
-        path.write_text(text)
-        log(f"written to {path}")
+        write_results(lines, "compare")
+
+
+def write_results(lines, marker, heading=None):
+    """Puts `lines` into benches/RESULTS.md between `<!-- MARKER:begin/end -->` (appended,
+    under `heading`, the first time)."""
+    path = ROOT / "benches" / "RESULTS.md"
+    text = path.read_text()
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+    block = f"{begin}\n" + "\n".join(lines) + f"\n{end}"
+    if begin in text:
+        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        title = f"## {heading}\n\n" if heading else ""
+        text = text.rstrip("\n") + "\n\n" + title + block + "\n"
+    path.write_text(text)
+    log(f"written to {path}")
 
 
 def report(args, work, workers, workloads, med, kms_cold, kms_warm):
