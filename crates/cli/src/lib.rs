@@ -43,6 +43,10 @@ pub struct Cli {
     /// No banner and no row-count/timing lines.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Coordinate the config's `[cluster]` workers: catalog scans run on them (policy,
+    /// masks' decisions and audit stay here). For the shell, `-c`/`-f`, `slt` and `serve`.
+    #[arg(long, global = true)]
+    pub distributed: bool,
     /// Log filter (tracing EnvFilter syntax), e.g. `debug` or `clearice_table=debug`.
     #[arg(long, env = "CLEARICE_LOG", default_value = "warn")]
     pub log_filter: String,
@@ -99,10 +103,6 @@ pub enum Command {
         /// Write the bound address (host:port) to this file once listening.
         #[arg(long)]
         addr_file: Option<PathBuf>,
-        /// Coordinate the `[cluster]` workers: catalog scans run on them (policy, masks'
-        /// decisions and audit stay here).
-        #[arg(long)]
-        distributed: bool,
     },
     /// Run a cluster worker: executes the stages coordinators of the same `[cluster]`
     /// (same secret) send, with this config's catalogs and KMS.
@@ -278,6 +278,16 @@ async fn config_or_demo(config: Option<&Path>, quiet: bool) -> Result<Config> {
     Ok(Config::load(&path)?)
 }
 
+/// Opens the engine, as the coordinator of its `[cluster]` with `--distributed`.
+async fn open_engine(cli: &Cli, config: Config) -> Result<Engine> {
+    let engine = Engine::open(config).await?;
+    Ok(if cli.distributed {
+        engine.distribute()?
+    } else {
+        engine
+    })
+}
+
 /// Runs the CLI; returns the process exit code. Interactive queries run on `cpu`.
 pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
     let principal = local_principal(&cli);
@@ -327,17 +337,9 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             );
             return Ok(0);
         }
-        Some(Command::Serve {
-            addr,
-            addr_file,
-            distributed,
-        }) => {
+        Some(Command::Serve { addr, addr_file }) => {
             let config = config_or_demo(cli.config.as_deref(), cli.quiet).await?;
-            let mut engine = Engine::open(config).await?;
-            if *distributed {
-                engine = engine.distribute()?;
-            }
-            let engine = Arc::new(engine);
+            let engine = Arc::new(open_engine(&cli, config).await?);
             // The network (tonic, logins, cancellation) on this runtime; planning and
             // execution on the CPU runtime.
             let cpu = clearice_engine::CpuExecutor::new(cpu);
@@ -438,6 +440,7 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                 complete: *complete,
                 workspace_root,
                 datafusion_session: *datafusion_session,
+                distributed: cli.distributed,
                 file_timeout: Some(std::time::Duration::from_secs(*timeout)),
                 executor: Some(cpu.clone()),
                 ..clearice_sqllogictest::RunOptions::new(&user)
@@ -459,9 +462,8 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                     summary
                 }
                 None => {
-                    let engine = Arc::new(
-                        Engine::open(config_or_demo(cli.config.as_deref(), true).await?).await?,
-                    );
+                    let config = config_or_demo(cli.config.as_deref(), true).await?;
+                    let engine = Arc::new(open_engine(&cli, config).await?);
                     clearice_sqllogictest::run_files(engine, &files, &options).await
                 }
             };
@@ -483,7 +485,11 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
     let Some((_, source)) = principal else {
         return Err(no_principal());
     };
-    let engine = Engine::open(config_or_demo(cli.config.as_deref(), cli.quiet).await?).await?;
+    let engine = open_engine(
+        &cli,
+        config_or_demo(cli.config.as_deref(), cli.quiet).await?,
+    )
+    .await?;
     let interactive = cli.commands.is_empty() && cli.file.is_none();
     let ctx = Arc::new(engine.session_for(&user, if interactive { "repl" } else { "cli" }));
     if interactive {

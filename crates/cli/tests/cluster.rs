@@ -52,6 +52,26 @@ fn a_worker_killed_mid_query_fails_it_clearly_and_the_next_query_runs_on_the_oth
         .collect();
     let addrs: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
     let coordinator_config = with_cluster(&config, &addrs);
+    // The CLI as coordinator: the analyst's mask, applied on a worker.
+    let out = run_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
+            .arg("--config")
+            .arg(&coordinator_config)
+            .args([
+                "--distributed",
+                "--user",
+                "analyst",
+                "--format",
+                "csv",
+                "-q",
+                "-c",
+            ])
+            .arg("SELECT id, ssn FROM lake.sales.customers WHERE id = 1000001"),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "id,ssn\n1000001,XXX-XX-1603"
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let engine = Engine::open(Config::load(&coordinator_config).unwrap())

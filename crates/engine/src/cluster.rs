@@ -1,7 +1,7 @@
 //! Scale-out on datafusion-distributed: one coordinator, several workers.
 //!
 //! ```text
-//!  coordinator (clearice serve --distributed)        worker (clearice worker)
+//!  coordinator (clearice [serve] --distributed)      worker (clearice worker)
 //!  SQL ─▶ plan: policy decided, audited ─▶           own catalogs, own KMS / providers
 //!        RemoteScanExec leaves (key ids, masks)
 //!  ClusterRule: DistributedPhysicalOptimizerRule     Worker (gRPC): decodes the stage,

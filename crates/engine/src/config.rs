@@ -66,7 +66,7 @@ pub struct Config {
     #[serde(default)]
     pub storage: StorageConfig,
     /// Scale-out: the workers a coordinator sends scans to, and the secret that signs
-    /// them (`clearice serve --distributed`, `clearice worker`).
+    /// them (`clearice --distributed`, `clearice worker`).
     #[serde(default)]
     pub cluster: Option<ClusterConfig>,
     /// Directory of the config file (relative paths resolve against it).
