@@ -872,7 +872,8 @@ impl TableProvider for PolicyTableProvider {
             column_keys: keys.column_keys,
             masks: (!all_plaintext).then_some(outputs),
             partitions: plan.properties().output_partitioning().partition_count(),
-            schema: out_schema,
+            // The masked schema, or the inner scan's (its column order) when plaintext.
+            schema: plan.schema(),
         };
         Ok(Arc::new(RemoteScanExec::planned(request, plan)))
     }
