@@ -790,6 +790,7 @@ impl ScanBuilder for WorkerScans {
         ctx: Arc<TaskContext>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let name = request.table_name();
+        let started = std::time::Instant::now();
         let catalog = self
             .catalogs
             .iter()
@@ -826,7 +827,16 @@ impl ScanBuilder for WorkerScans {
             .with_runtime_env(ctx.runtime_env())
             .with_default_features()
             .build();
-        table.scan_request(&state, request, provider).await
+        let loaded = started.elapsed();
+        let plan = table.scan_request(&state, request, provider).await?;
+        tracing::debug!(
+            table = %name,
+            principal = %request.principal,
+            load_ms = loaded.as_secs_f64() * 1e3,
+            plan_ms = started.elapsed().as_secs_f64() * 1e3,
+            "scan planned on this worker"
+        );
+        Ok(plan)
     }
 }
 
