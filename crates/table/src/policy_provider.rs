@@ -808,6 +808,10 @@ impl TableProvider for PolicyTableProvider {
             inner.split = Some(d.partitions);
         }
         let keys = self.rewrite_keys();
+        // The filters go to the Parquet reader when a mask above blocks DataFusion's own
+        // pushdown, and for workers: the leaf they get takes no pushdown either, so row
+        // groups are pruned only if the scan has the predicate from the start.
+        let set_predicate = !all_plaintext || distribute.is_some();
         let inner_plan = inner
             .scan_with(
                 state,
@@ -815,7 +819,7 @@ impl TableProvider for PolicyTableProvider {
                 filters,
                 limit,
                 keys.scan_as(scope.clone()),
-                !all_plaintext,
+                set_predicate,
             )
             .await?;
         let out_schema = project_schema(&self.schema, projection)?;
@@ -863,7 +867,7 @@ impl TableProvider for PolicyTableProvider {
             projection: inner_cols,
             filters: filters.to_vec(),
             limit,
-            set_predicate: !all_plaintext,
+            set_predicate,
             scope,
             principal: principal.to_owned(),
             aad_prefix: keys.aad_prefix,
