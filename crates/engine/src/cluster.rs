@@ -869,9 +869,102 @@ impl WorkerSessionBuilder for WorkerSessions {
     }
 }
 
-/// A worker service for `sessions`.
+/// A worker service for `sessions`; it runs only stage plans [`admitted`].
 pub(crate) fn worker(sessions: WorkerSessions) -> Worker {
-    Worker::from_session_builder(sessions)
+    let mut worker = Worker::from_session_builder(sessions);
+    worker.add_on_plan_hook(guard);
+    worker
+}
+
+/// Whether a decoded stage plan may run on this worker. Whoever reaches a worker's port
+/// can send a plan; only a signed scan reads data (its signature was verified when it was
+/// decoded). DataFusion's own file scans and sinks would reach the worker's files, so
+/// every leaf must be a [`RemoteScanExec`], read nothing, or be a network boundary (its
+/// input runs on other workers), and no node may write.
+fn admitted(plan: &Arc<dyn ExecutionPlan>) -> Result<(), String> {
+    let any = plan.as_any();
+    if any.is::<RemoteScanExec>()
+        || any.is::<datafusion_distributed::NetworkShuffleExec>()
+        || any.is::<NetworkCoalesceExec>()
+        || any.is::<datafusion_distributed::NetworkBroadcastExec>()
+    {
+        return Ok(());
+    }
+    if plan.name() == "DataSinkExec" {
+        return Err("it writes files".into());
+    }
+    if plan.children().is_empty() && !any.is::<EmptyExec>() && !any.is::<PlaceholderRowExec>() {
+        return Err(format!(
+            "its leaf {} is not a scan signed by a coordinator",
+            plan.name()
+        ));
+    }
+    plan.children().into_iter().try_for_each(admitted)
+}
+
+/// The plan, or one that fails with why it was not [`admitted`] (the worker's hook cannot
+/// return an error).
+fn guard(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    match admitted(&plan) {
+        Ok(()) => plan,
+        Err(reason) => {
+            tracing::warn!(reason = %reason, "stage plan refused");
+            Arc::new(RefusedExec {
+                reason,
+                properties: Arc::clone(plan.properties()),
+            })
+        }
+    }
+}
+
+/// A refused stage plan: fails when executed.
+#[derive(Debug)]
+struct RefusedExec {
+    reason: String,
+    properties: Arc<datafusion::physical_plan::PlanProperties>,
+}
+
+impl datafusion::physical_plan::DisplayAs for RefusedExec {
+    fn fmt_as(
+        &self,
+        _t: datafusion::physical_plan::DisplayFormatType,
+        f: &mut fmt::Formatter<'_>,
+    ) -> fmt::Result {
+        write!(f, "RefusedExec: {}", self.reason)
+    }
+}
+
+impl ExecutionPlan for RefusedExec {
+    fn name(&self) -> &str {
+        "RefusedExec"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
+        Err(refused(format!("stage plan refused: {}", self.reason)))
+    }
 }
 
 #[cfg(test)]
@@ -1026,6 +1119,41 @@ mod tests {
             .to_string();
         assert!(e.contains("unknown plan node"), "{e}");
         assert!(TaskSigner::new(&[1u8; 31], Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn workers_run_only_plans_whose_leaves_are_signed_scans() {
+        use datafusion::datasource::memory::MemorySourceConfig;
+        use datafusion::physical_plan::filter::FilterExec;
+        let schema = request().schema;
+        let scan: Arc<dyn ExecutionPlan> =
+            Arc::new(RemoteScanExec::deferred(request(), Arc::new(NoBuilder)));
+        let above = |leaf: Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+            Arc::new(
+                FilterExec::try_new(datafusion::physical_expr::expressions::lit(true), leaf)
+                    .unwrap(),
+            )
+        };
+        assert!(admitted(&above(Arc::clone(&scan))).is_ok());
+        // A plan of DataFusion's own (here rows in memory; a file scan alike) is refused,
+        // and runs as a node that fails with why.
+        let memory: Arc<dyn ExecutionPlan> =
+            MemorySourceConfig::try_new_exec(&[vec![]], Arc::clone(&schema), None).unwrap();
+        let forged = above(memory);
+        let e = admitted(&forged).unwrap_err();
+        assert!(e.contains("is not a scan signed by a coordinator"), "{e}");
+        let guarded = guard(forged);
+        assert_eq!(guarded.name(), "RefusedExec");
+        assert_eq!(guarded.schema(), schema);
+        let e = guarded
+            .execute(0, Arc::new(TaskContext::default()))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("worker refused the scan: stage plan refused"),
+            "{e}"
+        );
     }
 
     #[test]

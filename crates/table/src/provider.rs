@@ -448,7 +448,14 @@ impl IcebergTableProvider {
 /// Splits files into at most `n` groups of similar byte size (largest first).
 fn split_groups(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
     let n = n.max(1).min(files.len().max(1));
-    files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
+    // Ties broken by path: Iceberg plans manifests concurrently, so the files come in any
+    // order, and workers must group them exactly as the coordinator did.
+    files.sort_by(|a, b| {
+        b.object_meta
+            .size
+            .cmp(&a.object_meta.size)
+            .then_with(|| a.object_meta.location.cmp(&b.object_meta.location))
+    });
     let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
     for f in files {
         let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
@@ -906,5 +913,47 @@ impl ExecutionPlan for IcebergSnapshotExec {
                 child_pushdown_result,
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(groups: &[FileGroup]) -> Vec<Vec<String>> {
+        groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|f| f.object_meta.location.to_string())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Workers group a scan's files again: whatever order Iceberg lists them in, the
+    /// groups must be the coordinator's.
+    #[test]
+    fn file_groups_do_not_depend_on_listing_order() {
+        let files: Vec<PartitionedFile> = (0..12)
+            .map(|i| PartitionedFile::new(format!("data/f{i:02}.parquet"), 100 + (i % 3) * 10))
+            .collect();
+        let want = names(&split_groups(files.clone(), 4));
+        for seed in 0..20u64 {
+            let mut shuffled = files.clone();
+            // A deterministic shuffle per seed.
+            shuffled.sort_by_key(|f| {
+                let h = f
+                    .object_meta
+                    .location
+                    .as_ref()
+                    .bytes()
+                    .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+                h.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            });
+            assert_eq!(names(&split_groups(shuffled, 4)), want, "seed {seed}");
+        }
+        assert_eq!(want.len(), 4);
+        assert_eq!(want.iter().map(Vec::len).sum::<usize>(), 12);
     }
 }
