@@ -145,33 +145,23 @@ fn a_worker_killed_mid_query_fails_it_clearly_and_the_next_query_runs_on_the_oth
 fn a_worker_refuses_to_start_without_a_cluster_secret_or_beyond_loopback_in_plaintext() {
     let tmp = tempfile::tempdir().unwrap();
     let config = lake(tmp.path());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
-        .arg("--config")
-        .arg(&config)
-        .args(["worker", "--addr", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    // `clearice worker` with `config` on `addr` must fail; its stderr.
+    let refusal = |config: &Path, addr: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
+            .arg("--config")
+            .arg(config)
+            .args(["worker", "--addr", addr])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refusal(&config, "127.0.0.1:0");
     assert!(err.contains("[cluster] secret_file"), "{err}");
     let clustered = with_cluster(&config, &[]);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
-        .arg("--config")
-        .arg(&clustered)
-        .args(["worker", "--addr", "0.0.0.0:0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refusal(&clustered, "0.0.0.0:0");
     assert!(err.contains("not encrypted"), "{err}");
     std::fs::write(tmp.path().join("lake/cluster.secret"), "short").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
-        .arg("--config")
-        .arg(&clustered)
-        .args(["worker", "--addr", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refusal(&clustered, "127.0.0.1:0");
     assert!(err.contains("at least 32 are needed"), "{err}");
 }

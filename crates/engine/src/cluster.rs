@@ -48,6 +48,7 @@ use parking_lot::RwLock;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use crate::error::cause_of;
 use crate::fair::YieldExec;
 
 /// Signs and verifies scans sent to workers (HMAC-SHA256 with the cluster secret).
@@ -597,7 +598,9 @@ impl ExecutionPlan for WorkerErrorsExec {
             let workers = workers.clone();
             async move {
                 match item {
-                    Err(e) if status_in(&e).is_some() => Err(workers.explain(&e).await),
+                    Err(e) if cause_of::<tonic::Status>(&e).is_some() => {
+                        Err(workers.explain(&e).await)
+                    }
                     other => other,
                 }
             }
@@ -606,23 +609,6 @@ impl ExecutionPlan for WorkerErrorsExec {
             datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, stream),
         ))
     }
-}
-
-/// The gRPC status in `e`'s chain, if a worker call failed.
-fn status_in(e: &DataFusionError) -> Option<&tonic::Status> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if let Some(status) = s.downcast_ref::<tonic::Status>() {
-            return Some(status);
-        }
-        source = match s.downcast_ref::<DataFusionError>() {
-            Some(DataFusionError::External(inner)) => Some(inner.as_ref()),
-            Some(DataFusionError::Shared(inner)) => Some(inner.as_ref()),
-            Some(DataFusionError::Context(_, inner)) => Some(inner.as_ref()),
-            _ => s.source(),
-        };
-    }
-    None
 }
 
 /// The configured workers that answer: a background probe drops a worker that stops
@@ -694,7 +680,7 @@ impl Workers {
             }
         }
         *self.live.write() = up;
-        let reason = status_in(e)
+        let reason = cause_of::<tonic::Status>(e)
             .map(|s| s.message().lines().next().unwrap_or_default().to_owned())
             .unwrap_or_default();
         if down.is_empty() {
