@@ -15,10 +15,12 @@
 //!
 //! [auth]                               # bearer JWTs on every call
 //! audience = "clearice-crypto"
-//! hs256_secret_file = "jwt.secret"     # shared secret (services)
+//! service_secret_file = "service.secret"  # HS256 secret only trusted services hold
+//! trusted_services = ["clearice"]      # subjects that may act for access.user_id, when
+//!                                      # their token is signed with service_secret_file
 //! es256_public_key = "idp-ec.pem"      # identity provider keys (users' own tokens)
 //! rs256_public_key = "idp-rsa.pem"
-//! trusted_services = ["clearice"]      # subjects that may act for access.user_id
+//! hs256_secret_file = "jwt.secret"     # users' HS256 tokens (see below)
 //!
 //! [users.alice]
 //! roles = ["pii_reader"]
@@ -27,6 +29,15 @@
 //! roles = ["pii_reader"]
 //! users = ["admin"]
 //! ```
+//!
+//! Who may name the user is decided by the key that verified the token, not by its
+//! subject: an identity provider may issue a user the subject `clearice`, so a token
+//! verified by `es256_public_key` or `rs256_public_key` always acts for its own subject.
+//! Only a token signed with `service_secret_file` whose subject is in `trusted_services`
+//! may name `access.user_id`. Older configs without `service_secret_file` keep working
+//! when they have `hs256_secret_file`: it is then the services' secret (as it was
+//! documented), so it must be held by the trusted services only, never by an identity
+//! provider. `trusted_services` without either secret is refused at startup.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,16 +100,24 @@ pub struct AuthConfig {
     /// Required `iss` claim, if set.
     #[serde(default)]
     pub issuer: Option<String>,
-    /// File holding the HS256 shared secret.
+    /// File holding an HS256 shared secret. With `service_secret_file` it verifies
+    /// users' tokens only; without it, it is also the trusted services' secret.
     #[serde(default)]
     pub hs256_secret_file: Option<PathBuf>,
+    /// File holding the HS256 secret only the trusted services hold (at least 32 bytes,
+    /// different from `hs256_secret_file`): a token signed with it must have a subject
+    /// in `trusted_services`, and may name the user.
+    #[serde(default)]
+    pub service_secret_file: Option<PathBuf>,
     /// PEM public key for RS256 tokens.
     #[serde(default)]
     pub rs256_public_key: Option<PathBuf>,
     /// PEM public key for ES256 tokens.
     #[serde(default)]
     pub es256_public_key: Option<PathBuf>,
-    /// Token subjects (services) trusted to name the user in `access.user_id`.
+    /// Token subjects (services) trusted to name the user in `access.user_id`, when
+    /// their token is signed with `service_secret_file` (or, without it,
+    /// `hs256_secret_file`); identity-provider tokens never name another user.
     #[serde(default)]
     pub trusted_services: Vec<String>,
     /// Clock skew allowed on `exp`/`nbf`, seconds; default 30.
@@ -146,15 +165,36 @@ impl Config {
                 .join(" "),
         })?;
         c.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        if c.auth.hs256_secret_file.is_none()
-            && c.auth.rs256_public_key.is_none()
-            && c.auth.es256_public_key.is_none()
-        {
-            return Err(Error::Config {
+        let a = &c.auth;
+        let refuse = |reason: &str| {
+            Err(Error::Config {
                 path: path.display().to_string(),
-                reason: "[auth] needs hs256_secret_file, rs256_public_key or es256_public_key"
-                    .into(),
-            });
+                reason: reason.into(),
+            })
+        };
+        if a.hs256_secret_file.is_none()
+            && a.service_secret_file.is_none()
+            && a.rs256_public_key.is_none()
+            && a.es256_public_key.is_none()
+        {
+            return refuse(
+                "[auth] needs hs256_secret_file, service_secret_file, rs256_public_key or es256_public_key",
+            );
+        }
+        if !a.trusted_services.is_empty()
+            && a.service_secret_file.is_none()
+            && a.hs256_secret_file.is_none()
+        {
+            return refuse(
+                "[auth] trusted_services needs service_secret_file: an HS256 secret only those \
+                 services hold, to sign their tokens (ClearIce: providers.NAME.hs256_secret_file); \
+                 identity-provider tokens may not name another user",
+            );
+        }
+        if a.service_secret_file.is_some() && a.trusted_services.is_empty() {
+            return refuse(
+                "[auth] service_secret_file needs trusted_services: the subjects of the services holding it",
+            );
         }
         Ok(c)
     }

@@ -135,7 +135,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             | TableError::Iceberg { .. }
             | TableError::Storage { .. } => ErrorClass::Unavailable,
             TableError::Provider { source, .. } => provider_class(source),
-            TableError::Unsupported { .. } => ErrorClass::Unsupported,
+            TableError::Unsupported { .. } | TableError::NotExact { .. } => ErrorClass::Unsupported,
             TableError::SnapshotNotFound { .. } => ErrorClass::NotFound,
             TableError::DeleteFile { .. } => ErrorClass::DataUnusable,
             TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {

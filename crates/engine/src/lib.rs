@@ -24,6 +24,7 @@ mod error;
 mod executor;
 mod fair;
 mod limits;
+mod redact;
 mod rotate;
 mod session;
 pub mod whoami;

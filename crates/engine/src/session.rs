@@ -97,16 +97,25 @@ impl Session {
 
     /// Plans a statement; a confined session checks the plan before anything runs (DDL
     /// runs when planned: `CREATE EXTERNAL TABLE` would infer a schema from the file).
-    async fn plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
+    async fn plan(
+        &self,
+        sql: &str,
+        params: Option<datafusion::common::ParamValues>,
+    ) -> Result<datafusion::dataframe::DataFrame> {
         let sql = clearice_table::travel::rewrite_sql(sql)?;
         let state = self.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let stmt = state.sql_to_statement(&sql, &dialect)?;
-        self.statement_plan(stmt).await
+        self.statement_plan(stmt, params).await
     }
 
-    /// Plans a parsed statement (MERGE runs here: DataFusion does not plan it).
-    async fn statement_plan(&self, stmt: Statement) -> Result<datafusion::dataframe::DataFrame> {
+    /// Plans a parsed statement (MERGE runs here: DataFusion does not plan it), with its
+    /// `$1..$n` values bound before any check (the checks see the values that run).
+    async fn statement_plan(
+        &self,
+        stmt: Statement,
+        params: Option<datafusion::common::ParamValues>,
+    ) -> Result<datafusion::dataframe::DataFrame> {
         if let Some(a) = alter_of(&stmt)
             && let Some(df) = self.alter_table(a).await?
         {
@@ -118,8 +127,13 @@ impl Session {
             return self.ctx.read_batch(clearice_table::dml::count_batch(rows)?);
         }
         let (stmt, properties) = take_table_properties(stmt)?;
-        let plan = self.ctx.state().statement_to_plan(stmt).await?;
-        self.checked_with(plan, properties).await
+        let mut plan = self.ctx.state().statement_to_plan(stmt).await?;
+        if let Some(p) = params {
+            plan = plan.with_param_values(p)?;
+        }
+        // Boxed: checking and planning a statement (DDL, row-level writes) is a large
+        // future, and front ends nest it deep.
+        Box::pin(self.checked_with(plan, properties)).await
     }
 
     /// `ALTER TABLE` of an Iceberg table (`None` for other tables: DataFusion's answer).
@@ -273,6 +287,16 @@ impl Session {
             {
                 Some(false)
             }
+            // Checked and planned when it runs (its subqueries run then).
+            LogicalPlan::Dml(d)
+                if matches!(
+                    d.op,
+                    datafusion::logical_expr::WriteOp::Delete
+                        | datafusion::logical_expr::WriteOp::Update
+                ) && clearice_table::dml::is_policy_target(&d.target) =>
+            {
+                Some(true)
+            }
             LogicalPlan::Ddl(
                 DdlStatement::CreateCatalogSchema(_) | DdlStatement::DropCatalogSchema(_),
             ) if !self.catalogs.is_empty() => Some(false),
@@ -330,7 +354,14 @@ impl Session {
         check_copy_formats(&plan)?;
         let state = self.ctx.state();
         clearice_table::dml::check_statement(&plan, &|p| state.optimize(p))?;
-        let plan = clearice_table::dml::detach_dml_scans(plan)?;
+        // DELETE and UPDATE run as written (their predicate never from optimized plans).
+        if let Some(write) = clearice_table::row_level::RowLevelStatement::of(&plan)? {
+            // Boxed: planning runs the statement's subqueries (a large future).
+            let exec = Box::pin(write.plan(&state)).await?;
+            return self
+                .ctx
+                .read_table(Arc::new(clearice_table::row_level::PlannedWrite::new(exec)));
+        }
         let set = match &plan {
             datafusion::logical_expr::LogicalPlan::Statement(
                 datafusion::logical_expr::Statement::SetVariable(v),
@@ -614,9 +645,54 @@ impl Session {
         self.refresh_catalogs().await;
         self.audited(sql, async move {
             let _permit = self.permit()?;
-            collect(self.plan(sql).await?).await
+            collect(self.plan(sql, None).await?).await
         })
         .await
+    }
+
+    /// Refuses (audited) an ingest into `table` that the principal may neither write nor
+    /// create, before a front end reads any of its data: a principal without write
+    /// rights cannot make the server buffer anything. [`Session::ingest`] checks the
+    /// write again when it runs.
+    pub async fn authorize_ingest(&self, table: &datafusion::common::TableReference) -> Result<()> {
+        let (catalog, schema) = self.namespace();
+        let full = format!(
+            "{}.{}.{}",
+            table.catalog().unwrap_or(&catalog),
+            table.schema().unwrap_or(&schema),
+            table.table()
+        );
+        let policy = self.access.policy();
+        let principal = self.principal();
+        // A new table is created and then written: without a `write` list of its own,
+        // writing it needs `[writes] create`, so this covers both.
+        if policy.is_known(principal) && policy.may_write_table(principal, &full) {
+            return Ok(());
+        }
+        let denied = clearice_table::Error::WriteDenied {
+            what: format!("ingest into table '{full}'"),
+            principal: principal.to_owned(),
+            rule: "not in the table's `write` list (or `[writes] create`)".into(),
+        };
+        let audit = clearice_table::WriteAudit::new("ingest");
+        let access = clearice_table::TableAccess {
+            table: full.clone(),
+            snapshot_id: None,
+            columns: vec![],
+            allowed: false,
+            error: Some(denied.to_string()),
+            write: Some(audit),
+        };
+        let e = DataFusionError::External(Box::new(denied));
+        self.pending_audit(
+            &query_id(),
+            &format!("-- ingest into {table}"),
+            vec![access],
+        )
+        .write(Err(one_line(&e)), None)
+        .await
+        .map_err(|a| DataFusionError::External(Box::new(a)))?;
+        Err(e)
     }
 
     /// Bulk ingest (Flight SQL `CommandStatementIngest`, ADBC `adbc_ingest`): appends
@@ -707,7 +783,7 @@ impl Session {
         let text = stmt.to_string();
         self.audited(&text, async move {
             let _permit = self.permit()?;
-            collect(self.statement_plan(stmt).await?).await
+            collect(self.statement_plan(stmt, None).await?).await
         })
         .await
     }
@@ -814,21 +890,15 @@ impl Session {
         sql: &str,
         params: Option<datafusion::common::ParamValues>,
     ) -> Result<SendableRecordBatchStream> {
-        self.start_stream(sql, async {
-            let mut df = self.plan(sql).await?;
-            if let Some(p) = params {
-                df = df.with_param_values(p)?;
-            }
-            Ok(df)
-        })
-        .await
+        self.start_stream(sql, async { self.plan(sql, params).await })
+            .await
     }
 
     /// Runs a parsed statement as a stream (batch by batch, audited like
     /// [`Session::sql_stream`]): results of any size in bounded memory.
     pub async fn execute_stream(&self, stmt: Statement) -> Result<SendableRecordBatchStream> {
         let text = stmt.to_string();
-        self.start_stream(&text, async { self.statement_plan(stmt).await })
+        self.start_stream(&text, async { self.statement_plan(stmt, None).await })
             .await
     }
 
@@ -910,6 +980,19 @@ impl PendingAudit {
     ) -> Vec<AuditRecord> {
         let mut out = Vec::with_capacity(self.accesses.len() + 1);
         let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        // Errors are kept without the values they may quote: only names the records
+        // carry stay quoted.
+        let known: std::collections::BTreeSet<String> = self
+            .accesses
+            .iter()
+            .flat_map(|a| {
+                std::iter::once(a.table.clone()).chain(a.columns.iter().map(|c| c.name.clone()))
+            })
+            .chain([self.user.clone()])
+            .collect();
+        let known: std::collections::BTreeSet<&str> = known.iter().map(String::as_str).collect();
+        let redact = |e: &String| crate::redact::redact_values(e, &known);
+        let outcome = outcome.map_err(|e| redact(&e));
         if let Some((action, resource)) = event {
             out.push(AuditRecord {
                 time: time.clone(),
@@ -950,7 +1033,11 @@ impl PendingAudit {
                 allowed: a.allowed,
                 rows,
                 // A refusal keeps its own reason; other tables get the query's error.
-                error: a.error.or_else(|| outcome.as_ref().err().cloned()),
+                error: a
+                    .error
+                    .as_ref()
+                    .map(redact)
+                    .or_else(|| outcome.as_ref().err().cloned()),
             });
         }
         out

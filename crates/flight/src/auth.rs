@@ -6,10 +6,27 @@
 //! - Verified `Basic` credentials are remembered (by SHA-256 of user and password) for a
 //!   token lifetime: a client sending `Basic` on every call costs one argon2 check per
 //!   token lifetime, not one per call.
-//! - Failed logins are counted per user name and per client address; after
-//!   `login_free_failures` each further attempt must wait, the wait doubling from 250 ms up
-//!   to `login_backoff_max_ms`. An attempt during the wait is refused without checking the
-//!   password (so guessing is slowed whether or not the guess is right).
+//! - Failed logins are throttled so that guessing is slow but nobody can lock a real user
+//!   out. Anyone can send a wrong password for `admin`, so failures for a user name alone
+//!   never refuse a login; what refuses is what the client itself did:
+//!   - per (user name, client address): after `login_free_failures` failures for that
+//!     user from that address, each further attempt must wait, the wait doubling from
+//!     250 ms up to `login_backoff_max_ms`;
+//!   - per client address, across user names: the same count and wait, so one address
+//!     guessing many users is slowed as much as one guessing one user.
+//!
+//!   An attempt during its wait is refused without checking the password (so guessing is
+//!   slowed whether or not the guess is right). A success resets only its own (user,
+//!   address) counter: an attacker logging in to its own account does not clear its
+//!   address's count.
+//! - A brake per user name across all addresses (many addresses guessing one user) only
+//!   *delays* each attempt for that user, by the same doubling wait but never more than
+//!   1 s (`USER_BRAKE_MAX`), and never refuses: a right password from an address without
+//!   failures of its own succeeds, at worst 1 s late. An address that logged in as the
+//!   user within the token lifetime is not braked for that user.
+//!
+//!   Distributed guessing is thus bounded per address, not per user: argon2 and strong
+//!   passwords carry the rest.
 //! - Tokens are 256-bit random values, stored as SHA-256 digests, bound to the user who
 //!   logged in and to an expiry.
 
@@ -50,7 +67,8 @@ pub enum AuthError {
         /// The user name sent.
         user: String,
     },
-    /// Too many failed logins for this user name or client address.
+    /// Too many failed logins from this client address, for this user name or across
+    /// user names (failures from other addresses never refuse a login).
     #[error(
         "too many failed logins for user '{user}' or this client address: retry in {} ms",
         retry_after.as_millis()
@@ -104,6 +122,8 @@ pub struct Auth {
     tokens: Mutex<HashMap<Digest32, (String, Instant)>>,
     verified: Mutex<HashMap<Digest32, (String, Instant)>>,
     failures: Mutex<HashMap<String, Failures>>,
+    /// (user, address) pairs that logged in recently, until when: not braked.
+    recent: Mutex<HashMap<String, Instant>>,
     ttl: Duration,
     free_failures: u32,
     backoff_max: Duration,
@@ -118,11 +138,46 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-/// Failure counters kept at most (user names and client addresses).
+/// Counters kept at most, per map (failures by pair, address or user; recent logins).
 const MAX_TRACKED: usize = 100_000;
 
 /// First wait after the free failures.
 const BACKOFF_START: Duration = Duration::from_millis(250);
+
+/// Longest delay the per-user brake (failures from all addresses) adds to an attempt.
+const USER_BRAKE_MAX: Duration = Duration::from_secs(1);
+
+/// The throttling counters one login attempt touches.
+#[derive(Debug)]
+struct ThrottleKeys {
+    /// (user, address): refuses during its wait.
+    pair: String,
+    /// The address across users: refuses during its wait (absent without an address).
+    addr: Option<String>,
+    /// The user across addresses: only delays, by at most [`USER_BRAKE_MAX`].
+    user: String,
+}
+
+impl ThrottleKeys {
+    fn new(user: &str, addr: Option<IpAddr>) -> Self {
+        // Clients without a known address (in-process transports) share one.
+        let a = addr.map_or_else(|| "-".to_owned(), |a| a.to_string());
+        Self {
+            pair: format!("pair:{a}:{user}"),
+            addr: addr.map(|a| format!("addr:{a}")),
+            user: format!("user:{user}"),
+        }
+    }
+
+    /// The counters that refuse an attempt during their wait.
+    fn refusing(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.pair).chain(&self.addr)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &String> {
+        self.refusing().chain(std::iter::once(&self.user))
+    }
+}
 
 impl Auth {
     /// From `[server]`.
@@ -138,6 +193,7 @@ impl Auth {
             tokens: Mutex::default(),
             verified: Mutex::default(),
             failures: Mutex::default(),
+            recent: Mutex::default(),
             ttl: Duration::from_secs(config.token_ttl_s.unwrap_or(3600)),
             free_failures: config.login_free_failures.unwrap_or(3),
             backoff_max: Duration::from_millis(config.login_backoff_max_ms.unwrap_or(30_000)),
@@ -183,27 +239,72 @@ impl Auth {
             .lock()
             .expect("failures")
             .retain(|_, f| now.duration_since(f.last) < stale);
+        self.recent
+            .lock()
+            .expect("recent")
+            .retain(|_, until| *until > now);
     }
 
-    fn throttle_keys(user: &str, addr: Option<IpAddr>) -> Vec<String> {
-        let mut keys = vec![format!("user:{user}")];
-        if let Some(a) = addr {
-            keys.push(format!("addr:{a}"));
-        }
-        keys
+    /// The wait after `count` failures (none within the free failures).
+    fn backoff(&self, count: u32) -> Option<Duration> {
+        let over = count.checked_sub(self.free_failures)?.checked_sub(1)?;
+        Some((BACKOFF_START * 2u32.pow(over.min(16))).min(self.backoff_max))
     }
 
-    fn throttled(&self, keys: &[String]) -> Option<Duration> {
+    /// How long this client must still wait: its own (user, address) counter and its
+    /// address's counter. Failures of other addresses never count here.
+    fn throttled(&self, keys: &ThrottleKeys) -> Option<Duration> {
         let now = Instant::now();
         let failures = self.failures.lock().expect("failures");
-        keys.iter()
+        keys.refusing()
             .filter_map(|k| failures.get(k))
             .filter(|f| f.until > now)
             .map(|f| f.until - now)
             .max()
     }
 
-    fn record_failure(&self, keys: &[String]) {
+    /// The delay of the per-user brake: failures for the user from any address slow each
+    /// attempt down, at most [`USER_BRAKE_MAX`]; an address that logged in as the user
+    /// within the token lifetime is not braked.
+    fn brake(&self, keys: &ThrottleKeys) -> Option<Duration> {
+        let now = Instant::now();
+        if self
+            .recent
+            .lock()
+            .expect("recent")
+            .get(&keys.pair)
+            .is_some_and(|until| *until > now)
+        {
+            return None;
+        }
+        let stale = self.backoff_max * 2;
+        let count = self
+            .failures
+            .lock()
+            .expect("failures")
+            .get(&keys.user)
+            .filter(|f| now.duration_since(f.last) < stale)
+            .map(|f| f.count)?;
+        self.backoff(count).map(|d| d.min(USER_BRAKE_MAX))
+    }
+
+    fn record_success(&self, keys: &ThrottleKeys) {
+        // Only this client's own counter: the address's count across users stays (an
+        // attacker with an account of its own cannot clear it), and so does the user's
+        // brake (a real user's login does not clear it for the attacker).
+        self.failures.lock().expect("failures").remove(&keys.pair);
+        let now = Instant::now();
+        let mut recent = self.recent.lock().expect("recent");
+        if recent.len() >= MAX_TRACKED {
+            recent.retain(|_, until| *until > now);
+        }
+        // Beyond the cap the pair is simply not exempt from the brake.
+        if recent.len() < MAX_TRACKED || recent.contains_key(&keys.pair) {
+            recent.insert(keys.pair.clone(), now + self.ttl);
+        }
+    }
+
+    fn record_failure(&self, keys: &ThrottleKeys) {
         let now = Instant::now();
         let stale = self.backoff_max * 2;
         let mut failures = self.failures.lock().expect("failures");
@@ -217,7 +318,7 @@ impl Auth {
             let free = self.free_failures;
             failures.retain(|_, f| f.count > free);
         }
-        for k in keys {
+        for k in keys.all() {
             let f = failures.entry(k.clone()).or_insert(Failures {
                 count: 0,
                 last: now,
@@ -226,11 +327,9 @@ impl Auth {
             if now.duration_since(f.last) >= stale {
                 f.count = 0;
             }
-            f.count += 1;
+            f.count = f.count.saturating_add(1);
             f.last = now;
-            if f.count > self.free_failures {
-                let exp = (f.count - self.free_failures - 1).min(16);
-                let wait = (BACKOFF_START * 2u32.pow(exp)).min(self.backoff_max);
+            if let Some(wait) = self.backoff(f.count) {
                 f.until = now + wait;
             }
         }
@@ -270,19 +369,34 @@ impl Auth {
         if let Some(u) = self.token_user(password) {
             return Ok(u);
         }
-        // Throttle first: remembered credentials must not answer a guess during a backoff.
-        let keys = Self::throttle_keys(user, addr);
+        // Throttle first: remembered credentials must not answer a guess during a backoff
+        // (nor before the brake's delay).
+        let keys = ThrottleKeys::new(user, addr);
+        let refuse = |retry_after| AuthError::Throttled {
+            user: user.into(),
+            retry_after,
+        };
         if let Some(retry_after) = self.throttled(&keys) {
-            return Err(AuthError::Throttled {
-                user: user.into(),
-                retry_after,
-            });
+            return Err(refuse(retry_after));
+        }
+        if let Some(delay) = self.brake(&keys) {
+            tokio::time::sleep(delay).await;
+            // Failures of this client's other attempts meanwhile count.
+            if let Some(retry_after) = self.throttled(&keys) {
+                return Err(refuse(retry_after));
+            }
         }
         let remembered = digest(&[user.as_bytes(), password.as_bytes()]);
-        if let Some((u, exp)) = self.verified.lock().expect("verified").get(&remembered)
-            && *exp > Instant::now()
-        {
-            return Ok(u.clone());
+        let known_good = self
+            .verified
+            .lock()
+            .expect("verified")
+            .get(&remembered)
+            .filter(|(_, exp)| *exp > Instant::now())
+            .map(|(u, _)| u.clone());
+        if let Some(u) = known_good {
+            self.record_success(&keys);
+            return Ok(u);
         }
         let hash = self
             .users
@@ -306,10 +420,7 @@ impl Auth {
             self.record_failure(&keys);
             return Err(AuthError::Invalid { user: user.into() });
         }
-        self.failures
-            .lock()
-            .expect("failures")
-            .remove(&format!("user:{user}"));
+        self.record_success(&keys);
         self.verified
             .lock()
             .expect("verified")
@@ -345,6 +456,15 @@ mod tests {
         Auth::new(&config)
     }
 
+    fn auth_users(free: u32, max_ms: u64, users: &[(&str, &str)]) -> Auth {
+        let mut toml = format!("login_free_failures = {free}\nlogin_backoff_max_ms = {max_ms}\n");
+        for (u, pw) in users {
+            toml.push_str(&format!("[users.{u}]\npassword_hash = \"{}\"\n", hash(pw)));
+        }
+        let config: ServerConfig = toml::from_str(&toml).unwrap();
+        Auth::new(&config)
+    }
+
     fn hash(pw: &str) -> String {
         use argon2::password_hash::{PasswordHasher, SaltString, rand_core::OsRng};
         Argon2::default()
@@ -370,7 +490,9 @@ mod tests {
 
     #[tokio::test]
     async fn failures_beyond_the_free_ones_are_throttled_then_the_right_password_works() {
-        let a = auth(2, 400);
+        // Counters reset 2 × login_backoff_max_ms after the last failure: well beyond an
+        // argon2 check in a debug build on a loaded machine (about a second).
+        let a = auth(2, 5_000);
         let ip: IpAddr = "127.0.0.9".parse().unwrap();
         for _ in 0..2 {
             assert!(matches!(
@@ -425,5 +547,82 @@ mod tests {
         );
         // Nothing is issued per call.
         assert!(a.tokens.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn wrong_passwords_from_one_address_do_not_lock_out_another() {
+        let a = auth_users(2, 60_000, &[("admin", "right")]);
+        let outsider: IpAddr = "203.0.113.7".parse().unwrap();
+        let admin_ip: IpAddr = "198.51.100.1".parse().unwrap();
+        for _ in 0..3 {
+            assert!(matches!(
+                a.login(&basic("admin", "guess"), Some(outsider)).await,
+                Err(AuthError::Invalid { .. })
+            ));
+        }
+        assert!(matches!(
+            a.login(&basic("admin", "guess"), Some(outsider)).await,
+            Err(AuthError::Throttled { .. })
+        ));
+        // ...and it keeps guessing after each wait (as a failed login records it).
+        for _ in 0..4 {
+            a.record_failure(&ThrottleKeys::new("admin", Some(outsider)));
+        }
+        // The real admin, from an address without failures of its own, gets in.
+        let (user, _) = a
+            .login(&basic("admin", "right"), Some(admin_ip))
+            .await
+            .unwrap();
+        assert_eq!(user, "admin");
+        // The outsider stays throttled, even with the right password, and the admin's
+        // success does not clear that.
+        assert!(matches!(
+            a.login(&basic("admin", "right"), Some(outsider)).await,
+            Err(AuthError::Throttled { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn one_address_guessing_many_users_is_throttled() {
+        let a = auth_users(2, 60_000, &[("ann", "secret")]);
+        let guesser: IpAddr = "203.0.113.8".parse().unwrap();
+        for u in ["u1", "u2", "u3"] {
+            assert!(matches!(
+                a.login(&basic(u, "guess"), Some(guesser)).await,
+                Err(AuthError::Invalid { .. })
+            ));
+        }
+        // One failure per user name, but three from the address: a fourth name waits.
+        assert!(matches!(
+            a.login(&basic("ann", "secret"), Some(guesser)).await,
+            Err(AuthError::Throttled { .. })
+        ));
+        // Another address is not affected.
+        let other: IpAddr = "198.51.100.2".parse().unwrap();
+        a.login(&basic("ann", "secret"), Some(other)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn failures_from_many_addresses_only_delay_the_user_a_bounded_time() {
+        let a = auth_users(1, 60_000, &[("admin", "right")]);
+        // One failure each from 8 addresses (as a failed login records it).
+        for i in 0..8u8 {
+            a.record_failure(&ThrottleKeys::new(
+                "admin",
+                Some(IpAddr::from([203, 0, 113, i])),
+            ));
+        }
+        // 8 failures for admin: the doubling wait would be 16 s, the brake stays at 1 s.
+        let fresh: IpAddr = "198.51.100.3".parse().unwrap();
+        let keys = ThrottleKeys::new("admin", Some(fresh));
+        assert_eq!(a.throttled(&keys), None);
+        assert_eq!(a.brake(&keys), Some(USER_BRAKE_MAX));
+        let t = Instant::now();
+        a.login(&basic("admin", "right"), Some(fresh))
+            .await
+            .unwrap();
+        assert!(t.elapsed() >= USER_BRAKE_MAX);
+        // An address that just logged in as admin is not braked for admin.
+        assert_eq!(a.brake(&keys), None);
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  client ──Handshake(Basic)──▶ Auth ──bearer token──▶ every later call
-//!         ──GetFlightInfo(cmd)─▶ plan under the principal's policy ─▶ FlightInfo(ticket = cmd)
+//!         ──GetFlightInfo(cmd)─▶ plan under the principal's policy ─▶ FlightInfo(ticket = cmd + query id)
 //!         ──DoGet(ticket)──────▶ Session::sql_stream ─▶ batches (views cast to Utf8/Binary)
 //! ```
 //!
@@ -11,9 +11,14 @@
 //! the query path on the CPU runtime, session options, actions), `wire` (result encoding:
 //! view types cast, FlightInfo with the command as ticket), `metadata` (SqlInfo, XDBC type
 //! info, the tables a session may see), `prepared` (prepared statements per owner),
-//! `cancel` (running results by ticket, for `CancelFlightInfo`), `session` (Flight session
-//! options per bearer token), `auth`, `error` (error class to gRPC code),
-//! `placeholders` (JDBC `?` to `$n`).
+//! `cancel` (random query ids in tickets; running results by id and owner, for
+//! `CancelFlightInfo`), `session` (Flight session options per bearer token), `auth`,
+//! `error` (error class to gRPC code), `placeholders` (JDBC `?` to `$n`).
+//!
+//! Memory a client can make the server hold is bounded before it is authorized: an
+//! ingest is checked against the policy's write rules before its data is read and is
+//! read under the per-query memory limit; bound parameters and open prepared
+//! statements are capped (`prepared`).
 //!
 //! The authenticated user is the policy principal and, with the client address, is in
 //! every audit record. Results stream batch by batch; a client that disconnects drops

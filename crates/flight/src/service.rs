@@ -31,20 +31,26 @@ use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, AuthError};
-use crate::cancel::{Running, Unregister};
+use crate::cancel::{Owner, QueryId, Running};
 use crate::error::{auth_status, status_of};
 use crate::metadata::{keys_schema, sql_info_data, xdbc_data};
 use crate::placeholders::number_question_marks;
-use crate::prepared::PreparedStatements;
+use crate::prepared::{MAX_PARAMETER_BYTES, PreparedStatements};
 use crate::session::{
     CATALOG, CloseSessionResult, CloseSessionStatus, OptionValue, SCHEMA, SessionOptions, Sessions,
     SetSessionOptionsError, SetSessionOptionsErrorValue, SetSessionOptionsRequest,
     SetSessionOptionsResult, options_result,
 };
 use crate::wire::{
-    DoGetStream, batch_stream, flight_info, schema_bytes, ticket_key, wire_batch, wire_schema,
+    DoGetStream, batch_stream, flight_info, read_capped, schema_bytes, wire_batch, wire_schema,
     wire_type,
 };
+
+/// Most bytes (Arrow memory, see `wire::batch_bytes`) one `DoPut` ingest, or one batch of
+/// update parameters, may buffer when `[server.limits] query_memory_mb = 0` sets no
+/// per-query limit: 256 MiB. Otherwise the cap is that per-query limit (default
+/// 1 GiB): the data is held in memory until the engine writes it.
+pub(crate) const INGEST_BYTES_WITHOUT_QUERY_LIMIT: usize = 256 << 20;
 
 /// ClearIce's Flight SQL service: one [`Session`] per call, as the authenticated user.
 pub struct ClearIceFlightSql {
@@ -53,8 +59,10 @@ pub struct ClearIceFlightSql {
     prepared: PreparedStatements,
     /// Session options by bearer token.
     sessions: Sessions,
-    /// Running results by ticket bytes, for `CancelFlightInfo`.
+    /// Running results by query id, with their owners, for `CancelFlightInfo`.
     running: Running,
+    /// Most bytes an ingest (or a batch of update parameters) may buffer.
+    ingest_bytes: usize,
     sql_info: SqlInfoData,
     xdbc: XdbcTypeInfoData,
     /// Where queries are planned and run; `None`: on the server's own runtime.
@@ -71,6 +79,29 @@ impl std::fmt::Debug for ClearIceFlightSql {
 
 /// Headers a client may use to pass its own token for the crypto providers.
 const KMS_TOKEN_HEADERS: [&str; 2] = ["key_access_token", "kms_token"];
+
+/// The client of a call, for audit records: its address.
+fn client_of<T>(request: &Request<T>) -> String {
+    request
+        .remote_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|| "flight".into())
+}
+
+/// The query id and SQL of a `TicketStatementQuery` handle this server issued.
+fn statement_of_handle(handle: &[u8]) -> Result<(QueryId, String), Status> {
+    let (id, sql) = QueryId::split(handle).ok_or_else(forged_ticket)?;
+    let sql = String::from_utf8(sql.to_vec())
+        .map_err(|_| Status::invalid_argument("statement handle is not UTF-8 SQL"))?;
+    Ok((id, sql))
+}
+
+/// The refusal of a query ticket this server did not issue (no query id).
+fn forged_ticket() -> Status {
+    Status::invalid_argument(
+        "ticket was not issued by this server (it has no query id): use the ticket of a FlightInfo from GetFlightInfo",
+    )
+}
 
 /// The bearer token of a call, if it carries one.
 fn bearer<T>(request: &Request<T>) -> Option<&str> {
@@ -91,7 +122,11 @@ impl ClearIceFlightSql {
             auth: Arc::new(Auth::new(config)),
             prepared: PreparedStatements::default(),
             sessions: Sessions::default(),
-            running: Arc::default(),
+            running: Running::default(),
+            ingest_bytes: config
+                .limits
+                .query_memory()
+                .unwrap_or(INGEST_BYTES_WITHOUT_QUERY_LIMIT),
             sql_info: sql_info_data(),
             xdbc: xdbc_data(),
             cpu: None,
@@ -146,10 +181,7 @@ impl ClearIceFlightSql {
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        let client = request
-            .remote_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|| "flight".into());
+        let client = client_of(request);
         let user = match self
             .auth
             .authenticate(header, request.remote_addr().map(|a| a.ip()))
@@ -346,8 +378,9 @@ impl ClearIceFlightSql {
         token: Option<String>,
         sql: &str,
         params: Option<ParamValues>,
-        ticket: Vec<u8>,
+        id: QueryId,
     ) -> Result<DoGetStream, Status> {
+        let owner = Owner::new(session.principal(), token.as_deref());
         let sql = sql.to_owned();
         // Planned and run on the CPU runtime (when there is one), batches converted for
         // the wire there too; the session lives as long as the stream, and dropping the
@@ -381,22 +414,9 @@ impl ClearIceFlightSql {
         }
         let schema = stream.schema();
         let batches = stream.map(|b| b.map_err(|e| status_of(&e).into()));
-        // CancelFlightInfo aborts the stream (which drops, and so cancels, the query).
-        let (abort, registration) = futures::stream::AbortHandle::new_pair();
-        self.running
-            .lock()
-            .expect("running")
-            .entry(ticket.clone())
-            .or_default()
-            .push(abort);
-        let guard = Unregister {
-            running: Arc::clone(&self.running),
-            ticket,
-        };
-        let batches = futures::stream::Abortable::new(batches, registration).map(move |b| {
-            let _registered = &guard;
-            b
-        });
+        // The owner's CancelFlightInfo aborts the stream (which drops, and so cancels, the
+        // query); the client then sees CANCELLED.
+        let batches = self.running.register(id, owner, batches);
         let flight = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches)
@@ -472,8 +492,10 @@ impl FlightSqlService for ClearIceFlightSql {
         let session = self.session(&request).await?;
         let sql = number_question_marks(&query.query).into_owned();
         let schema = self.result_schema(session, &sql).await?;
+        // A fresh random id per FlightInfo: the ticket cannot be made from the SQL text,
+        // and the query it starts is cancelled by that id.
         let ticket = TicketStatementQuery {
-            statement_handle: sql.into_bytes().into(),
+            statement_handle: QueryId::random().handle(sql.as_bytes()),
         };
         Ok(Response::new(flight_info(
             &schema,
@@ -488,17 +510,10 @@ impl FlightSqlService for ClearIceFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let session = self.session(&request).await?;
-        let sql = String::from_utf8(ticket.statement_handle.to_vec())
-            .map_err(|_| Status::invalid_argument("statement handle is not UTF-8 SQL"))?;
-        let key = ticket_key(
-            &TicketStatementQuery {
-                statement_handle: sql.clone().into_bytes().into(),
-            }
-            .as_any(),
-        );
+        let (id, sql) = statement_of_handle(&ticket.statement_handle)?;
         let token = bearer(&request).map(str::to_owned);
         Ok(Response::new(
-            self.run(session, token, &sql, None, key).await?,
+            self.run(session, token, &sql, None, id).await?,
         ))
     }
 
@@ -548,16 +563,22 @@ impl FlightSqlService for ClearIceFlightSql {
             }
             _ => datafusion::common::TableReference::bare(cmd.table.clone()),
         };
-        let stream = request.into_inner().map_err(|e| e.into());
-        let mut decoded =
-            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream);
-        let mut batches = Vec::new();
-        while let Some(b) = decoded.next().await {
-            batches.push(b.map_err(|e| Status::invalid_argument(format!("ingest data: {e}")))?);
-        }
-        let schema = match (batches.first(), decoded.schema()) {
+        // Authorized before a byte of data is read, then read under a byte cap: a
+        // principal that may not write cannot make the server buffer anything.
+        session
+            .authorize_ingest(&table)
+            .await
+            .map_err(|e| status_of(&e))?;
+        let (batches, schema) = read_capped(
+            request.into_inner(),
+            self.ingest_bytes,
+            "ingest data",
+            "the per-query memory limit, [server.limits] query_memory_mb",
+        )
+        .await?;
+        let schema = match (batches.first(), schema) {
             (Some(b), _) => b.schema(),
-            (None, Some(s)) => Arc::clone(s),
+            (None, Some(s)) => s,
             (None, None) => return Ok(0),
         };
         let rows = self
@@ -582,12 +603,13 @@ impl FlightSqlService for ClearIceFlightSql {
         let (sql, bound) = self.prepared.get(&handle, session.principal())?;
         // Parameters sent with the update (a JDBC batch: one run per row), else the
         // ones bound before.
-        let stream = request.into_inner().map_err(|e| e.into());
-        let sent: Vec<RecordBatch> =
-            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream)
-                .try_collect()
-                .await
-                .map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?;
+        let (sent, _) = read_capped(
+            request.into_inner(),
+            self.ingest_bytes,
+            "parameters",
+            "the per-query memory limit, [server.limits] query_memory_mb",
+        )
+        .await?;
         let rows: Vec<RecordBatch> = if sent.iter().any(|b| b.num_rows() > 0) {
             sent
         } else {
@@ -638,7 +660,7 @@ impl FlightSqlService for ClearIceFlightSql {
                 .collect::<Vec<_>>(),
         );
         // Clients that crash never close their statements: idle ones go after a token TTL.
-        let handle = self.prepared.insert(&user, sql, self.auth.ttl());
+        let handle = self.prepared.insert(&user, sql, self.auth.ttl())?;
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into_bytes().into(),
             dataset_schema: schema_bytes(&dataset)?,
@@ -653,12 +675,14 @@ impl FlightSqlService for ClearIceFlightSql {
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let session = self.session(&request).await?;
         let handle = String::from_utf8_lossy(&query.prepared_statement_handle).into_owned();
-        let stream = request.into_inner().map_err(|e| e.into());
-        let batches: Vec<RecordBatch> =
-            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream)
-                .try_collect()
-                .await
-                .map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?;
+        // Bound parameters stay in memory as long as the statement: capped per set.
+        let (batches, _) = read_capped(
+            request.into_inner(),
+            MAX_PARAMETER_BYTES,
+            "parameters",
+            "the most one bound parameter set may hold",
+        )
+        .await?;
         self.prepared.bind(&handle, session.principal(), batches)?;
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(handle.into_bytes().into()),
@@ -674,9 +698,14 @@ impl FlightSqlService for ClearIceFlightSql {
         let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
         let (sql, _) = self.prepared.get(&handle, session.principal())?;
         let schema = self.result_schema(session, &sql).await?;
+        // The ticket is the command with a fresh query id before the handle (see
+        // `cancel`): each execution is cancelled by its own id.
+        let ticket = CommandPreparedStatementQuery {
+            prepared_statement_handle: QueryId::random().handle(handle.as_bytes()),
+        };
         Ok(Response::new(flight_info(
             &schema,
-            cmd.as_any(),
+            ticket.as_any(),
             request.into_inner(),
         )?))
     }
@@ -687,7 +716,9 @@ impl FlightSqlService for ClearIceFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let session = self.session(&request).await?;
-        let handle = String::from_utf8_lossy(&cmd.prepared_statement_handle).into_owned();
+        let (id, handle) =
+            QueryId::split(&cmd.prepared_statement_handle).ok_or_else(forged_ticket)?;
+        let handle = String::from_utf8_lossy(handle).into_owned();
         let (sql, params) = self.prepared.get(&handle, session.principal())?;
         let params = match params {
             Some(b) => Some(ParamValues::List(
@@ -698,10 +729,9 @@ impl FlightSqlService for ClearIceFlightSql {
             )),
             None => None,
         };
-        let key = ticket_key(&cmd.as_any());
         let token = bearer(&request).map(str::to_owned);
         Ok(Response::new(
-            self.run(session, token, &sql, params, key).await?,
+            self.run(session, token, &sql, params, id).await?,
         ))
     }
 
@@ -976,16 +1006,17 @@ impl FlightSqlService for ClearIceFlightSql {
         }
         let req = arrow_flight::CancelFlightInfoRequest::decode(action.body)
             .map_err(|e| Status::invalid_argument(format!("CancelFlightInfoRequest: {e}")))?;
+        // Only the caller's own streams (same principal and bearer token) are cancelled;
+        // anything else answers as an unknown ticket does.
+        let owner = Owner::new(session.principal(), token.as_deref());
         let mut cancelled = false;
         for ep in req.info.map(|i| i.endpoint).unwrap_or_default() {
-            if let Some(t) = ep.ticket
-                && let Some(handles) = self
-                    .running
-                    .lock()
-                    .expect("running")
-                    .remove(t.ticket.as_ref())
+            if let Some(id) = ep
+                .ticket
+                .as_ref()
+                .and_then(|t| query_id_of_ticket(&t.ticket))
+                && self.running.cancel(&id, &owner)
             {
-                handles.iter().for_each(futures::stream::AbortHandle::abort);
                 cancelled = true;
             }
         }
@@ -1044,6 +1075,20 @@ pub async fn serve(
         .add_service(FlightServiceServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+/// The query id in the ticket of a query FlightInfo (a statement or a prepared
+/// statement); `None` for any other ticket.
+fn query_id_of_ticket(ticket: &[u8]) -> Option<QueryId> {
+    let any = arrow_flight::sql::Any::decode(ticket).ok()?;
+    let handle = if let Ok(Some(t)) = any.unpack::<TicketStatementQuery>() {
+        t.statement_handle
+    } else if let Ok(Some(c)) = any.unpack::<CommandPreparedStatementQuery>() {
+        c.prepared_statement_handle
+    } else {
+        return None;
+    };
+    QueryId::split(&handle).map(|(id, _)| id)
 }
 
 /// The rows a statement reports to an update call: a write's `count` (one UInt64 column

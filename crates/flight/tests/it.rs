@@ -11,7 +11,7 @@ use arrow_flight::sql::{CommandGetTables, SqlInfo};
 use clearice_engine::{Config, Engine, demo};
 use clearice_flight::ClearIceFlightSql;
 use datafusion::arrow::array::{AsArray, RecordBatch};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tonic::transport::Channel;
 
 struct Fixture {
@@ -466,11 +466,17 @@ async fn cancel_flight_info_stops_a_running_result() {
     assert!(stream.try_next().await.unwrap().unwrap().num_rows() > 0);
     let result = cancel(&mut admin, info.clone()).await;
     assert_eq!(result.status, CancelStatus::Cancelled as i32);
-    // the stream ends early: far fewer than the 1,600,000 rows of the result arrive
+    // the stream ends early, and with CANCELLED: never as a clean (short) result
     let mut rows = 0;
-    while let Ok(Some(b)) = stream.try_next().await {
-        rows += b.num_rows();
-    }
+    let end = loop {
+        match stream.try_next().await {
+            Ok(Some(b)) => rows += b.num_rows(),
+            Ok(None) => panic!("a cancelled result ended cleanly after {rows} rows"),
+            Err(e) => break status_of_flight(e),
+        }
+    };
+    assert_eq!(end.code(), tonic::Code::Cancelled, "{end}");
+    assert_eq!(end.message(), "query cancelled by CancelFlightInfo");
     assert!(rows < 1_600_000, "{rows} rows after cancel");
     // cancelling again: nothing is running under that ticket
     let again = cancel(&mut admin, info).await;
@@ -677,5 +683,270 @@ async fn prepared_statements_a_client_never_closed_are_forgotten() {
     assert!(info_for_handle(&mut second, fresh).await.is_ok());
     let gone = info_for_handle(&mut second, stale).await.unwrap_err();
     assert_eq!(gone.code(), tonic::Code::NotFound, "{gone}");
+    fx.shutdown().await;
+}
+
+/// The gRPC status of a client-side Flight error.
+fn status_of_flight(e: arrow_flight::error::FlightError) -> tonic::Status {
+    match e {
+        arrow_flight::error::FlightError::Tonic(s) => *s,
+        other => panic!("not a gRPC status: {other}"),
+    }
+}
+
+/// A FlightInfo whose one ticket is `ticket`.
+fn info_with_ticket(ticket: Vec<u8>) -> arrow_flight::FlightInfo {
+    arrow_flight::FlightInfo::new().with_endpoint(
+        arrow_flight::FlightEndpoint::new().with_ticket(arrow_flight::Ticket::new(ticket)),
+    )
+}
+
+/// A ticket built the way this server built them before query ids: the SQL text alone.
+fn ticket_from_sql(sql: &str) -> Vec<u8> {
+    use arrow_flight::sql::{ProstMessageExt, TicketStatementQuery};
+    use prost::Message;
+    TicketStatementQuery {
+        statement_handle: sql.as_bytes().to_vec().into(),
+    }
+    .as_any()
+    .encode_to_vec()
+}
+
+#[tokio::test]
+async fn cancel_flight_info_of_another_principal_or_session_leaves_the_query_running() {
+    use arrow_flight::CancelStatus;
+    let fx = Fixture::start().await;
+    let mut admin = fx.client("admin", "admin").await.unwrap();
+    let mut analyst = fx.client("analyst", "analyst").await.unwrap();
+    // the same principal from another login (another bearer token, another session)
+    let mut admin_elsewhere = fx.client("admin", "admin").await.unwrap();
+    let expected = 8 * query(&mut admin, "SELECT count(*) FROM lake.sales.orders")
+        .await
+        .unwrap()[0]
+        .column(0)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0) as usize;
+    let info = admin.execute(BIG.into(), None).await.unwrap();
+    let mut stream = admin
+        .do_get(info.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap();
+    let mut rows = stream.try_next().await.unwrap().unwrap().num_rows();
+    // the victim's real ticket, a ticket forged from the SQL text, another session: none
+    // cancels, and each gets the answer of an unknown ticket
+    let forged = info_with_ticket(ticket_from_sql(BIG));
+    let attempts = [
+        (
+            "analyst, real ticket",
+            cancel(&mut analyst, info.clone()).await,
+        ),
+        (
+            "analyst, forged ticket",
+            cancel(&mut analyst, forged.clone()).await,
+        ),
+        (
+            "admin elsewhere, forged ticket",
+            cancel(&mut admin_elsewhere, forged).await,
+        ),
+        (
+            "admin elsewhere, real ticket",
+            cancel(&mut admin_elsewhere, info.clone()).await,
+        ),
+    ];
+    for (who, r) in attempts {
+        assert_eq!(r.status, CancelStatus::NotCancellable as i32, "{who}");
+    }
+    // the owner's query returns every row and ends cleanly
+    while let Some(b) = stream.try_next().await.unwrap() {
+        rows += b.num_rows();
+    }
+    assert_eq!(rows, expected);
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_ticket_forged_from_sql_text_is_refused() {
+    use arrow_flight::sql::{CommandPreparedStatementQuery, ProstMessageExt};
+    use prost::Message;
+    let fx = Fixture::start().await;
+    let mut analyst = fx.client("analyst", "analyst").await.unwrap();
+    let e = analyst
+        .do_get(arrow_flight::Ticket::new(ticket_from_sql("SELECT 1")))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    let e = status_of_flight(e);
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("no query id"), "{e}");
+    // a prepared statement's handle alone is no ticket either
+    let handle = prepare_handle(&mut analyst, "SELECT 1").await;
+    let forged = CommandPreparedStatementQuery {
+        prepared_statement_handle: handle.clone(),
+    }
+    .as_any()
+    .encode_to_vec();
+    let e = status_of_flight(
+        analyst
+            .do_get(arrow_flight::Ticket::new(forged))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+    );
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    // the ticket of its FlightInfo runs it
+    let info = info_for_handle(&mut analyst, handle).await.unwrap();
+    let rows: Vec<RecordBatch> = analyst
+        .do_get(info.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
+    fx.shutdown().await;
+}
+
+/// Sends `batches` batches of 1 MiB (one Int64 column `k`) as an ingest into
+/// `lake.sales.<table>` (created if missing, else appended to), generated as the client
+/// sends them; returns the result and how many batches were generated.
+async fn ingest_mib(
+    c: &mut FlightSqlServiceClient<Channel>,
+    table: &str,
+    batches: usize,
+    rows_per_batch: usize,
+) -> (Result<i64, tonic::Status>, usize) {
+    use arrow_flight::sql::{
+        CommandStatementIngest, TableDefinitionOptions, TableExistsOption, TableNotExistOption,
+    };
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![Arc::new(Int64Array::from_iter_values(
+            0..rows_per_batch as i64,
+        ))],
+    )
+    .unwrap();
+    let made = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&made);
+    let stream = futures::stream::iter(0..batches).map(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(batch.clone())
+    });
+    let cmd = CommandStatementIngest {
+        table_definition_options: Some(TableDefinitionOptions {
+            if_not_exist: TableNotExistOption::Create as i32,
+            if_exists: TableExistsOption::Append as i32,
+        }),
+        table: table.into(),
+        schema: Some("sales".into()),
+        catalog: Some("lake".into()),
+        temporary: false,
+        transaction_id: None,
+        options: Default::default(),
+    };
+    let result = c
+        .execute_ingest(cmd, stream)
+        .await
+        .map_err(status_of_flight);
+    (result, made.load(Ordering::SeqCst))
+}
+
+/// Rows of one MiB of Int64.
+const MIB_ROWS: usize = (1 << 20) / 8;
+
+#[tokio::test]
+async fn an_ingest_without_write_rights_is_refused_before_its_data_is_read() {
+    let fx = Fixture::start().await;
+    let mut analyst = fx.client("analyst", "analyst").await.unwrap();
+    let (result, made) = ingest_mib(&mut analyst, "ingested", 64, MIB_ROWS).await;
+    let e = result.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+    assert!(
+        e.message()
+            .contains("write denied: ingest into table 'lake.sales.ingested'"),
+        "{e}"
+    );
+    assert!(made < 8, "{made} of 64 MiB generated before the refusal");
+    let log = std::fs::read_to_string(fx.dir.join("audit.jsonl")).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("\"user\":\"analyst\"")
+            && l.contains("\"action\":\"ingest\"")
+            && l.contains("write denied")),
+        "{log}"
+    );
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_ingest_over_the_memory_cap_is_refused_without_buffering_it() {
+    // the cap of an ingest is the per-query memory limit: 8 MiB here
+    let fx = Fixture::start_full(|p| p, |s| s.limits.query_memory_mb = Some(8)).await;
+    let mut admin = fx.client("admin", "admin").await.unwrap();
+    let (result, made) = ingest_mib(&mut admin, "ingested", 64, MIB_ROWS).await;
+    let e = result.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    assert!(
+        e.message().contains("ingest data over 8 MiB") && e.message().contains("query_memory_mb"),
+        "{e}"
+    );
+    assert!(made < 32, "{made} of 64 MiB generated before the refusal");
+    // an ingest under the cap is written
+    let (rows, _) = ingest_mib(&mut admin, "ingested", 2, 3).await;
+    assert_eq!(rows.unwrap(), 6);
+    let n = query(&mut admin, "SELECT count(*) FROM lake.sales.ingested")
+        .await
+        .unwrap();
+    assert_eq!(
+        n[0].column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .value(0),
+        6
+    );
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn prepared_statement_parameters_and_count_are_capped() {
+    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    let fx = Fixture::start().await;
+    let mut analyst = fx.client("analyst", "analyst").await.unwrap();
+    let mut stmt = analyst
+        .prepare(
+            "SELECT id FROM lake.sales.customers WHERE name = ?".into(),
+            None,
+        )
+        .await
+        .unwrap();
+    let params = |name: String| {
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("$1", DataType::Utf8, true)])),
+            vec![Arc::new(StringArray::from(vec![name]))],
+        )
+        .unwrap()
+    };
+    // 2 MiB of parameters: refused, not kept
+    stmt.set_parameters(params("x".repeat(2 << 20))).unwrap();
+    let e = status_of_flight(stmt.execute().await.unwrap_err());
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    assert!(e.message().contains("parameters over 1 MiB"), "{e}");
+    // a normal parameter set still binds
+    stmt.set_parameters(params("nobody".into())).unwrap();
+    assert!(stmt.execute().await.is_ok());
+    // at most 64 open prepared statements per principal, across its logins
+    let mut other = fx.client("analyst", "analyst").await.unwrap();
+    for i in 1..64 {
+        let c = if i % 2 == 0 { &mut analyst } else { &mut other };
+        c.prepare(format!("SELECT {i}"), None).await.unwrap();
+    }
+    let e = status_of_flight(other.prepare("SELECT 64".into(), None).await.unwrap_err());
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    assert!(e.message().contains("64 open prepared statements"), "{e}");
+    // closing one makes room
+    stmt.close().await.unwrap();
+    assert!(analyst.prepare("SELECT 65".into(), None).await.is_ok());
     fx.shutdown().await;
 }

@@ -342,7 +342,10 @@ impl Policy {
         };
         let mut tables = BTreeMap::new();
         for (tname, t) in &raw.tables {
-            if tname.get_ref().split('.').count() != 3 {
+            // catalog.namespace.table, the namespace of any depth (`cat.a.b.t`).
+            if tname.get_ref().split('.').count() < 3
+                || tname.get_ref().split('.').any(str::is_empty)
+            {
                 return Err(err(
                     tname.span().start,
                     format!(

@@ -244,6 +244,10 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
                         .expect("writes/policy_extra.toml"),
                 );
                 std::fs::write(&policy, text).expect("policy");
+                // The pipeline writer of policy_extra.toml logs in over Flight too.
+                let mut toml = std::fs::read_to_string(&config).expect("demo config");
+                toml.push_str(&clearice_engine::demo::server_users(&["etl"]).expect("etl user"));
+                std::fs::write(&config, toml).expect("config");
             }
             let engine = Arc::new(
                 Engine::open(Config::load(&config).expect("config"))

@@ -411,6 +411,16 @@ impl Ddl<'_> {
         .into()
     }
 
+    /// Whether the policy hides table `target` from the principal: DDL then answers as
+    /// for a table that does not exist, so its existence does not show.
+    fn hidden(&self, target: &str) -> bool {
+        self.access
+            .policy()
+            .table_access(self.access.principal(), target)
+            .0
+            == clearice_policy::TableDecision::Hide
+    }
+
     /// Refuses (audited) unless the principal may create and drop schemas and tables.
     fn check_create(&self, target: &str, action: &str) -> Result<()> {
         let principal = self.access.principal();
@@ -427,28 +437,34 @@ impl Ddl<'_> {
     fn check_table_write(&self, target: &str, action: &str) -> Result<()> {
         let principal = self.access.principal();
         let allowed = self.access.policy().may_write_table(principal, target);
-        self.check(
-            target,
-            action,
-            allowed,
-            "not in the table's `write` list (or `[writes] create`)",
-        )
+        self.check(target, action, allowed, TABLE_WRITE_RULE)
+    }
+
+    /// [`Self::check_table_write`] as for a table the policy does not name (what a
+    /// table that does not exist answers; a hidden table answers the same).
+    fn check_missing(&self, target: &str, action: &str) -> Result<()> {
+        let allowed = self.access.policy().may_create(self.access.principal());
+        self.check(target, action, allowed, TABLE_WRITE_RULE)
     }
 
     /// `action` on `target` if `allowed` by the policy (and the principal is one of its
     /// users), else a refusal naming `rule`, audited.
     fn check(&self, target: &str, action: &str, allowed: bool, rule: &str) -> Result<()> {
-        let principal = self.access.principal();
-        if allowed && self.access.policy().is_known(principal) {
+        if allowed && self.access.policy().is_known(self.access.principal()) {
             return Ok(());
         }
+        Err(self.refused(target, action, rule))
+    }
+
+    /// A refusal of `action` on `target` naming `rule`, audited.
+    fn refused(&self, target: &str, action: &str, rule: &str) -> DataFusionError {
         let e = Error::WriteDenied {
             what: format!("{action} '{target}'"),
-            principal: principal.to_owned(),
+            principal: self.access.principal().to_owned(),
             rule: rule.to_owned(),
         };
         self.record(target, action, Some(e.to_string()));
-        Err(e.into())
+        e.into()
     }
 
     /// `CREATE SCHEMA [IF NOT EXISTS] catalog.ns`.
@@ -530,6 +546,14 @@ impl Ddl<'_> {
     ) -> Result<bool> {
         let target = format!("{}.{ns}.{name}", self.catalog.name());
         self.check_create(&target, "create_table")?;
+        // Refused whether or not it exists ("already exists" would tell).
+        if self.hidden(&target) {
+            return Err(self.refused(
+                &target,
+                "create_table",
+                "the policy hides this table name from the principal",
+            ));
+        }
         let invalid = |reason: String| -> DataFusionError {
             Error::InvalidWrite {
                 table: target.clone(),
@@ -589,6 +613,41 @@ impl Ddl<'_> {
                 _ => {
                     props.insert(k, v);
                 }
+            }
+        }
+        // Rows sorted, or files partitioned, by a protected column would give its order
+        // (or its values, in paths and manifests) to every reader: refused.
+        let protected = |c: &str| {
+            self.access
+                .policy()
+                .table(&target)
+                .is_some_and(|t| t.columns.contains_key(c))
+        };
+        let layout_columns = sorted_by
+            .iter()
+            .flat_map(|t| t.split(','))
+            .filter_map(|t| t.split_whitespace().next())
+            .map(str::to_lowercase)
+            .chain(
+                partitioning
+                    .map(parse_partitioning)
+                    .transpose()
+                    .map_err(&invalid)?
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|t| t.column),
+            );
+        for c in layout_columns {
+            if protected(&c) {
+                return Err(Error::WriteDenied {
+                    what: format!(
+                        "sorting or partitioning table '{target}' by protected column '{c}'"
+                    ),
+                    principal: self.access.principal().to_owned(),
+                    rule: "row order, partition values and paths are visible to every reader"
+                        .into(),
+                }
+                .into());
             }
         }
         let mut creation = TableCreation::builder()
@@ -689,6 +748,10 @@ impl Ddl<'_> {
         use iceberg::spec::{NestedField, Schema};
         use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
         let target = format!("{}.{ns}.{name}", self.catalog.name());
+        if self.hidden(&target) {
+            self.check_missing(&target, "alter_table")?;
+            return Err(not_found(&target));
+        }
         self.check_table_write(&target, "alter_table")?;
         let policy = self.access.policy();
         let principal = self.access.principal();
@@ -701,6 +764,13 @@ impl Ddl<'_> {
         };
         let ident = TableIdent::new(namespace(ns), name.to_owned());
         let cat = self.catalog.iceberg();
+        if !cat
+            .table_exists(&ident)
+            .await
+            .map_err(|e| self.iceberg_err(&target, e))?
+        {
+            return Err(not_found(&target));
+        }
         let table = cat
             .load_table(&ident)
             .await
@@ -813,6 +883,14 @@ impl Ddl<'_> {
     /// The catalog forgets the table; its files stay where they are.
     pub async fn drop_table(&self, ns: &str, name: &str, if_exists: bool) -> Result<()> {
         let target = format!("{}.{ns}.{name}", self.catalog.name());
+        if self.hidden(&target) {
+            self.check_missing(&target, "drop_table")?;
+            return if if_exists {
+                Ok(())
+            } else {
+                Err(not_found(&target))
+            };
+        }
         self.check_table_write(&target, "drop_table")?;
         let ident = TableIdent::new(namespace(ns), name.to_owned());
         let cat = self.catalog.iceberg();
@@ -824,7 +902,7 @@ impl Ddl<'_> {
             if if_exists {
                 return Ok(());
             }
-            return Err(DataFusionError::Plan(format!("table '{target}' not found")));
+            return Err(not_found(&target));
         }
         cat.drop_table(&ident)
             .await
@@ -833,6 +911,14 @@ impl Ddl<'_> {
         self.catalog.refresh_now().await;
         Ok(())
     }
+}
+
+/// The rule a refused table change names.
+const TABLE_WRITE_RULE: &str = "not in the table's `write` list (or `[writes] create`)";
+
+/// What DDL answers for a table that does not exist (or is hidden from the principal).
+fn not_found(target: &str) -> DataFusionError {
+    DataFusionError::Plan(format!("table '{target}' not found"))
 }
 
 #[cfg(test)]

@@ -95,6 +95,8 @@ pub struct RewriteKeys {
     pub provider: clearice_crypto::ProviderRef,
     /// The principal's own provider token.
     pub credential: Option<clearice_crypto::AccessToken>,
+    /// Keys a rewrite scan may request: the policy's keys of the table.
+    pub scope: clearice_crypto::KeyScope,
     /// Master key of each protected column (equality deletes).
     pub column_keys: BTreeMap<String, String>,
 }
@@ -537,38 +539,6 @@ pub fn is_policy_target(source: &Arc<dyn datafusion::logical_expr::TableSource>)
     policy_table(source).is_some()
 }
 
-/// DELETE and UPDATE plans keep a scan of the target under their DML node, which
-/// DataFusion plans although `delete_from`/`update` only use its filters and assignments:
-/// that scan would read (or refuse) every column as the principal. It is replaced by an
-/// empty table of the same schema (the rewrite reads the table itself).
-pub fn detach_dml_scans(plan: LogicalPlan) -> Result<LogicalPlan> {
-    use datafusion::common::tree_node::{Transformed, TreeNode};
-    plan.transform_up(|node| {
-        let LogicalPlan::Dml(d) = &node else {
-            return Ok(Transformed::no(node));
-        };
-        if !matches!(d.op, WriteOp::Delete | WriteOp::Update) || !is_policy_target(&d.target) {
-            return Ok(Transformed::no(node));
-        }
-        let input = Arc::unwrap_or_clone(Arc::clone(&d.input)).transform_up(|n| {
-            if let LogicalPlan::TableScan(mut scan) = n {
-                if is_policy_target(&scan.source) {
-                    let empty =
-                        datafusion::datasource::empty::EmptyTable::new(scan.source.schema());
-                    scan.source = datafusion::datasource::provider_as_source(Arc::new(empty));
-                    return Ok(Transformed::yes(LogicalPlan::TableScan(scan)));
-                }
-                return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
-            }
-            Ok(Transformed::no(n))
-        })?;
-        let mut d = d.clone();
-        d.input = Arc::new(input.data);
-        Ok(Transformed::yes(LogicalPlan::Dml(d)))
-    })
-    .map(|t| t.data)
-}
-
 /// Checks the writes in `plan` against the policy before anything runs:
 /// - an INSERT puts nothing but NULL into protected columns the principal may not write;
 /// - a table write (INSERT, CTAS, MERGE) reads no column the principal sees masked, so
@@ -660,7 +630,7 @@ pub(crate) fn check_copied(
                 problem = Some(
                     Error::WriteDenied {
                         what: format!(
-                            "{} would write column '{c}' of table '{table}' decrypted",
+                            "{} would copy restricted column '{c}' of table '{table}' out of it (decrypted, or as the principal reads it in plaintext)",
                             match written {
                                 Some(t) => format!("writing into '{t}'"),
                                 None => "COPY".to_owned(),
@@ -994,7 +964,7 @@ impl datafusion::catalog::TableProvider for RewriteSource {
         filters: &[datafusion::logical_expr::Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let keys = self.keys.scan_as(clearice_crypto::KeyScope::All);
+        let keys = self.keys.scan_as(self.keys.scope.clone());
         let filters = if self.prune { filters } else { &[] };
         self.inner
             .scan_with(state, projection, filters, limit, keys, false)

@@ -90,6 +90,17 @@ pub enum Error {
         /// What was asked and what the table has.
         reason: String,
     },
+    /// A write ClearIce cannot run exactly (a correlated subquery in its condition, a
+    /// LIMIT...): refused before any change.
+    #[error("{statement} on '{table}' refused before any change: {reason}")]
+    NotExact {
+        /// Table.
+        table: String,
+        /// DELETE, UPDATE, MERGE.
+        statement: String,
+        /// What it cannot run exactly, and what to write instead.
+        reason: String,
+    },
     /// A table feature ClearIce does not read yet.
     #[error("table '{table}': {what} is not supported yet")]
     Unsupported {

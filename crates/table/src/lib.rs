@@ -29,6 +29,7 @@ pub mod pme;
 mod policy_provider;
 mod provider;
 pub mod remote;
+pub mod row_level;
 mod schema;
 pub mod storage;
 pub mod travel;

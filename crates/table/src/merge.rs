@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, Int64Array, StringArray};
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::{Column, DFSchema};
+use datafusion::common::{Column, DFSchema, TableReference};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{
@@ -60,16 +60,39 @@ fn invalid(target: &str, reason: impl Into<String>) -> DataFusionError {
     .into()
 }
 
-/// The alias a table factor is known by.
-fn alias_of(t: &ast::TableFactor) -> Option<String> {
+/// An identifier as DataFusion resolves it: unquoted ones lower-cased (unless the
+/// session turned `enable_ident_normalization` off), quoted ones as written.
+fn normalized(ident: &ast::Ident, normalize: bool) -> String {
+    if normalize && ident.quote_style.is_none() {
+        ident.value.to_lowercase()
+    } else {
+        ident.value.clone()
+    }
+}
+
+/// The alias a table factor is known by, normalized.
+fn alias_of(t: &ast::TableFactor, normalize: bool) -> Option<String> {
     match t {
         ast::TableFactor::Table { alias, name, .. } => Some(match alias {
-            Some(a) => a.name.value.clone(),
-            None => name.0.last()?.as_ident()?.value.clone(),
+            Some(a) => normalized(&a.name, normalize),
+            None => normalized(name.0.last()?.as_ident()?, normalize),
         }),
-        ast::TableFactor::Derived { alias, .. } => alias.as_ref().map(|a| a.name.value.clone()),
+        ast::TableFactor::Derived { alias, .. } => {
+            alias.as_ref().map(|a| normalized(&a.name, normalize))
+        }
         _ => None,
     }
+}
+
+/// Whether `e` holds a subquery.
+fn has_subquery(e: &ast::Expr) -> bool {
+    ast::visit_expressions(e, |e| match e {
+        ast::Expr::Subquery(_) | ast::Expr::InSubquery { .. } | ast::Expr::Exists { .. } => {
+            std::ops::ControlFlow::Break(())
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    })
+    .is_break()
 }
 
 /// Runs a MERGE planned in `state` on `target` (the policy provider of its table, named
@@ -80,9 +103,14 @@ pub async fn merge(
     m: &ast::Merge,
 ) -> Result<u64> {
     let name = target.inner().name().to_owned();
-    let t_alias =
-        alias_of(&m.table).ok_or_else(|| invalid(&name, "MERGE target must be a table"))?;
-    let s_alias = alias_of(&m.source).ok_or_else(|| {
+    let normalize = state
+        .config()
+        .options()
+        .sql_parser
+        .enable_ident_normalization;
+    let t_alias = alias_of(&m.table, normalize)
+        .ok_or_else(|| invalid(&name, "MERGE target must be a table"))?;
+    let s_alias = alias_of(&m.source, normalize).ok_or_else(|| {
         invalid(
             &name,
             "MERGE source needs an alias (USING (SELECT ...) AS s)",
@@ -106,7 +134,7 @@ pub async fn merge(
                 .chain([lit(true).alias(MATCHED)])
                 .collect::<Vec<_>>(),
         )?
-        .alias(s_alias.as_str())?
+        .alias(TableReference::bare(s_alias.as_str()))?
         .build()?;
     // The target as the rewrite reads it.
     // Pass 1 (with `_file`) looks for matches and may prune; the others read whole files.
@@ -119,9 +147,19 @@ pub async fn merge(
             RewriteSource::whole(inner, keys)
         }))
     };
-    let t_all = LogicalPlanBuilder::scan(t_alias.as_str(), write(None, true), None)?.build()?;
+    let t_ref = TableReference::bare(t_alias.as_str());
+    let s_ref = TableReference::bare(s_alias.as_str());
+    let t_all = LogicalPlanBuilder::scan(t_ref.clone(), write(None, true), None)?.build()?;
     let joined = t_all.schema().join(source_plan.schema())?;
     let expr = |e: &ast::Expr| -> Result<Expr> {
+        if has_subquery(e) {
+            return Err(Error::NotExact {
+                table: name.clone(),
+                statement: "MERGE".into(),
+                reason: "subqueries in ON, WHEN conditions or values are not supported (put them in the USING source)".into(),
+            }
+            .into());
+        }
         state.create_logical_expr_from_sql_expr(
             ast::ExprWithAlias {
                 expr: e.clone(),
@@ -136,7 +174,7 @@ pub async fn merge(
         let c =
             id.0.last()
                 .and_then(|p| p.as_ident())
-                .map(|i| i.value.clone())
+                .map(|i| normalized(i, normalize))
                 .ok_or_else(|| invalid(&name, format!("MERGE: '{id}' is not a column")))?;
         if target_schema.field_with_name(&c).is_err() {
             return Err(invalid(
@@ -191,7 +229,7 @@ pub async fn merge(
                     }
                     ast::MergeInsertKind::Row => columns
                         .iter()
-                        .map(|c| Expr::Column(Column::new(Some(s_alias.as_str()), c)))
+                        .map(|c| Expr::Column(Column::new(Some(s_ref.clone()), c)))
                         .collect(),
                 };
                 if values.len() != columns.len() {
@@ -223,32 +261,46 @@ pub async fn merge(
         clauses.push(clause);
     }
     // Policy: the target columns its conditions and values use must be plaintext for
-    // the principal; the rewrite needs write permission on every protected column.
-    let mut used: Vec<String> = Vec::new();
-    let mut note = |e: &Expr| {
-        for c in e.column_refs() {
-            if c.relation.as_ref().is_some_and(|r| r.table() == t_alias) {
-                used.push(c.name.clone());
-            }
-        }
-    };
-    note(&on);
+    // the principal; the rewrite needs write permission on every protected column. Every
+    // column reference is resolved against the joined schema (as the plan will resolve
+    // it), so a target column is found however it is spelled or qualified; one that
+    // does not resolve to exactly one column is refused.
+    let mut exprs: Vec<&Expr> = vec![&on];
     for c in &clauses {
         match c {
             Clause::Update { cond, set } => {
-                cond.iter().for_each(&mut note);
-                set.iter().for_each(|(_, e)| note(e));
+                exprs.extend(cond.iter());
+                exprs.extend(set.iter().map(|(_, e)| e));
             }
-            Clause::Delete { cond } => cond.iter().for_each(&mut note),
+            Clause::Delete { cond } => exprs.extend(cond.iter()),
             Clause::Insert { cond, values } => {
-                cond.iter().for_each(&mut note);
-                values.iter().for_each(|(_, e)| note(e));
+                exprs.extend(cond.iter());
+                exprs.extend(values.iter().map(|(_, e)| e));
+            }
+        }
+    }
+    let mut used: Vec<String> = Vec::new();
+    for e in exprs {
+        for c in e.column_refs() {
+            let (qualifier, field) = joined.qualified_field_from_column(c).map_err(|_| {
+                invalid(
+                    &name,
+                    format!("MERGE: '{c}' is not one column of the target or the source"),
+                )
+            })?;
+            if qualifier == Some(&t_ref) {
+                used.push(field.name().clone());
+            } else if qualifier != Some(&s_ref) {
+                return Err(invalid(
+                    &name,
+                    format!("MERGE: '{c}' is not a column of the target or the source"),
+                ));
             }
         }
     }
     let write_target = target.check_row_level_columns("merge", &used)?;
     crate::dml::check_copied(&source_plan, Some(&name), &|p| state.optimize(p))?;
-    let matched = || col(Column::new(Some(s_alias.as_str()), MATCHED)).is_true();
+    let matched = || col(Column::new(Some(s_ref.clone()), MATCHED)).is_true();
     let acts = |cond: &Option<Expr>| match cond {
         Some(c) => matched().and(c.clone().is_true()),
         None => matched(),
@@ -272,7 +324,7 @@ pub async fn merge(
     let mut changed = 0u64;
     if !matched_clauses.is_empty() {
         let row_id = datafusion::functions_window::expr_fn::row_number()
-            .partition_by(vec![col(Column::new(Some(t_alias.as_str()), FILE_COLUMN))])
+            .partition_by(vec![col(Column::new(Some(t_ref.clone()), FILE_COLUMN))])
             .build()?
             .alias(ROW_ID);
         let t_numbered = LogicalPlanBuilder::from(t_all.clone())
@@ -288,7 +340,7 @@ pub async fn merge(
             .filter(any_acts)?
             .aggregate(
                 vec![
-                    col(Column::new(Some(t_alias.as_str()), FILE_COLUMN)).alias("f"),
+                    col(Column::new(Some(t_ref.clone()), FILE_COLUMN)).alias("f"),
                     col(ROW_ID),
                 ],
                 vec![datafusion::functions_aggregate::count::count(lit(1)).alias("k")],
@@ -333,12 +385,9 @@ pub async fn merge(
     };
     // 2. Those files rewritten: each row's first applicable clause.
     if !files.is_empty() {
-        let t_some = LogicalPlanBuilder::scan(
-            t_alias.as_str(),
-            write(Some(Arc::clone(&files)), false),
-            None,
-        )?
-        .build()?;
+        let t_some =
+            LogicalPlanBuilder::scan(t_ref.clone(), write(Some(Arc::clone(&files)), false), None)?
+                .build()?;
         let mut action = when(lit(false), lit(0i64));
         for (k, c) in matched_clauses.iter().enumerate() {
             action = action.when(acts(&cond_of(c)), lit(k as i64 + 1));
@@ -366,7 +415,7 @@ pub async fn merge(
             .fields()
             .iter()
             .map(|f| {
-                let current = col(Column::new(Some(t_alias.as_str()), f.name()));
+                let current = col(Column::new(Some(t_ref.clone()), f.name()));
                 let mut e = when(lit(false), current.clone());
                 let mut any = false;
                 for (k, c) in matched_clauses.iter().enumerate() {
@@ -388,7 +437,7 @@ pub async fn merge(
     // 3. Source rows matching no target row: the first applicable NOT MATCHED clause.
     if !insert_clauses.is_empty() {
         let t_all_plain =
-            LogicalPlanBuilder::scan(t_alias.as_str(), write(None, false), None)?.build()?;
+            LogicalPlanBuilder::scan(t_ref.clone(), write(None, false), None)?.build()?;
         let b = LogicalPlanBuilder::from(source_plan.clone()).join_on(
             t_all_plain,
             JoinType::LeftAnti,

@@ -47,6 +47,8 @@ struct VisibleColumn {
     inner: usize,
     resolved: Resolved,
     master_key: Option<String>,
+    /// The policy names the column (it has rules: restricted for someone).
+    named: bool,
 }
 
 /// An Iceberg table as one principal may see it.
@@ -242,6 +244,7 @@ impl PolicyTableProvider {
                 inner: i,
                 resolved,
                 master_key,
+                named: cpol.is_some(),
             });
         }
         let schema = Arc::new(Schema::new(
@@ -356,6 +359,38 @@ impl PolicyTableProvider {
             }));
         };
         let tpol = policy.table(&table);
+        // Files written sorted or partitioned by a protected column would give its order
+        // or values to every reader.
+        if let Some(t) = tpol {
+            let m = self.inner.table().metadata();
+            let schema = m.current_schema();
+            let sources = m
+                .default_sort_order()
+                .fields
+                .iter()
+                .map(|f| f.source_id)
+                .chain(
+                    m.default_partition_spec()
+                        .fields()
+                        .iter()
+                        .map(|f| f.source_id),
+                );
+            for id in sources {
+                if let Some(f) = schema.field_by_id(id)
+                    && t.columns.contains_key(&f.name)
+                {
+                    return Err(refuse(Error::WriteDenied {
+                        what: format!(
+                            "{action} on table '{table}', which is sorted or partitioned by protected column '{}'",
+                            f.name
+                        ),
+                        principal: principal.to_owned(),
+                        rule: "row order, partition values and paths are visible to every reader"
+                            .into(),
+                    }));
+                }
+            }
+        }
         let spec = tpol
             .map(crate::write::EncryptionSpec::from)
             .unwrap_or_default();
@@ -419,13 +454,30 @@ impl PolicyTableProvider {
     /// protected column; and its conditions and new values may use only columns the
     /// principal reads in plaintext (else the count of rows changed would reveal values
     /// the principal may not see).
-    fn check_row_level(&self, action: &str, exprs: &[&Expr]) -> Result<crate::dml::WriteTarget> {
+    pub(crate) fn check_row_level(
+        &self,
+        action: &str,
+        exprs: &[&Expr],
+    ) -> Result<crate::dml::WriteTarget> {
         let columns: Vec<String> = exprs
             .iter()
             .flat_map(|e| e.column_refs())
             .map(|c| c.name.clone())
             .collect();
         self.check_row_level_columns(action, &columns)
+    }
+
+    /// A row-level write that did not come through the statement gate (e.g. under
+    /// `EXPLAIN`).
+    fn not_gated(&self, op: &str) -> DataFusionError {
+        Error::NotExact {
+            table: self.inner.name().to_owned(),
+            statement: op.to_owned(),
+            reason: format!(
+                "{op} inside another statement (EXPLAIN...) is not supported; run the {op} itself"
+            ),
+        }
+        .into()
     }
 
     /// [`Self::check_row_level`] for the target columns (`columns`) a statement uses.
@@ -494,6 +546,13 @@ impl PolicyTableProvider {
                 .map(|p| p.as_bytes().to_vec()),
             provider: Arc::clone(&self.crypto),
             credential: self.access.credential().cloned(),
+            // A rewrite decrypts the columns it rewrites under the keys the policy
+            // declares for this table, and no others (fail closed, as scans).
+            scope: if self.access.policy().is_enforcing() {
+                KeyScope::MasterKeys(self.protected_keys.iter().flatten().cloned().collect())
+            } else {
+                KeyScope::All
+            },
             column_keys: self
                 .inner
                 .schema()
@@ -546,11 +605,14 @@ impl PolicyTableProvider {
             .collect()
     }
 
-    /// Protected (encrypted) columns of `projection` the principal reads decrypted in
-    /// plaintext (what `COPY ... TO` would write out in the clear).
+    /// Restricted columns of `projection` the principal reads in plaintext: encrypted
+    /// ones, and every column the policy names (its rules restrict someone, encrypted or
+    /// not). What `COPY ... TO`, or a copy into another table, would publish.
     pub fn decrypted_columns(&self, projection: Option<&[usize]>) -> Vec<String> {
         self.projected(projection)
-            .filter(|c| c.master_key.is_some() && c.resolved.decision == Decision::Plaintext)
+            .filter(|c| {
+                (c.master_key.is_some() || c.named) && c.resolved.decision == Decision::Plaintext
+            })
             .map(|c| c.field.name().clone())
             .collect()
     }
@@ -603,37 +665,24 @@ impl TableProvider for PolicyTableProvider {
         TableType::Base
     }
 
+    // DELETE and UPDATE are planned by `crate::row_level` from the statement as written;
+    // DataFusion's DML planner hands over filters taken from the optimized plan (where a
+    // subquery's predicate is gone), so a plan that reaches these is refused.
     async fn delete_from(
         &self,
-        state: &dyn Session,
-        filters: Vec<Expr>,
+        _state: &dyn Session,
+        _filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let target = self.check_row_level("delete", &filters.iter().collect::<Vec<_>>())?;
-        crate::dml::IcebergRowLevelExec::try_new(
-            state,
-            Arc::new(target),
-            crate::dml::RowLevel::Delete,
-            filters,
-        )
+        Err(self.not_gated("DELETE"))
     }
 
     async fn update(
         &self,
-        state: &dyn Session,
-        assignments: Vec<(String, Expr)>,
-        filters: Vec<Expr>,
+        _state: &dyn Session,
+        _assignments: Vec<(String, Expr)>,
+        _filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let exprs: Vec<&Expr> = filters
-            .iter()
-            .chain(assignments.iter().map(|(_, e)| e))
-            .collect();
-        let target = self.check_row_level("update", &exprs)?;
-        crate::dml::IcebergRowLevelExec::try_new(
-            state,
-            Arc::new(target),
-            crate::dml::RowLevel::Update(assignments),
-            filters,
-        )
+        Err(self.not_gated("UPDATE"))
     }
 
     async fn truncate(&self, state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
@@ -776,20 +825,16 @@ impl TableProvider for PolicyTableProvider {
             .collect();
         inner_cols.sort_unstable();
         inner_cols.dedup();
-        // Keys: refuse master keys used only by protected columns this scan does not read.
-        let needed: BTreeSet<&String> = inner_cols
+        // Keys: fail closed. Only the master keys the policy declares for the columns
+        // this scan reads may be requested (and the footer key); a column encrypted
+        // under any other key (a table or column the policy does not name) stays
+        // encrypted, and reading it fails naming the key.
+        let needed: BTreeSet<String> = inner_cols
             .iter()
-            .filter_map(|i| self.protected_keys[*i].as_ref())
-            .collect();
-        let unneeded: BTreeSet<String> = self
-            .protected_keys
-            .iter()
-            .flatten()
-            .filter(|k| !needed.contains(k))
-            .cloned()
+            .filter_map(|i| self.protected_keys[*i].clone())
             .collect();
         let scope = if self.access.policy().is_enforcing() {
-            KeyScope::Except(unneeded)
+            KeyScope::MasterKeys(needed)
         } else {
             KeyScope::All
         };
