@@ -724,3 +724,31 @@ fn csv_export_of_millions_of_rows_streams_in_bounded_memory() {
         peak - small_peak
     );
 }
+
+/// An error that quotes a protected value reaches the user whole, but the audit record
+/// keeps it without the value (the class and the names it carries stay).
+#[test]
+fn audit_errors_do_not_keep_the_values_they_quote() {
+    let ssn = stdout(&run(&[
+        "--format",
+        "csv",
+        "-c",
+        "SELECT ssn FROM lake.sales.customers WHERE id = 1000000",
+    ]))
+    .lines()
+    .nth(1)
+    .unwrap()
+    .to_owned();
+    let o = run(&[
+        "-c",
+        "SELECT CAST(ssn AS INT) FROM lake.sales.customers WHERE id = 1000000",
+    ]);
+    assert!(stderr(&o).contains(&ssn), "{}", stderr(&o));
+    let audit = std::fs::read_to_string(lake().parent().unwrap().join("audit.jsonl")).unwrap();
+    let record = audit
+        .lines()
+        .rfind(|l| l.contains("Cannot cast string"))
+        .expect("audit record of the failed cast");
+    assert!(!record.contains(&ssn), "{record}");
+    assert!(record.contains("Cannot cast string '…'"), "{record}");
+}

@@ -530,7 +530,10 @@ fn differential_writes_match_duckdb() {
     // Most statements run (refusals are the correlated subqueries, and the statement
     // kinds ClearIce cannot run exactly): each kind ran many times.
     for kind in ["DELETE", "UPDATE", "INSERT", "MERGE"] {
-        assert!(v["executed"][kind].as_u64().unwrap_or(0) >= 40, "{kind}: {v}");
+        assert!(
+            v["executed"][kind].as_u64().unwrap_or(0) >= 40,
+            "{kind}: {v}"
+        );
     }
     let refused: u64 = v["refused"]
         .as_object()
@@ -539,4 +542,62 @@ fn differential_writes_match_duckdb() {
         .map(|n| n.as_u64().unwrap())
         .sum();
     assert!(refused * 4 < v["statements"].as_u64().unwrap(), "{v}");
+}
+
+/// Fail closed: a table the policy does not name (registered by a pipeline, here with
+/// PyIceberg's `register_table`, also in a nested namespace) never has its encrypted
+/// columns decrypted, for any principal; its plaintext columns read; `policy check` lists
+/// it.
+#[test]
+fn tables_the_policy_does_not_name_stay_encrypted() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = lake(tmp.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/register_table.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(lake.join("catalog.db"))
+        .arg(lake.join("warehouse"))
+        .args(["sales.customers", "sales.rogue", "deep.er.rogue"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "register_table: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A nested namespace is one schema named `deep.er`.
+    for table in ["lake.sales.rogue", "lake.\"deep.er\".rogue"] {
+        for user in ["admin", "analyst", "support"] {
+            let out = sql(&lake, user, &format!("SELECT ssn FROM {table} LIMIT 1"));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{table} as {user}: ssn was read");
+            assert!(
+                err.contains("column 'ssn' is not decrypted in this scan")
+                    && err.contains("master key 'pii_key' was not requested"),
+                "{table} as {user}: {err}"
+            );
+            let ids = sql(&lake, user, &format!("SELECT count(id) AS n FROM {table}"));
+            assert!(
+                ids.status.success(),
+                "{}",
+                String::from_utf8_lossy(&ids.stderr)
+            );
+        }
+    }
+    let check = clearice(&lake, "admin")
+        .args(["policy", "check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout).to_string()
+        + &String::from_utf8_lossy(&check.stderr);
+    assert!(!check.status.success(), "{text}");
+    for table in ["lake.sales.rogue", "lake.deep.er.rogue"] {
+        assert!(
+            text.contains(&format!(
+                "{table}: not named by the policy, but its columns"
+            )),
+            "{text}"
+        );
+    }
 }

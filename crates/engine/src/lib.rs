@@ -26,6 +26,7 @@ mod fair;
 mod limits;
 mod redact;
 mod rotate;
+mod route;
 mod session;
 pub mod whoami;
 
@@ -264,7 +265,8 @@ impl Engine {
         if cluster.workers.is_empty() {
             return Err(cluster_err("[cluster] workers is empty".into()));
         }
-        let workers = cluster::Workers::start(&cluster.workers).map_err(cluster_err)?;
+        let workers =
+            cluster::Workers::start(&cluster.workers, Arc::clone(signer)).map_err(cluster_err)?;
         self.coordinator = Some(cluster::Coordinator {
             workers,
             signer: Arc::clone(signer),
@@ -289,20 +291,14 @@ impl Engine {
         }))
     }
 
-    /// Serves [`Engine::worker_service`] on `listener` until `shutdown` completes.
+    /// Serves [`Engine::worker_service`] on `listener` until `shutdown` completes; a call
+    /// without a credential of the cluster secret is refused before its message is read.
     pub async fn serve_worker(
         &self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<()> {
-        let service = self.worker_service()?;
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        tonic::transport::Server::builder()
-            .add_service(service.into_worker_server())
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-            .map_err(|e| Error::Worker(e.to_string()))
+        cluster::serve(self, listener, shutdown).await
     }
 
     /// The codec this engine's worker decodes plans with (scans verified with `signer`,
@@ -1003,10 +999,16 @@ impl Engine {
                 problems.push(format!("{name}: no catalog '{}' in the config", parts[0]));
                 continue;
             };
-            let ident = iceberg::TableIdent::new(
-                iceberg::NamespaceIdent::new(parts[1].into()),
-                parts[2].into(),
-            );
+            // catalog.namespace.table, the namespace of any depth.
+            let ns = parts[1..parts.len() - 1]
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect::<Vec<_>>();
+            let Ok(ns) = iceberg::NamespaceIdent::from_vec(ns) else {
+                problems.push(format!("{name}: not catalog.namespace.table"));
+                continue;
+            };
+            let ident = iceberg::TableIdent::new(ns, parts[parts.len() - 1].into());
             let table = match cat.load_table(&ident).await {
                 Ok(t) => t,
                 Err(e) => {
@@ -1078,6 +1080,64 @@ impl Engine {
                     }
                 }
                 Err(e) => problems.push(format!("{name}: cannot read '{path}': {e}")),
+            }
+        }
+        problems.extend(self.check_unnamed_tables().await);
+        problems
+    }
+
+    /// Catalog tables the policy does not name whose data has encrypted columns: they
+    /// are denied to everyone (fail closed) until the policy names them (one data file's
+    /// footer read per table; no column key is requested).
+    async fn check_unnamed_tables(&self) -> Vec<String> {
+        use futures::TryStreamExt;
+        let mut problems = Vec::new();
+        for (cat_name, cat) in &self.iceberg {
+            let mut pending: Vec<Option<iceberg::NamespaceIdent>> = vec![None];
+            let mut tables = Vec::new();
+            while let Some(parent) = pending.pop() {
+                let Ok(children) = cat.list_namespaces(parent.as_ref()).await else {
+                    continue;
+                };
+                for ns in children {
+                    if let Ok(t) = cat.list_tables(&ns).await {
+                        tables.extend(t);
+                    }
+                    pending.push(Some(ns));
+                }
+            }
+            for ident in tables {
+                let name = format!(
+                    "{cat_name}.{}.{}",
+                    ident.namespace().clone().inner().join("."),
+                    ident.name()
+                );
+                if self.policy.table(&name).is_some() {
+                    continue;
+                }
+                let Ok(table) = cat.load_table(&ident).await else {
+                    continue;
+                };
+                let tasks = match table.scan().select_all().build() {
+                    Ok(scan) => match scan.plan_files().await {
+                        Ok(s) => s.try_collect::<Vec<_>>().await.unwrap_or_default(),
+                        Err(_) => vec![],
+                    },
+                    Err(_) => vec![],
+                };
+                let Some(task) = tasks.first() else { continue };
+                if let Ok(keys) = self.file_column_keys(&task.data_file_path).await {
+                    let encrypted: Vec<String> = keys
+                        .into_iter()
+                        .filter_map(|(c, k)| Some(format!("'{c}' (master key '{}')", k?)))
+                        .collect();
+                    if !encrypted.is_empty() {
+                        problems.push(format!(
+                            "{name}: not named by the policy, but its columns {} are encrypted: they are denied to everyone until the policy names the table and their master_key",
+                            encrypted.join(", ")
+                        ));
+                    }
+                }
             }
         }
         problems

@@ -355,7 +355,9 @@ impl Session {
         let state = self.ctx.state();
         clearice_table::dml::check_statement(&plan, &|p| state.optimize(p))?;
         // DELETE and UPDATE run as written (their predicate never from optimized plans).
-        if let Some(write) = clearice_table::row_level::RowLevelStatement::of(&plan)? {
+        if crate::route::route(&plan) == crate::route::Route::RowLevel
+            && let Some(write) = clearice_table::row_level::RowLevelStatement::of(&plan)?
+        {
             // Boxed: planning runs the statement's subqueries (a large future).
             let exec = Box::pin(write.plan(&state)).await?;
             return self

@@ -831,6 +831,26 @@ access = { "*" = "hide", admin = "plaintext" }
     }
 
     #[test]
+    fn tables_in_nested_namespaces_are_nameable() {
+        let t = format!(
+            "{P}\n[tables.\"lake.deep.er.t\".columns.ssn]\nmaster_key = \"k\"\naccess = {{ admin = \"plaintext\" }}\n"
+        );
+        let p = Policy::parse(&t, "p").unwrap();
+        assert_eq!(
+            p.decide("root", "lake.deep.er.t", "ssn").decision,
+            Decision::Plaintext
+        );
+        assert_eq!(
+            p.decide("alice", "lake.deep.er.t", "ssn").decision,
+            Decision::Deny
+        );
+        for bad in ["lake.t", "lake..t", "lake.a."] {
+            let t = format!("{P}\n[tables.\"{bad}\".columns.ssn]\nmaster_key = \"k\"\n");
+            assert!(Policy::parse(&t, "p").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn table_access_rules() {
         let t = format!(
             "{P}\n[tables.\"lake.sales.payroll\"]\naccess = {{ \"*\" = \"hide\", analyst = \"deny\", admin = \"allow\" }}\n"

@@ -243,6 +243,14 @@ impl IcebergCatalogProvider {
 }
 
 /// Lists namespaces (nested ones joined with `.`) and their tables.
+/// `r`, or nothing when its namespace does not exist.
+fn or_empty<T>(r: iceberg::Result<Vec<T>>) -> iceberg::Result<Vec<T>> {
+    match r {
+        Err(e) if e.kind() == iceberg::ErrorKind::NamespaceNotFound => Ok(vec![]),
+        other => other,
+    }
+}
+
 async fn list(
     name: &str,
     catalog: &Arc<dyn Catalog>,
@@ -256,9 +264,11 @@ async fn list(
     };
     let mut pending = catalog.list_namespaces(None).await.map_err(err)?;
     let mut schemas = BTreeMap::new();
+    // A nested namespace's parent may exist only as a prefix (PyIceberg creates
+    // `a.b` without `a`): listed, it has no children or tables of its own.
     while let Some(ns) = pending.pop() {
-        pending.extend(catalog.list_namespaces(Some(&ns)).await.map_err(err)?);
-        let tables = catalog.list_tables(&ns).await.map_err(err)?;
+        pending.extend(or_empty(catalog.list_namespaces(Some(&ns)).await).map_err(err)?);
+        let tables = or_empty(catalog.list_tables(&ns).await).map_err(err)?;
         let schema_name = ns.clone().inner().join(".");
         schemas.insert(
             schema_name.clone(),

@@ -474,7 +474,7 @@ impl PolicyTableProvider {
             table: self.inner.name().to_owned(),
             statement: op.to_owned(),
             reason: format!(
-                "{op} inside another statement (EXPLAIN...) is not supported; run the {op} itself"
+                "{op} inside another statement (EXPLAIN, PREPARE ... EXECUTE) is not supported; run the {op} itself"
             ),
         }
         .into()
