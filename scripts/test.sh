@@ -162,6 +162,33 @@ export CLEARICE_JDBC_JARS=$JARS
 export CLEARICE_DATAFUSION_SLT_DIR=$DFSLT
 export CLEARICE_REQUIRE_FIXTURES=1
 
+# The fuzz targets (fuzz/: cargo fuzz on nightly, libFuzzer): the Thrift footer code of the
+# plaintext view, PME key material, the policy parser; each runs FUZZ_SECONDS (default 30)
+# from the seeds in fuzz/seeds, and a crash fails the run (its input is kept in
+# fuzz/artifacts).
+fuzz() {
+  echo "== fuzz targets (${FUZZ_SECONDS:-30} s each)"
+  if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal
+  fi
+  if ! cargo fuzz --version >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked --version 0.13.2
+  fi
+  (
+    cd "$ROOT/fuzz"
+    cargo +nightly fuzz build -s none
+    for t in thrift_footer key_material policy_parse; do
+      corpus=$CACHE/fuzz-corpus/$t
+      mkdir -p "$corpus"
+      seeds=()
+      [ -d "seeds/$t" ] && seeds=("seeds/$t")
+      cargo +nightly fuzz run -s none "$t" "$corpus" "${seeds[@]}" -- \
+        -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -print_final_stats=1 \
+        || { echo "error: fuzz target $t failed (its input is in fuzz/artifacts/$t)" >&2; exit 1; }
+    done
+  )
+}
+
 echo "== cargo test"
 if [ $# -gt 0 ]; then
   cargo test "$@"
@@ -170,4 +197,5 @@ else
   echo "== the demo, policy and writes suites (policy and writes over Flight SQL too) with the lakes on S3"
   # --workspace: the binary `cargo test --workspace` built (same features), not a rebuild.
   CLEARICE_DEMO_ON_S3=1 cargo test --workspace --test sqllogictests -- demo/ policy/ writes/
+  fuzz
 fi

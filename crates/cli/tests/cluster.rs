@@ -165,3 +165,106 @@ fn a_worker_refuses_to_start_without_a_cluster_secret_or_beyond_loopback_in_plai
     let err = refusal(&clustered, "127.0.0.1:0");
     assert!(err.contains("at least 32 are needed"), "{err}");
 }
+
+const EXECUTE_TASK: &str = "/worker.WorkerService/ExecuteTask";
+const GET_WORKER_INFO: &str = "/worker.WorkerService/GetWorkerInfo";
+
+/// `message` as one gRPC message on the wire (uncompressed, behind its 5-byte length
+/// prefix). The request body is built from a `String`, so every byte stays below 0x80.
+fn grpc_frame(message: &[u8]) -> String {
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    String::from_utf8(frame).expect("bytes below 0x80")
+}
+
+/// Sends `frame` to `path` on the worker at `url` as any peer could, with `credential` as
+/// its `authorization` if any. Returns the worker's status and how long it took to answer.
+async fn raw_call(
+    url: &str,
+    path: &str,
+    credential: Option<String>,
+    frame: String,
+) -> (tonic::Code, Duration) {
+    use tonic::codegen::{Service, http};
+    let mut channel = tonic::transport::Channel::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut request = http::Request::builder()
+        .method("POST")
+        .uri(format!("{url}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(c) = credential {
+        request = request.header("authorization", c);
+    }
+    let request = request.body(tonic::body::Body::new(frame)).unwrap();
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let response = tokio::time::timeout(Duration::from_secs(60), channel.call(request))
+        .await
+        .expect("the worker held the call for 60 s")
+        .unwrap();
+    let code =
+        tonic::Status::from_header_map(response.headers()).map_or(tonic::Code::Ok, |s| s.code());
+    (code, started.elapsed())
+}
+
+/// The largest resident set process `pid` has had so far, in bytes (Linux's `VmHWM`: a
+/// message held only during its call shows there after the call).
+fn peak_rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn a_worker_process_reads_no_unauthenticated_or_oversized_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = lake(tmp.path());
+    let worker = start(
+        &with_cluster(&config, &[]),
+        &["worker"],
+        &tmp.path().join("worker.addr"),
+    );
+    let url = format!("http://{}", worker.addr);
+    let signer =
+        clearice_engine::TaskSigner::new(SECRET.as_bytes(), Duration::from_secs(60)).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // A first call, so that the worker's connection handling is warm.
+        let (code, took) = raw_call(&url, GET_WORKER_INFO, None, grpc_frame(&[])).await;
+        assert_eq!(code, tonic::Code::Unauthenticated);
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        let before = peak_rss_bytes(worker.child.id());
+        let big = grpc_frame(&vec![b'a'; 256 << 20]);
+        // 256 MiB with the cluster's credential: over the 64 MiB limit, refused from the
+        // length prefix; without one, refused from the headers.
+        let (signed, _) = raw_call(
+            &url,
+            EXECUTE_TASK,
+            Some(signer.call_credential(EXECUTE_TASK)),
+            big.clone(),
+        )
+        .await;
+        let (unsigned, took) = raw_call(&url, EXECUTE_TASK, None, big).await;
+        let grown = peak_rss_bytes(worker.child.id()).saturating_sub(before);
+        eprintln!("worker peak RSS grew by {} KiB", grown / 1024);
+        assert_eq!(signed, tonic::Code::OutOfRange);
+        assert_eq!(unsigned, tonic::Code::Unauthenticated);
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        assert!(
+            grown < 16 << 20,
+            "the worker's peak RSS grew by {} MiB on messages it refused",
+            grown >> 20
+        );
+    });
+}

@@ -16,10 +16,18 @@
 //! Each scan is signed with the cluster secret (HMAC-SHA256) and stamped: a worker refuses
 //! a scan it cannot verify or that is older than `task_ttl_s`, so a peer that can reach a
 //! worker's port cannot make it decrypt for a principal the coordinator did not admit.
+//!
+//! Every call to a worker is authenticated before its message is read: the coordinator's
+//! and the workers' own channels ([`ClusterChannels`]) put a credential made with the same
+//! secret in the call's `authorization` header, and the worker's server ([`serve`]) answers
+//! any other call `UNAUTHENTICATED` from its headers alone. Messages are bounded by
+//! [`MAX_MESSAGE_BYTES`] on both sides.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -38,15 +46,17 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion_distributed::{
-    DistributedExec, DistributedExt, DistributedPhysicalOptimizerRule, NetworkCoalesceExec,
-    PartitionIsolatorExec, TaskEstimation, TaskEstimator, Worker, WorkerQueryContext,
-    WorkerResolver, WorkerSessionBuilder,
+    BoxCloneSyncChannel, ChannelResolver, DefaultChannelResolver, DistributedExec, DistributedExt,
+    DistributedPhysicalOptimizerRule, NetworkCoalesceExec, PartitionIsolatorExec, TaskEstimation,
+    TaskEstimator, Worker, WorkerQueryContext, WorkerResolver, WorkerServiceClient,
+    WorkerSessionBuilder,
 };
 use datafusion_proto::logical_plan::DefaultLogicalExtensionCodec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use parking_lot::RwLock;
 use prost::Message;
 use serde::{Deserialize, Serialize};
+use tonic::codegen::{BoxFuture, Service, http};
 
 use crate::error::cause_of;
 use crate::fair::YieldExec;
@@ -90,7 +100,69 @@ impl TaskSigner {
     fn verify(&self, body: &[u8], tag: &[u8]) -> bool {
         ring::hmac::verify(&self.key, body, tag).is_ok()
     }
+
+    /// The `authorization` value of one call to the worker RPC `path` (e.g.
+    /// `/worker.WorkerService/ExecuteTask`) made now: `ClearIce-Cluster <unix s>.<hex
+    /// HMAC-SHA256 of "clearice-cluster-v1|<path>|<unix s>">`. A worker takes it for that
+    /// RPC only, within 5 minutes of its stamp either way.
+    pub fn call_credential(&self, path: &str) -> String {
+        self.credential_at(path, now_s())
+    }
+
+    fn credential_at(&self, path: &str, at: u64) -> String {
+        let tag = self.sign(call_message(path, at).as_bytes());
+        format!("{CALL_SCHEME}{at}.{}", hex::encode(tag))
+    }
+
+    /// Whether `headers` carry a credential of this cluster for a call to `path`, made
+    /// within [`CALL_WINDOW`] of now; why not, in one line.
+    fn check_call(&self, path: &str, headers: &http::HeaderMap) -> Result<(), &'static str> {
+        const MALFORMED: &str =
+            "malformed cluster credential (authorization: ClearIce-Cluster <unix s>.<hex tag>)";
+        let value = headers
+            .get(http::header::AUTHORIZATION)
+            .ok_or("no cluster credential: worker calls need the cluster secret")?;
+        let (at, tag) = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix(CALL_SCHEME))
+            .and_then(|v| v.split_once('.'))
+            .ok_or(MALFORMED)?;
+        let at: u64 = at.parse().map_err(|_| MALFORMED)?;
+        let tag = hex::decode(tag).map_err(|_| MALFORMED)?;
+        if !self.verify(call_message(path, at).as_bytes(), &tag) {
+            return Err(
+                "the cluster credential does not verify with this worker's cluster \
+                        secret (another cluster's, or made for another call)",
+            );
+        }
+        if now_s().abs_diff(at) > CALL_WINDOW.as_secs() {
+            return Err(
+                "the cluster credential is stale (stamped more than 5 minutes from \
+                        this worker's clock: a replay, or clocks apart)",
+            );
+        }
+        Ok(())
+    }
 }
+
+/// How far a call credential's stamp may be from the worker's clock, either way (a
+/// replay window and the clock skew tolerated): 5 min.
+pub(crate) const CALL_WINDOW: Duration = Duration::from_secs(300);
+
+const CALL_SCHEME: &str = "ClearIce-Cluster ";
+
+/// What a call credential signs. Scan tags sign JSON (`{...}`), so the two never collide.
+fn call_message(path: &str, at: u64) -> String {
+    format!("clearice-cluster-v1|{path}|{at}")
+}
+
+/// Largest gRPC message a worker decodes or sends, and a coordinator or worker decodes
+/// from a worker: 64 MiB. Stage plans are small (a scan travels as its signed request, not
+/// its files) and result batches are cut to half of this, so only a peer out to exhaust
+/// memory sends more: tonic refuses it (`OUT_OF_RANGE`) from the message's 5-byte length
+/// prefix, before reading it.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 const SCAN_MAGIC: &[u8; 8] = b"CLRSCAN1";
 const YIELD_MAGIC: &[u8; 8] = b"CLRYLD01";
@@ -617,15 +689,17 @@ impl ExecutionPlan for WorkerErrorsExec {
 pub struct Workers {
     all: Arc<Vec<url::Url>>,
     live: Arc<RwLock<Vec<url::Url>>>,
+    /// The coordinator's channels to them (queries and probes).
+    channels: ClusterChannels,
 }
 
 /// How often workers are probed.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
 
 impl Workers {
-    /// Parses the configured URLs and starts probing them (needs a Tokio runtime). The
-    /// probe stops when the last clone is dropped.
-    pub fn start(urls: &[String]) -> Result<Self, String> {
+    /// Parses the configured URLs and starts probing them (needs a Tokio runtime); calls
+    /// carry credentials made with `signer`. The probe stops when the last clone is dropped.
+    pub fn start(urls: &[String], signer: Arc<TaskSigner>) -> Result<Self, String> {
         let all = urls
             .iter()
             .map(|u| url::Url::parse(u).map_err(|e| format!("worker '{u}': {e}")))
@@ -634,11 +708,12 @@ impl Workers {
         let workers = Self {
             all: Arc::new(all),
             live,
+            channels: ClusterChannels::new(signer),
         };
         let weak = Arc::downgrade(&workers.live);
         let all = Arc::clone(&workers.all);
+        let channels = workers.channels.clone();
         tokio::spawn(async move {
-            let channels = datafusion_distributed::DefaultChannelResolver::default();
             loop {
                 tokio::time::sleep(PROBE_EVERY).await;
                 let Some(live) = weak.upgrade() else { return };
@@ -669,7 +744,7 @@ impl Workers {
     /// One line for a query that a worker call failed: the workers that do not answer
     /// now (probed at once, and left out of the next queries' plans).
     async fn explain(&self, e: &DataFusionError) -> DataFusionError {
-        let channels = datafusion_distributed::DefaultChannelResolver::default();
+        let channels = ClusterChannels::new(Arc::clone(&self.channels.signer));
         let mut up = Vec::new();
         let mut down = Vec::new();
         for url in self.all.iter() {
@@ -695,11 +770,10 @@ impl Workers {
     }
 }
 
-async fn probe(channels: &datafusion_distributed::DefaultChannelResolver, url: &url::Url) -> bool {
-    let Ok(channel) = channels.get_channel(url).await else {
+async fn probe(channels: &ClusterChannels, url: &url::Url) -> bool {
+    let Ok(mut client) = channels.get_worker_client_for_url(url).await else {
         return false;
     };
-    let mut client = datafusion_distributed::create_worker_client(channel);
     matches!(
         tokio::time::timeout(
             Duration::from_secs(2),
@@ -746,6 +820,7 @@ impl Coordinator {
         let partitions = per_worker * self.workers.all.len().max(1);
         let mut state = SessionStateBuilder::new_from_existing(state)
             .with_distributed_worker_resolver(self.workers.clone())
+            .with_distributed_channel_resolver(self.workers.channels.clone())
             .with_distributed_user_codec(ClearIceCodec::coordinator(Arc::clone(&self.signer)))
             .with_distributed_task_estimator(RemoteScans)
             .with_physical_optimizer_rule(Arc::new(ClusterRule {
@@ -855,11 +930,179 @@ impl WorkerSessionBuilder for WorkerSessions {
     }
 }
 
-/// A worker service for `sessions`; it runs only stage plans [`admitted`].
+/// [`WorkerSessions`] whose stages read other workers' tasks over [`ClusterChannels`].
+struct WorkerSessionsOnChannels {
+    sessions: WorkerSessions,
+    channels: ClusterChannels,
+}
+
+#[async_trait::async_trait]
+impl WorkerSessionBuilder for WorkerSessionsOnChannels {
+    async fn build_session_state(&self, mut ctx: WorkerQueryContext) -> DfResult<SessionState> {
+        ctx.builder = ctx
+            .builder
+            .with_distributed_channel_resolver(self.channels.clone());
+        self.sessions.build_session_state(ctx).await
+    }
+}
+
+/// A worker service for `sessions`; it runs only stage plans [`admitted`], and cuts result
+/// batches so that each message stays under [`MAX_MESSAGE_BYTES`]. Serve it with [`serve`].
 pub(crate) fn worker(sessions: WorkerSessions) -> Worker {
-    let mut worker = Worker::from_session_builder(sessions);
+    let channels = ClusterChannels::new(Arc::clone(&sessions.codec.signer));
+    let mut worker = Worker::from_session_builder(WorkerSessionsOnChannels { sessions, channels })
+        .with_max_message_size(MAX_MESSAGE_BYTES / 2);
     worker.add_on_plan_hook(guard);
     worker
+}
+
+/// Serves `engine`'s worker service on `listener` until `shutdown` completes. A call is
+/// authenticated from its headers before its message is read ([`Authenticated`]), and a
+/// message over [`MAX_MESSAGE_BYTES`] is refused from its length prefix.
+pub(crate) async fn serve(
+    engine: &crate::Engine,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> crate::Result<()> {
+    let worker = engine.worker_service()?;
+    let signer = engine
+        .signer
+        .clone()
+        .ok_or_else(|| crate::Error::Worker("no cluster secret".into()))?;
+    let service = Authenticated {
+        inner: worker
+            .into_worker_server()
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        signer,
+    };
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(|e| crate::Error::Worker(e.to_string()))
+}
+
+/// A worker's gRPC service behind a check of each call's credential, made on the request's
+/// headers before its body is read: a call without a credential of this cluster for its
+/// RPC (GetWorkerInfo included) is answered `UNAUTHENTICATED` at once, and what it sends
+/// after its headers is never read (HTTP/2 flow control stops it at one window).
+#[derive(Clone)]
+struct Authenticated<S> {
+    inner: S,
+    signer: Arc<TaskSigner>,
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Authenticated<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<tonic::body::Body>> for Authenticated<S>
+where
+    S: Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let path = request.uri().path();
+        if let Err(reason) = self.signer.check_call(path, request.headers()) {
+            let peer = request
+                .extensions()
+                .get::<tonic::transport::server::TcpConnectInfo>()
+                .and_then(|c| c.remote_addr());
+            tracing::warn!(peer = ?peer, path, reason, "worker call refused");
+            let refusal = tonic::Status::unauthenticated(reason).into_http();
+            return Box::pin(std::future::ready(Ok(refusal)));
+        }
+        // Call the service that was made ready; its clone waits for the next call.
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        Box::pin(ready.call(request))
+    }
+}
+
+/// The channels of a coordinator to its workers and of a worker to the others (stages
+/// reading other stages): datafusion-distributed's (one connection per worker, reused),
+/// each call carrying a fresh credential for its RPC ([`TaskSigner::call_credential`]) and
+/// its messages bounded by [`MAX_MESSAGE_BYTES`].
+#[derive(Clone)]
+pub(crate) struct ClusterChannels {
+    signer: Arc<TaskSigner>,
+    channels: DefaultChannelResolver,
+}
+
+impl fmt::Debug for ClusterChannels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterChannels").finish_non_exhaustive()
+    }
+}
+
+impl ClusterChannels {
+    pub(crate) fn new(signer: Arc<TaskSigner>) -> Self {
+        Self {
+            signer,
+            channels: DefaultChannelResolver::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChannelResolver for ClusterChannels {
+    async fn get_worker_client_for_url(
+        &self,
+        url: &url::Url,
+    ) -> DfResult<WorkerServiceClient<BoxCloneSyncChannel>> {
+        let channel = self.channels.get_channel(url).await?;
+        let channel = BoxCloneSyncChannel::new(Credentialed {
+            inner: channel,
+            signer: Arc::clone(&self.signer),
+        });
+        Ok(WorkerServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+/// A channel that puts a credential for each call's RPC in its `authorization` header.
+#[derive(Clone)]
+struct Credentialed {
+    inner: BoxCloneSyncChannel,
+    signer: Arc<TaskSigner>,
+}
+
+impl Service<http::Request<tonic::body::Body>> for Credentialed {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = <BoxCloneSyncChannel as Service<http::Request<tonic::body::Body>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
+        let credential = self.signer.call_credential(request.uri().path());
+        // Always ASCII; a worker refuses a call without it.
+        if let Ok(value) = http::HeaderValue::try_from(credential) {
+            request
+                .headers_mut()
+                .insert(http::header::AUTHORIZATION, value);
+        }
+        self.inner.call(request)
+    }
 }
 
 /// Whether a decoded stage plan may run on this worker. Whoever reaches a worker's port
@@ -1140,6 +1383,49 @@ mod tests {
             e.contains("worker refused the scan: stage plan refused"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn call_credentials_hold_for_their_rpc_secret_and_window_only() {
+        const INFO: &str = "/worker.WorkerService/GetWorkerInfo";
+        const TASK: &str = "/worker.WorkerService/ExecuteTask";
+        let s = signer(60);
+        let headers = |value: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                http::header::AUTHORIZATION,
+                http::HeaderValue::from_str(value).unwrap(),
+            );
+            h
+        };
+        let fresh = s.call_credential(TASK);
+        assert!(fresh.starts_with("ClearIce-Cluster "), "{fresh}");
+        assert_eq!(s.check_call(TASK, &headers(&fresh)), Ok(()));
+        // Another RPC, another secret, tampered, stale or from too far ahead, absent.
+        let e = s.check_call(INFO, &headers(&fresh)).unwrap_err();
+        assert!(e.contains("does not verify"), "{e}");
+        let other = TaskSigner::new(&[43u8; 32], Duration::from_secs(60)).unwrap();
+        let e = other.check_call(TASK, &headers(&fresh)).unwrap_err();
+        assert!(e.contains("does not verify"), "{e}");
+        let (stamp, _) = fresh.split_once('.').unwrap();
+        let e = s
+            .check_call(TASK, &headers(&format!("{stamp}.{}", "00".repeat(32))))
+            .unwrap_err();
+        assert!(e.contains("does not verify"), "{e}");
+        let window = CALL_WINDOW.as_secs();
+        let old = s.credential_at(TASK, now_s() - window - 5);
+        let e = s.check_call(TASK, &headers(&old)).unwrap_err();
+        assert!(e.contains("stale"), "{e}");
+        let ahead = s.credential_at(TASK, now_s() + window + 5);
+        assert!(s.check_call(TASK, &headers(&ahead)).is_err());
+        let skewed = s.credential_at(TASK, now_s() - window + 30);
+        assert_eq!(s.check_call(TASK, &headers(&skewed)), Ok(()));
+        for bad in ["Bearer x", "ClearIce-Cluster 12", "ClearIce-Cluster x.00"] {
+            let e = s.check_call(TASK, &headers(bad)).unwrap_err();
+            assert!(e.contains("malformed"), "{bad}: {e}");
+        }
+        let e = s.check_call(TASK, &http::HeaderMap::new()).unwrap_err();
+        assert!(e.contains("no cluster credential"), "{e}");
     }
 
     #[test]

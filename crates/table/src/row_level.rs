@@ -36,6 +36,7 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::expr::{Exists, InList, InSubquery};
 use datafusion::logical_expr::{Expr, LogicalPlan, Subquery, WriteOp, lit};
 use datafusion::physical_plan::ExecutionPlan;
+use futures::StreamExt;
 
 use crate::dml::{IcebergRowLevelExec, RowLevel, count_schema};
 use crate::error::Error;
@@ -237,10 +238,14 @@ pub async fn inline_subqueries(
             ));
         }
         let physical = state.create_physical_plan(s.subquery.as_ref()).await?;
-        let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
+        // Streamed: a subquery over the cap stops at the cap, not after reading it all.
+        let mut stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
         let mut values = Vec::new();
         let mut seen = HashSet::new();
-        for b in &batches {
+        let mut rows = 0usize;
+        while let Some(b) = stream.next().await {
+            let b = b?;
+            rows += b.num_rows();
             let column = b.column(0);
             for i in 0..b.num_rows() {
                 let v = ScalarValue::try_from_array(column, i)?;
@@ -259,7 +264,6 @@ pub async fn inline_subqueries(
             }
         }
         // Scalar subqueries: SQL's one-row rule (counted on rows, not distinct values).
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         results.insert(key, (values, rows > 1));
     }
     expr.transform_down(|e| {

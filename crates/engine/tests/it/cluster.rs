@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clearice_engine::{Config, Engine, demo};
 use datafusion::arrow::util::pretty::pretty_format_batches;
@@ -181,8 +182,7 @@ async fn plan_bytes_hold_no_key_material_and_workers_verify_them() {
     assert!(!scans.is_empty(), "no RemoteScanExec in the plan");
     let secret = std::fs::read(tmp.path().join("lake/cluster.secret")).unwrap();
     let signer = Arc::new(
-        clearice_engine::TaskSigner::new(secret.trim_ascii(), std::time::Duration::from_secs(60))
-            .unwrap(),
+        clearice_engine::TaskSigner::new(secret.trim_ascii(), Duration::from_secs(60)).unwrap(),
     );
     let codec = clearice_engine::ClearIceCodec::coordinator(Arc::clone(&signer));
     let mut bytes = Vec::new();
@@ -218,7 +218,7 @@ async fn plan_bytes_hold_no_key_material_and_workers_verify_them() {
         .to_string();
     assert!(err.contains("signature does not verify"), "{err}");
     let other = clearice_engine::ClearIceCodec::coordinator(Arc::new(
-        clearice_engine::TaskSigner::new(&[7u8; 32], std::time::Duration::from_secs(60)).unwrap(),
+        clearice_engine::TaskSigner::new(&[7u8; 32], Duration::from_secs(60)).unwrap(),
     ));
     let mut other_bytes = Vec::new();
     other
@@ -283,7 +283,7 @@ async fn a_dead_worker_fails_the_query_clearly_and_the_next_runs_on_the_others()
                 assert!(!e.is_empty());
             }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
         recovered,
@@ -295,4 +295,160 @@ async fn a_dead_worker_fails_the_query_clearly_and_the_next_runs_on_the_others()
         "{live:?}"
     );
     assert_eq!(live.len(), 2, "{live:?}");
+}
+
+const EXECUTE_TASK: &str = "/worker.WorkerService/ExecuteTask";
+const GET_WORKER_INFO: &str = "/worker.WorkerService/GetWorkerInfo";
+
+/// `ExecuteTask` for a task no coordinator set up (`TaskKey { query_id: [7; 16], stage_id:
+/// 1, task_number: 0 }`, partitions 0..1), protobuf-encoded.
+const UNKNOWN_TASK: &[u8] = &[
+    0x0a, 0x14, 0x0a, 0x10, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 0x10, 0x01, 0x18, 0x00,
+    0x10, 0x00, 0x18, 0x01,
+];
+
+/// `message` as one gRPC message on the wire (uncompressed, behind its 5-byte length
+/// prefix). The request body is built from a `String`, so every byte stays below 0x80.
+fn grpc_frame(message: &[u8]) -> String {
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    String::from_utf8(frame).expect("bytes below 0x80")
+}
+
+/// Sends `frame` to `path` on the worker at `url` as any peer could, with `credential` as
+/// its `authorization` if any. Returns the worker's status (`Ok`: it took the call) and
+/// how long it took to answer.
+async fn raw_call(
+    url: &str,
+    path: &str,
+    credential: Option<String>,
+    frame: String,
+) -> (tonic::Code, Duration) {
+    use tonic::codegen::{Service, http};
+    let mut channel = tonic::transport::Channel::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut request = http::Request::builder()
+        .method("POST")
+        .uri(format!("{url}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(c) = credential {
+        request = request.header("authorization", c);
+    }
+    let request = request.body(tonic::body::Body::new(frame)).unwrap();
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let response = tokio::time::timeout(Duration::from_secs(30), channel.call(request))
+        .await
+        .expect("the worker held the call for 30 s")
+        .unwrap();
+    let code =
+        tonic::Status::from_header_map(response.headers()).map_or(tonic::Code::Ok, |s| s.code());
+    (code, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unauthenticated_worker_calls_are_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_coordinator, workers, _) = cluster(tmp.path(), "").await;
+    let url = &workers[0].url;
+    let secret = std::fs::read(tmp.path().join("lake/cluster.secret")).unwrap();
+    let ours =
+        clearice_engine::TaskSigner::new(secret.trim_ascii(), Duration::from_secs(60)).unwrap();
+    let theirs = clearice_engine::TaskSigner::new(&[7u8; 32], Duration::from_secs(60)).unwrap();
+    let refused = |what: &str, (code, took): (tonic::Code, Duration)| {
+        assert_eq!(code, tonic::Code::Unauthenticated, "{what}");
+        assert!(took < Duration::from_secs(1), "{what}: {took:?}");
+    };
+    // No credential: GetWorkerInfo, and ExecuteTask for a task nobody set up (the worker
+    // used to wait 10 s for its plan).
+    refused(
+        "GetWorkerInfo",
+        raw_call(url, GET_WORKER_INFO, None, grpc_frame(&[])).await,
+    );
+    refused(
+        "ExecuteTask",
+        raw_call(url, EXECUTE_TASK, None, grpc_frame(UNKNOWN_TASK)).await,
+    );
+    // Made with another secret, for another RPC, or not a credential at all.
+    refused(
+        "another cluster's credential",
+        raw_call(
+            url,
+            EXECUTE_TASK,
+            Some(theirs.call_credential(EXECUTE_TASK)),
+            grpc_frame(UNKNOWN_TASK),
+        )
+        .await,
+    );
+    refused(
+        "a GetWorkerInfo credential on ExecuteTask",
+        raw_call(
+            url,
+            EXECUTE_TASK,
+            Some(ours.call_credential(GET_WORKER_INFO)),
+            grpc_frame(UNKNOWN_TASK),
+        )
+        .await,
+    );
+    refused(
+        "Basic credentials",
+        raw_call(
+            url,
+            GET_WORKER_INFO,
+            Some("Basic YWRtaW46YWRtaW4=".into()),
+            grpc_frame(&[]),
+        )
+        .await,
+    );
+    // The cluster's own credential is taken.
+    let (code, _) = raw_call(
+        url,
+        GET_WORKER_INFO,
+        Some(ours.call_credential(GET_WORKER_INFO)),
+        grpc_frame(&[]),
+    )
+    .await;
+    assert_eq!(code, tonic::Code::Ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn oversized_worker_messages_are_refused_before_they_are_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (coordinator, workers, _) = cluster(tmp.path(), "").await;
+    let url = &workers[0].url;
+    let secret = std::fs::read(tmp.path().join("lake/cluster.secret")).unwrap();
+    let ours =
+        clearice_engine::TaskSigner::new(secret.trim_ascii(), Duration::from_secs(60)).unwrap();
+    // 64 MiB (the limit) and one byte, from a peer with the secret: refused from the length
+    // prefix (`OUT_OF_RANGE`), not decoded.
+    let over = vec![b'a'; (64 << 20) + 1];
+    let (code, took) = raw_call(
+        url,
+        EXECUTE_TASK,
+        Some(ours.call_credential(EXECUTE_TASK)),
+        grpc_frame(&over),
+    )
+    .await;
+    assert_eq!(code, tonic::Code::OutOfRange);
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // 256 MiB without a credential: refused before any of it is read.
+    drop(over);
+    let (code, took) = raw_call(url, EXECUTE_TASK, None, grpc_frame(&vec![b'a'; 256 << 20])).await;
+    assert_eq!(code, tonic::Code::Unauthenticated);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    // The worker still serves the cluster.
+    let rows = query(
+        &coordinator.session("admin"),
+        "SELECT count(*) FROM lake.sales.customers",
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows[0].num_rows(), 1);
 }

@@ -34,7 +34,15 @@ pub const DICTIONARY_PAGE: i64 = 2;
 
 /// Reads a Thrift struct off the front of `bytes`, advancing it.
 pub fn read<T: TSerializable>(bytes: &mut &[u8]) -> Result<T, String> {
-    let mut p = TCompactInputProtocol::new(bytes);
+    // A list, map or string cannot hold more elements than there are bytes: a larger
+    // count is malformed, and would otherwise be allocated up front (fuzz/thrift_footer
+    // found an 8-byte input asking for 47 GB).
+    let config = thrift::TConfiguration::builder()
+        .max_container_size(Some(bytes.len()))
+        .max_string_size(Some(bytes.len()))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut p = TCompactInputProtocol::with_config(bytes, config);
     T::read_from_in_protocol(&mut p).map_err(|e| e.to_string())
 }
 
@@ -118,21 +126,21 @@ impl<'a> Scanner<'a> {
             }
             T_LIST | T_SET => {
                 let (n, elem) = self.list_header()?;
+                // Every element takes a byte at least: a longer count is malformed (and
+                // would loop for as long as it says).
+                self.at_most_remaining(n)?;
                 for _ in 0..n {
-                    if matches!(elem, T_TRUE | T_FALSE) {
-                        self.byte()?;
-                    } else {
-                        self.skip(elem, depth + 1)?;
-                    }
+                    self.skip_element(elem, depth + 1)?;
                 }
             }
             T_MAP => {
                 let n = self.varint()?.0;
                 if n > 0 {
                     let kv = self.byte()?;
+                    self.at_most_remaining(n)?;
                     for _ in 0..n {
-                        self.skip(kv >> 4, depth + 1)?;
-                        self.skip(kv & 0x0f, depth + 1)?;
+                        self.skip_element(kv >> 4, depth + 1)?;
+                        self.skip_element(kv & 0x0f, depth + 1)?;
                     }
                 }
             }
@@ -145,6 +153,20 @@ impl<'a> Scanner<'a> {
             _ => return None,
         }
         Some(())
+    }
+
+    /// Skips one element of a list, set or map: booleans there take a byte each.
+    fn skip_element(&mut self, ty: u8, depth: usize) -> Option<()> {
+        if matches!(ty, T_TRUE | T_FALSE) {
+            self.byte().map(|_| ())
+        } else {
+            self.skip(ty, depth)
+        }
+    }
+
+    /// `None` if `n` elements (a byte each at least) cannot fit in what is left.
+    fn at_most_remaining(&self, n: u64) -> Option<()> {
+        (n <= (self.buf.len() - self.pos) as u64).then_some(())
     }
 
     fn list_header(&mut self) -> Option<(u64, u8)> {
@@ -276,6 +298,7 @@ pub fn offset_index_locations(index: &[u8]) -> Option<Vec<Location>> {
         if elem != T_STRUCT {
             return None;
         }
+        s.at_most_remaining(n)?;
         let mut out = Vec::with_capacity(usize::try_from(n).ok()?.min(1 << 16));
         for _ in 0..n {
             let mut last = 0;
@@ -374,6 +397,18 @@ pub fn index_page(len: usize) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    /// Found by fuzz/thrift_footer: a map of booleans with a huge count consumed no byte
+    /// per entry and looped for as long as the count said.
+    #[test]
+    fn huge_collection_counts_fail_at_once() {
+        let t = std::time::Instant::now();
+        assert!(offset_index_locations(&[203, 203, 203, 203, 203, 137, 63, 33]).is_none());
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        // A list count far beyond the input is refused, not allocated.
+        let huge_list = [0x19, 0xfc, 0xff, 0xff, 0xff, 0x07, 0x00];
+        assert!(read::<parquet::format::FileMetaData>(&mut &huge_list[..]).is_err());
+    }
+
     use super::*;
     use parquet::format::{DataPageHeader, Encoding, PageHeader, PageLocation, PageType};
 
