@@ -48,6 +48,20 @@ fn lake(dir: &Path) -> PathBuf {
     lake
 }
 
+/// Runs `tests/python/SCRIPT ARGS` with the test venv's Python; its JSON output.
+fn client(python: &str, script: &str, args: &[&str]) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let out = Command::new(python).arg(path).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn clearice(lake: &Path, user: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_clearice"));
     c.arg("--config")
@@ -446,18 +460,7 @@ fn adbc_execute_update_returns_row_counts() {
         &["serve"],
         &tmp.path().join("addr"),
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/adbc_writes.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg(&server.addr)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ADBC client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = client(&python, "adbc_writes.py", &[&server.addr]);
     assert_eq!(v["insert"], 3, "{v}");
     assert_eq!(v["ctas"], 10, "{v}");
     assert_eq!(v["prepared"], 2, "{v}");
@@ -512,19 +515,11 @@ fn differential_writes_match_duckdb() {
         &["serve"],
         &tmp.path().join("addr"),
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/differential_writes.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg(&server.addr)
-        .args(["11,23,37,41,59", "110"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "differential client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = client(
+        &python,
+        "differential_writes.py",
+        &[&server.addr, "11,23,37,41,59", "110"],
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["mismatches"], serde_json::json!([]), "{v}");
     assert!(v["statements"].as_u64().unwrap() >= 550, "{v}");
     // Most statements run (refusals are the correlated subqueries, and the statement
