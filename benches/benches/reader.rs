@@ -13,7 +13,7 @@ use clearice_crypto::{
     CallContext, DEFAULT_KEY_CACHE_TTL, KeyMaterialWriter, KeyResolver, KeyScope, KeyringKms,
     LocalProvider, ProviderRef, RemoteConfig, RemoteCredential, RemoteProvider, SecretKey,
 };
-use clearice_table::pme::{DecryptingReaderFactory, ScanKeys};
+use clearice_pme::{DecryptingReaderFactory, ScanKeys};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};

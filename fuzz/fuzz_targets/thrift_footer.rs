@@ -1,10 +1,10 @@
-//! The plaintext view's Thrift compact-protocol code (`clearice_table::pme::compact`) on
+//! The plaintext view's Thrift compact-protocol code (`clearice_pme::compact`) on
 //! arbitrary bytes: a decrypted footer, column metadata, page and Bloom filter headers
 //! and offset indexes of a file someone handed in. Nothing may panic; patches keep length.
 #![no_main]
 #![allow(deprecated, reason = "parquet::format: parquet 58's only public Thrift types")]
 
-#[path = "../../crates/table/src/pme/compact.rs"]
+#[path = "../../crates/pme/src/compact.rs"]
 #[allow(dead_code)]
 mod compact;
 

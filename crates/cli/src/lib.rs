@@ -47,7 +47,7 @@ pub struct Cli {
     /// masks' decisions and audit stay here). For the shell, `-c`/`-f`, `slt` and `serve`.
     #[arg(long, global = true)]
     pub distributed: bool,
-    /// Log filter (tracing EnvFilter syntax), e.g. `debug` or `clearice_table=debug`.
+    /// Log filter (tracing EnvFilter syntax), e.g. `debug` or `clearice_iceberg=debug`.
     #[arg(long, env = "CLEARICE_LOG", default_value = "warn")]
     pub log_filter: String,
     /// Subcommand.

@@ -31,9 +31,10 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
+use clearice_access::MaskOutput;
+use clearice_access::remote::{RemoteScanExec, ScanBuilder, ScanRequest};
 use clearice_crypto::{KeyScope, Providers};
-use clearice_table::remote::{RemoteScanExec, ScanBuilder, ScanRequest};
-use clearice_table::{IcebergCatalogProvider, MaskOutput};
+use clearice_iceberg::IcebergCatalogProvider;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::catalog::CatalogProvider;
 use datafusion::config::ConfigOptions;
@@ -58,8 +59,8 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use tonic::codegen::{BoxFuture, Service, http};
 
-use crate::error::cause_of;
 use crate::fair::YieldExec;
+use clearice_access::cause_of;
 
 /// Signs and verifies scans sent to workers (HMAC-SHA256 with the cluster secret).
 pub struct TaskSigner {
@@ -829,7 +830,7 @@ impl Coordinator {
             .build();
         state
             .config_mut()
-            .set_extension(Arc::new(clearice_table::remote::DistributeScans {
+            .set_extension(Arc::new(clearice_access::remote::DistributeScans {
                 partitions,
             }));
         state
@@ -873,7 +874,7 @@ impl ScanBuilder for WorkerScans {
             if let Some(schema) = catalog.schema(&ns)
                 && let Some(s) = schema
                     .as_any()
-                    .downcast_ref::<clearice_table::IcebergSchemaProvider>()
+                    .downcast_ref::<clearice_iceberg::IcebergSchemaProvider>()
                 && let Some(t) = s.load(&request.table).await?
             {
                 table = Some(t);
@@ -889,7 +890,7 @@ impl ScanBuilder for WorkerScans {
             .with_default_features()
             .build();
         let loaded = started.elapsed();
-        let plan = table.scan_request(&state, request, provider).await?;
+        let plan = clearice_access::remote::scan_request(&table, &state, request, provider).await?;
         tracing::debug!(
             table = %name,
             principal = %request.principal,

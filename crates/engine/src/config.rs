@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use clearice_access::limits::LimitsConfig;
+
 pub use clearice_crypto::{KmsConfig, KmsKind};
 
 use crate::error::{Error, Result};
@@ -303,63 +305,6 @@ pub struct ShellConfig {
     /// user owns the machine's files.
     #[serde(default)]
     pub confine: bool,
-}
-
-/// `[server.limits]`: what one principal's statements may use. Applied to every
-/// confined session (Flight SQL; the shell with `[shell] confine = true`).
-#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsConfig {
-    /// Longest a statement may run (planning and streaming), seconds; default 300;
-    /// 0 = no limit.
-    #[serde(default)]
-    pub statement_timeout_s: Option<f64>,
-    /// Statements one principal may run at once (a result being streamed counts);
-    /// default 16; 0 = no limit.
-    #[serde(default)]
-    pub max_concurrent_statements: Option<usize>,
-    /// Memory one query may reserve, MiB (operators that can spill spill to disk first,
-    /// others fail with a resources-exhausted error); default 1024; 0 = no limit.
-    #[serde(default)]
-    pub query_memory_mb: Option<u64>,
-    /// Rows a result may have; more fail the statement; default no limit.
-    #[serde(default)]
-    pub max_result_rows: Option<u64>,
-    /// Bytes (Arrow in memory) a result may have; default no limit.
-    #[serde(default)]
-    pub max_result_bytes: Option<u64>,
-    /// Partitions (threads) one query may use; default the number of cores.
-    #[serde(default)]
-    pub query_parallelism: Option<usize>,
-}
-
-impl LimitsConfig {
-    /// Statement timeout in effect.
-    pub fn statement_timeout(&self) -> Option<std::time::Duration> {
-        match self.statement_timeout_s {
-            Some(s) if s <= 0.0 => None,
-            Some(s) => Some(std::time::Duration::from_secs_f64(s)),
-            None => Some(std::time::Duration::from_secs(300)),
-        }
-    }
-
-    /// Concurrent statements per principal in effect.
-    pub fn max_concurrent(&self) -> Option<usize> {
-        match self.max_concurrent_statements {
-            Some(0) => None,
-            Some(n) => Some(n),
-            None => Some(16),
-        }
-    }
-
-    /// Per-query memory in bytes in effect.
-    pub fn query_memory(&self) -> Option<usize> {
-        match self.query_memory_mb {
-            Some(0) => None,
-            Some(m) => Some((m as usize).saturating_mul(1 << 20)),
-            None => Some(1 << 30),
-        }
-    }
 }
 
 /// A Flight SQL user.

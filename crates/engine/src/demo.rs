@@ -12,8 +12,8 @@ use clearice_policy::Policy;
 
 use crate::error::Error;
 use clearice_crypto::{KeyringKms, SecretKey};
-use clearice_table::storage::{LakeStores, S3Options};
-use clearice_table::write::{EncryptionSpec, WriteProviders, append_encrypted_with};
+use clearice_iceberg::write::{EncryptionSpec, WriteProviders, append_encrypted_with};
+use clearice_storage::{LakeStores, S3Options};
 use datafusion::arrow::array::{
     ArrayRef, Date32Array, Decimal128Array, Int64Array, ListBuilder, RecordBatch, StringArray,
     StringBuilder, TimestampMicrosecondArray,
@@ -200,12 +200,12 @@ async fn write_lake(dir: &Path, options: DemoOptions) -> Result<PathBuf> {
     std::fs::write(dir.join("policy.toml"), &policy_text)?;
     let spec_for = |table: &str| -> EncryptionSpec {
         match (encrypt, policy.table(table)) {
-            (true, Some(t)) => EncryptionSpec::from(t),
+            (true, Some(t)) => clearice_access::encryption_spec(t),
             _ => EncryptionSpec::default(),
         }
     };
     let stores = LakeStores::new(options.s3.with_environment());
-    let catalog = clearice_table::open_sql_catalog(
+    let catalog = clearice_iceberg::open_sql_catalog(
         "lake",
         &format!("sqlite://{}?mode=rwc", db.display()),
         &warehouse,

@@ -1,5 +1,7 @@
 //! Errors of the engine crate.
 
+use clearice_access::cause_of;
+
 /// Errors raised while loading configuration and building sessions.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -49,7 +51,7 @@ pub enum Error {
     Crypto(#[from] clearice_crypto::Error),
     /// A catalog failed.
     #[error(transparent)]
-    Table(#[from] clearice_table::Error),
+    Table(#[from] clearice_iceberg::Error),
     /// The cluster worker service failed.
     #[error("cluster worker: {0}")]
     Worker(String),
@@ -57,28 +59,6 @@ pub enum Error {
 
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// The first cause of type `T` in an engine error: the error itself, its sources, and what
-/// DataFusion's `External` wraps (ClearIce's own errors travel there). How callers decide
-/// behaviour by error type (gRPC code, audit action) instead of by message.
-pub fn cause_of<T: std::error::Error + 'static>(
-    e: &datafusion::error::DataFusionError,
-) -> Option<&T> {
-    use datafusion::error::DataFusionError;
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(t) = err.downcast_ref::<T>() {
-            return Some(t);
-        }
-        if let Some(DataFusionError::External(inner)) = err.downcast_ref::<DataFusionError>()
-            && let Some(t) = inner.downcast_ref::<T>()
-        {
-            return Some(t);
-        }
-        cur = err.source();
-    }
-    None
-}
 
 /// What an engine error means for whoever asked, decided by the error's type: how the
 /// front ends pick a gRPC code (Flight SQL) or an exit code (CLI). Typed ClearIce errors
@@ -111,10 +91,10 @@ pub enum ErrorClass {
 
 /// Classifies an engine error (see [`ErrorClass`]).
 pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
-    use crate::confine::Refusal;
-    use crate::limits::LimitExceeded;
-    use clearice_table::Error as TableError;
-    use clearice_table::pme::DecryptError;
+    use clearice_access::confine::Refusal;
+    use clearice_access::limits::LimitExceeded;
+    use clearice_iceberg::Error as TableError;
+    use clearice_pme::DecryptError;
     use datafusion::error::DataFusionError;
     if let Some(r) = cause_of::<Refusal>(e) {
         return match r {
@@ -143,7 +123,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             }
         };
     }
-    if let Some(u) = cause_of::<crate::confine::UnreadableUrl>(e) {
+    if let Some(u) = cause_of::<clearice_access::confine::UnreadableUrl>(e) {
         return if u.missing {
             ErrorClass::NotFound
         } else {
@@ -221,10 +201,10 @@ fn provider_class(e: &clearice_crypto::ProviderError) -> ErrorClass {
 /// error's own message (without DataFusion's `External error:` wrapping), else the
 /// error's text.
 pub fn message_of(e: &datafusion::error::DataFusionError) -> String {
-    use crate::confine::Refusal;
-    use crate::limits::LimitExceeded;
-    use clearice_table::Error as TableError;
-    use clearice_table::pme::DecryptError;
+    use clearice_access::confine::Refusal;
+    use clearice_access::limits::LimitExceeded;
+    use clearice_iceberg::Error as TableError;
+    use clearice_pme::DecryptError;
     let text = if let Some(r) = cause_of::<Refusal>(e) {
         r.to_string()
     } else if let Some(t) = cause_of::<TableError>(e) {
@@ -236,5 +216,5 @@ pub fn message_of(e: &datafusion::error::DataFusionError) -> String {
     } else {
         e.to_string()
     };
-    crate::session::one_line(&text)
+    clearice_access::one_line(&text)
 }

@@ -18,13 +18,10 @@
 mod audit;
 mod cluster;
 mod config;
-mod confine;
 pub mod demo;
 mod error;
 mod executor;
 mod fair;
-mod limits;
-mod redact;
 mod rotate;
 mod route;
 mod session;
@@ -36,18 +33,18 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
+use clearice_access::{SessionAccess, SessionCatalogProvider};
 use clearice_crypto::{
     CallContext, KeyScope, LocalProvider, ProviderRef, Providers, RemoteConfig, RemoteCredential,
     RemoteProvider,
 };
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, SecretKey};
-use clearice_policy::Policy;
-use clearice_table::pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
-use clearice_table::storage::{LakeRegistry, LakeStores};
-use clearice_table::{
-    IcebergCatalogProvider, SessionAccess, SessionCatalogProvider, open_hms_catalog,
-    open_rest_catalog, open_sql_catalog_with,
+use clearice_iceberg::{
+    IcebergCatalogProvider, open_hms_catalog, open_rest_catalog, open_sql_catalog_with,
 };
+use clearice_pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
+use clearice_policy::Policy;
+use clearice_storage::{LakeRegistry, LakeStores};
 use datafusion::execution::cache::cache_manager::{CacheManager, CacheManagerConfig};
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::execution::parquet_encryption::EncryptionFactoryRegistry;
@@ -56,22 +53,25 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 pub use audit::{AuditError, AuditLog};
+pub use clearice_access::confine::{
+    CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of,
+};
+pub use clearice_access::limits::{LimitExceeded, limit_of};
+pub use clearice_access::{Caller, FrontEnd, cause_of, one_line};
 pub use clearice_crypto::AccessToken;
-pub use clearice_table::Error as TableError;
-pub use clearice_table::storage::{Requests as StorageRequests, S3Options, Secret};
-pub use clearice_table::travel::rewrite_sql as rewrite_time_travel;
+pub use clearice_iceberg::Error as TableError;
+pub use clearice_iceberg::travel::rewrite_sql as rewrite_time_travel;
+pub use clearice_storage::{Requests as StorageRequests, S3Options, Secret};
 pub use cluster::{ClearIceCodec, ClusterError, MIN_SECRET_BYTES, TaskSigner};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, ClusterConfig, Config, ExplicitKeysConfig, KmsConfig,
     KmsKind, LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
     ShellConfig,
 };
-pub use confine::{CATALOG_STORE_URL, Confinement, Refusal, SETTABLE_OPTIONS, refusal_of};
-pub use error::{Error, ErrorClass, Result, cause_of, classify, message_of};
+pub use error::{Error, ErrorClass, Result, classify, message_of};
 pub use executor::CpuExecutor;
-pub use limits::{LimitExceeded, limit_of};
 pub use rotate::{RotationReport, rotate_master_key};
-pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session, one_line};
+pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session};
 
 /// Process-wide state shared by all sessions: catalogs, keys, runtime.
 #[derive(Debug)]
@@ -95,21 +95,11 @@ pub struct Engine {
         std::path::PathBuf,
         std::path::PathBuf,
     )>,
-    permits: Arc<limits::Permits>,
+    permits: Arc<clearice_access::limits::Permits>,
     /// Signs and verifies scans sent to workers (`[cluster]` configured).
     signer: Option<Arc<TaskSigner>>,
     /// Sends scans to workers (after [`Engine::distribute`]).
     coordinator: Option<cluster::Coordinator>,
-}
-
-/// Which front end a session serves: decides confinement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Front {
-    /// The machine's own user (shell, `-c`, `slt`, embedding): unconfined unless
-    /// `[shell] confine = true`.
-    Local,
-    /// A network principal (Flight SQL): always confined, with `[server.limits]`.
-    Network,
 }
 
 impl Engine {
@@ -197,14 +187,14 @@ impl Engine {
             // Commits that remove files (INSERT OVERWRITE, DELETE, UPDATE) are swapped in
             // by ClearIce itself: SQL catalogs only, for now.
             let committer = match cat.kind {
-                CatalogKind::Sql => clearice_table::commit::Committer::sql(
+                CatalogKind::Sql => clearice_iceberg::commit::Committer::sql(
                     name,
                     &resolve_sqlite_uri(&config, &cat.uri),
                 ),
-                CatalogKind::Rest => clearice_table::commit::Committer::Unsupported {
+                CatalogKind::Rest => clearice_iceberg::commit::Committer::Unsupported {
                     reason: "ClearIce commits only appends to REST catalogs so far".into(),
                 },
-                CatalogKind::Hms => clearice_table::commit::Committer::Unsupported {
+                CatalogKind::Hms => clearice_iceberg::commit::Committer::Unsupported {
                     reason: "iceberg-catalog-hms 0.10.1 cannot commit to Hive Metastore tables"
                         .into(),
                 },
@@ -218,10 +208,10 @@ impl Engine {
             )
             .await
             .map_err(|e| match e {
-                clearice_table::Error::Iceberg { source, .. } => {
-                    clearice_table::Error::CatalogOpen {
+                clearice_iceberg::Error::Iceberg { source, .. } => {
+                    clearice_iceberg::Error::CatalogOpen {
                         catalog: name.clone(),
-                        uri: clearice_table::redact_uri(&cat.uri),
+                        uri: clearice_iceberg::redact_uri(&cat.uri),
                         source,
                     }
                 }
@@ -369,8 +359,8 @@ impl Engine {
             .resolve_with(location, self.stores.options())
             .map_err(|e| e.to_string())?;
         let size = store.head(&path).await.map_err(|e| e.to_string())?.size;
-        let prefix = match clearice_table::storage::Location::parse(location) {
-            Ok(clearice_table::storage::Location::S3 { bucket, .. }) => format!("s3://{bucket}/"),
+        let prefix = match clearice_storage::Location::parse(location) {
+            Ok(clearice_storage::Location::S3 { bucket, .. }) => format!("s3://{bucket}/"),
             _ => "/".to_owned(),
         };
         let keys = ScanKeys {
@@ -430,7 +420,7 @@ impl Engine {
     /// `repl`, `cli`, `slt`, or a network address). The principal is fixed for the
     /// session's life: no SQL statement can change it.
     pub fn session_for(&self, principal: &str, client: &str) -> Session {
-        self.build_session(principal, client, Front::Local, None, None)
+        self.session_as(Caller::local(principal, client))
     }
 
     /// A local session (as [`Engine::session_for`]) that starts with `config` instead of
@@ -442,26 +432,22 @@ impl Engine {
         client: &str,
         config: SessionConfig,
     ) -> Session {
-        self.build_session(principal, client, Front::Local, Some(config), None)
+        self.build_session(Caller::local(principal, client), Some(config))
     }
 
     /// A session for a network principal (Flight SQL): confined to catalog tables and the
     /// policy's file areas, `SET` limited to [`SETTABLE_OPTIONS`], no DDL or DML, and
     /// `[server.limits]` applied.
     pub fn network_session(&self, principal: &str, client: &str) -> Session {
-        self.build_session(principal, client, Front::Network, None, None)
+        self.session_as(Caller::network(principal, client, None))
     }
 
-    /// A network session (as [`Engine::network_session`]) whose crypto provider calls
-    /// carry the client's own token (`key_access_token`) instead of the provider's
-    /// configured credentials.
-    pub fn network_session_with_token(
-        &self,
-        principal: &str,
-        client: &str,
-        credential: Option<AccessToken>,
-    ) -> Session {
-        self.build_session(principal, client, Front::Network, None, credential)
+    /// The session of `caller`, built once at its front door: a [`FrontEnd::FlightSql`]
+    /// caller is confined (catalog tables and the policy's file areas, `SET` limited to
+    /// [`SETTABLE_OPTIONS`], no DDL or DML, `[server.limits]`); its provider calls carry
+    /// its own token when it passed one.
+    pub fn session_as(&self, caller: Caller) -> Session {
+        self.build_session(caller, None)
     }
 
     /// Whether any configured crypto provider takes per-user tokens (remote providers).
@@ -469,15 +455,10 @@ impl Engine {
         !self.config.providers.is_empty()
     }
 
-    fn build_session(
-        &self,
-        principal: &str,
-        client: &str,
-        front: Front,
-        stock: Option<SessionConfig>,
-        credential: Option<AccessToken>,
-    ) -> Session {
-        let confined = front == Front::Network || self.config.shell.confine;
+    fn build_session(&self, caller: Caller, stock: Option<SessionConfig>) -> Session {
+        let principal = caller.principal();
+        let client = caller.client();
+        let confined = caller.front() == FrontEnd::FlightSql || self.config.shell.confine;
         let limits = self
             .config
             .server
@@ -515,29 +496,15 @@ impl Engine {
         let files_keys = ScanKeys {
             provider: Arc::clone(&self.crypto),
             scope: files_scope,
-            context: CallContext {
-                principal: principal.to_owned(),
-                credential: credential.clone(),
-                ..Default::default()
-            },
+            context: caller.call_context(),
             aad_prefix: None,
             given: None,
         };
-        let guard = confined.then(|| {
-            let front_name = match front {
-                Front::Network => "Flight SQL",
-                Front::Local => "a confined shell",
-            };
-            Arc::new(Confinement::new(
-                &self.policy,
-                &self.area_roots,
-                principal,
-                front_name,
-            ))
-        });
+        let guard =
+            confined.then(|| Arc::new(Confinement::new(&self.policy, &self.area_roots, &caller)));
         let memory_pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> =
             match (confined, limits.query_memory()) {
-                (true, Some(limit)) => Arc::new(limits::QueryMemoryPool::new(
+                (true, Some(limit)) => Arc::new(clearice_access::limits::QueryMemoryPool::new(
                     Arc::clone(&self.runtime.memory_pool),
                     limit,
                 )),
@@ -600,15 +567,12 @@ impl Engine {
             ));
         }
         let ctx = SessionContext::new_with_state(state);
-        let access = Arc::new(
-            SessionAccess::new(
-                principal,
-                Arc::clone(&self.policy),
-                Arc::clone(&self.resolver),
-                Arc::clone(&self.providers),
-            )
-            .with_credential(credential.clone()),
-        );
+        let access = Arc::new(SessionAccess::new(
+            caller.clone(),
+            Arc::clone(&self.policy),
+            Arc::clone(&self.resolver),
+            Arc::clone(&self.providers),
+        ));
         for (name, provider) in &self.catalogs {
             let catalog = SessionCatalogProvider::new(Arc::clone(provider), Arc::clone(&access));
             ctx.register_catalog(name, Arc::new(catalog));
@@ -626,14 +590,13 @@ impl Engine {
             ctx,
             access,
             self.audit.clone(),
-            client.to_owned(),
             self.catalogs.iter().map(|(_, c)| Arc::clone(c)).collect(),
         );
         session.setup_error = setup_error;
         if let Some(g) = guard {
             session.confine(
                 g,
-                limits::SessionLimits {
+                clearice_access::limits::SessionLimits {
                     config: limits,
                     permits: Arc::clone(&self.permits),
                 },
@@ -653,7 +616,9 @@ impl Engine {
 fn url_tables(ctx: SessionContext, guard: Option<Arc<Confinement>>) -> SessionContext {
     use datafusion::catalog::{DynamicFileCatalog, UrlTableFactory};
     let current = Arc::clone(ctx.state_ref().read().catalog_list());
-    let factory = Arc::new(confine::ConfinedUrlTableFactory::new(guard));
+    let factory = Arc::new(clearice_access::confine::ConfinedUrlTableFactory::new(
+        guard,
+    ));
     let list = Arc::new(DynamicFileCatalog::new(
         current,
         Arc::clone(&factory) as Arc<dyn UrlTableFactory>,
@@ -1016,18 +981,23 @@ impl Engine {
                     continue;
                 }
             };
-            let schema = match clearice_table::arrow_schema(name, table.metadata().current_schema())
-            {
-                Ok(s) => s,
-                Err(e) => {
-                    problems.push(one_line(&e));
-                    continue;
-                }
-            };
+            let schema =
+                match clearice_iceberg::arrow_schema(name, table.metadata().current_schema()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        problems.push(one_line(&e));
+                        continue;
+                    }
+                };
             let cols: Vec<(String, clearice_policy::ColumnKind)> = schema
                 .fields()
                 .iter()
-                .map(|f| (f.name().clone(), clearice_table::column_kind(f.data_type())))
+                .map(|f| {
+                    (
+                        f.name().clone(),
+                        clearice_access::column_kind(f.data_type()),
+                    )
+                })
                 .collect();
             problems.extend(
                 self.policy

@@ -9,7 +9,7 @@
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement, WriteOp};
 
 /// What the gate does with a planned statement (after the confinement check and the
-/// policy's write checks of `clearice_table::dml::check_statement`, which see every node,
+/// policy's write checks of `clearice_access::write_rules::check_statement`, which see every node,
 /// subqueries and the plan inside `PREPARE`/`EXPLAIN` included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
@@ -18,10 +18,10 @@ pub(crate) enum Route {
     /// INSERT, CREATE TABLE AS, COPY: the copy checks ran; catalog tables write through
     /// the policy's write target.
     Write,
-    /// DELETE, UPDATE (and TRUNCATE): planned by `clearice_table::row_level` from the
+    /// DELETE, UPDATE (and TRUNCATE): planned by `clearice_access::row_level` from the
     /// statement as written; never by DataFusion's DML planner.
     RowLevel,
-    /// DDL: catalog changes run through `clearice_table::ddl` (write rules, audited);
+    /// DDL: catalog changes run through `clearice_iceberg::ddl` (write rules, audited);
     /// others are DataFusion's, limited by the confinement.
     Ddl,
     /// Session statements: SET/RESET (kept for front ends), transactions (no-ops),

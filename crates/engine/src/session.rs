@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use clearice_access::{Caller, QueryAccess, SessionAccess, one_line};
+use clearice_iceberg::IcebergCatalogProvider;
 use clearice_policy::AuditRecord;
-use clearice_table::{IcebergCatalogProvider, QueryAccess, SessionAccess};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
@@ -15,8 +16,8 @@ use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::audit::AuditLog;
-use crate::confine::{Confinement, refusal_of};
-use crate::limits::{LimitExceeded, LimitedStream, SessionLimits, limit_of};
+use clearice_access::confine::{Confinement, refusal_of};
+use clearice_access::limits::{LimitExceeded, LimitedStream, SessionLimits, limit_of};
 
 /// A query's result.
 #[derive(Debug)]
@@ -42,7 +43,6 @@ pub struct Session {
     ctx: SessionContext,
     access: Arc<SessionAccess>,
     audit: Option<Arc<AuditLog>>,
-    client: String,
     catalogs: Vec<Arc<IcebergCatalogProvider>>,
     /// Set for network principals (and a confined shell): what the session may touch.
     confine: Option<Arc<Confinement>>,
@@ -69,14 +69,12 @@ impl Session {
         ctx: SessionContext,
         access: Arc<SessionAccess>,
         audit: Option<Arc<AuditLog>>,
-        client: String,
         catalogs: Vec<Arc<IcebergCatalogProvider>>,
     ) -> Self {
         Self {
             ctx,
             access,
             audit,
-            client,
             catalogs,
             confine: None,
             limits: None,
@@ -102,7 +100,7 @@ impl Session {
         sql: &str,
         params: Option<datafusion::common::ParamValues>,
     ) -> Result<datafusion::dataframe::DataFrame> {
-        let sql = clearice_table::travel::rewrite_sql(sql)?;
+        let sql = clearice_iceberg::travel::rewrite_sql(sql)?;
         let state = self.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let stmt = state.sql_to_statement(&sql, &dialect)?;
@@ -124,7 +122,9 @@ impl Session {
         if let Some(m) = merge_of(&stmt) {
             // Boxed: a MERGE's future is large, and front ends nest it deep.
             let rows = Box::pin(self.merge(m)).await?;
-            return self.ctx.read_batch(clearice_table::dml::count_batch(rows)?);
+            return self
+                .ctx
+                .read_batch(clearice_iceberg::dml::count_batch(rows)?);
         }
         let (stmt, properties) = take_table_properties(stmt)?;
         let mut plan = self.ctx.state().statement_to_plan(stmt).await?;
@@ -141,7 +141,8 @@ impl Session {
         &self,
         a: &datafusion::sql::sqlparser::ast::AlterTable,
     ) -> Result<Option<datafusion::dataframe::DataFrame>> {
-        use clearice_table::ddl::{AlterColumn, Ddl};
+        use clearice_access::ddl::Ddl;
+        use clearice_iceberg::ddl::AlterColumn;
         use datafusion::sql::sqlparser::ast::{AlterTableOperation as Op, ColumnOption};
         if let Some(e) = &self.setup_error {
             return Err(DataFusionError::Execution(e.clone()));
@@ -235,18 +236,18 @@ impl Session {
         let provider = self.ctx.table_provider(full.clone()).await?;
         let target = provider
             .as_any()
-            .downcast_ref::<clearice_table::PolicyTableProvider>()
+            .downcast_ref::<clearice_access::PolicyTableProvider>()
             .ok_or_else(|| {
                 DataFusionError::Plan(format!("table '{full}' cannot be merged into"))
             })?;
-        Box::pin(clearice_table::merge::merge(&state, target, m)).await
+        Box::pin(clearice_access::merge::merge(&state, target, m)).await
     }
 
     /// Plans a statement for its result schema only: Iceberg catalog changes, which
     /// run when planned, are not run (Flight plans every statement before running it).
     async fn plan_for_schema(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
         use datafusion::logical_expr::{DdlStatement, EmptyRelation, LogicalPlan};
-        let text = clearice_table::travel::rewrite_sql(sql)?;
+        let text = clearice_iceberg::travel::rewrite_sql(sql)?;
         let state = self.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let stmt = state.sql_to_statement(&text, &dialect)?;
@@ -293,7 +294,7 @@ impl Session {
                     d.op,
                     datafusion::logical_expr::WriteOp::Delete
                         | datafusion::logical_expr::WriteOp::Update
-                ) && clearice_table::dml::is_policy_target(&d.target) =>
+                ) && clearice_access::write_rules::is_policy_target(&d.target) =>
             {
                 Some(true)
             }
@@ -305,7 +306,7 @@ impl Session {
         match reports_rows {
             Some(rows) => {
                 let schema = if rows {
-                    clearice_table::dml::count_schema()
+                    clearice_iceberg::dml::count_schema()
                 } else {
                     Arc::new(datafusion::arrow::datatypes::Schema::empty())
                 };
@@ -353,16 +354,18 @@ impl Session {
         }
         check_copy_formats(&plan)?;
         let state = self.ctx.state();
-        clearice_table::dml::check_statement(&plan, &|p| state.optimize(p))?;
+        clearice_access::write_rules::check_statement(&plan, &|p| state.optimize(p))?;
         // DELETE and UPDATE run as written (their predicate never from optimized plans).
         if crate::route::route(&plan) == crate::route::Route::RowLevel
-            && let Some(write) = clearice_table::row_level::RowLevelStatement::of(&plan)?
+            && let Some(write) = clearice_access::row_level::RowLevelStatement::of(&plan)?
         {
             // Boxed: planning runs the statement's subqueries (a large future).
             let exec = Box::pin(write.plan(&state)).await?;
             return self
                 .ctx
-                .read_table(Arc::new(clearice_table::row_level::PlannedWrite::new(exec)));
+                .read_table(Arc::new(clearice_access::row_level::PlannedWrite::new(
+                    exec,
+                )));
         }
         let set = match &plan {
             datafusion::logical_expr::LogicalPlan::Statement(
@@ -405,7 +408,8 @@ impl Session {
         plan: &datafusion::logical_expr::LogicalPlan,
         properties: Vec<(String, String)>,
     ) -> Result<Option<datafusion::dataframe::DataFrame>> {
-        use clearice_table::ddl::{Ddl, split_partitioned};
+        use clearice_access::ddl::Ddl;
+        use clearice_iceberg::ddl::split_partitioned;
         use datafusion::common::SchemaReference;
         use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
         let LogicalPlan::Ddl(ddl) = plan else {
@@ -518,7 +522,7 @@ impl Session {
                     )?
                     .build()?;
                     let state = self.ctx.state();
-                    clearice_table::dml::check_statement(&insert, &|p| state.optimize(p))?;
+                    clearice_access::write_rules::check_statement(&insert, &|p| state.optimize(p))?;
                     self.ctx.execute_logical_plan(insert).await?.collect().await
                 }
                 .await;
@@ -671,13 +675,13 @@ impl Session {
         if policy.is_known(principal) && policy.may_write_table(principal, &full) {
             return Ok(());
         }
-        let denied = clearice_table::Error::WriteDenied {
+        let denied = clearice_iceberg::Error::WriteDenied {
             what: format!("ingest into table '{full}'"),
             principal: principal.to_owned(),
             rule: "not in the table's `write` list (or `[writes] create`)".into(),
         };
-        let audit = clearice_table::WriteAudit::new("ingest");
-        let access = clearice_table::TableAccess {
+        let audit = clearice_iceberg::WriteAudit::new("ingest");
+        let access = clearice_access::TableAccess {
             table: full.clone(),
             snapshot_id: None,
             columns: vec![],
@@ -749,7 +753,7 @@ impl Session {
                                 .map(|f| f.as_ref().clone().with_nullable(true))
                                 .collect::<Vec<_>>(),
                         );
-                        clearice_table::ddl::Ddl {
+                        clearice_access::ddl::Ddl {
                             catalog: cat.as_ref(),
                             access: &self.access,
                         }
@@ -817,7 +821,7 @@ impl Session {
         &self,
         id: &str,
         sql: &str,
-        accesses: Vec<clearice_table::TableAccess>,
+        accesses: Vec<clearice_access::TableAccess>,
         result: &Result<QueryOutput>,
     ) -> Result<()> {
         let (outcome, event) = match result {
@@ -835,13 +839,12 @@ impl Session {
         &self,
         id: &str,
         sql: &str,
-        accesses: Vec<clearice_table::TableAccess>,
+        accesses: Vec<clearice_access::TableAccess>,
     ) -> PendingAudit {
         PendingAudit {
             accesses,
             log: self.audit.clone(),
-            user: self.principal().to_owned(),
-            client: self.client.clone(),
+            caller: self.access.caller().clone(),
             query_id: id.to_owned(),
             sql_sha256: hex::encode(Sha256::digest(sql.as_bytes())),
         }
@@ -956,18 +959,16 @@ impl Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("principal", &self.principal())
-            .field("client", &self.client)
+            .field("caller", self.access.caller())
             .finish_non_exhaustive()
     }
 }
 
 /// Audit records of one query, written when its outcome is known.
 struct PendingAudit {
-    accesses: Vec<clearice_table::TableAccess>,
+    accesses: Vec<clearice_access::TableAccess>,
     log: Option<Arc<AuditLog>>,
-    user: String,
-    client: String,
+    caller: Caller,
     query_id: String,
     sql_sha256: String,
 }
@@ -990,16 +991,16 @@ impl PendingAudit {
             .flat_map(|a| {
                 std::iter::once(a.table.clone()).chain(a.columns.iter().map(|c| c.name.clone()))
             })
-            .chain([self.user.clone()])
+            .chain([self.caller.principal().to_owned()])
             .collect();
         let known: std::collections::BTreeSet<&str> = known.iter().map(String::as_str).collect();
-        let redact = |e: &String| crate::redact::redact_values(e, &known);
+        let redact = |e: &String| clearice_access::redact::redact_values(e, &known);
         let outcome = outcome.map_err(|e| redact(&e));
         if let Some((action, resource)) = event {
             out.push(AuditRecord {
                 time: time.clone(),
-                user: self.user.clone(),
-                client: self.client.clone(),
+                user: self.caller.principal().to_owned(),
+                client: self.caller.client().to_owned(),
                 action,
                 query_id: self.query_id.clone(),
                 sql_sha256: self.sql_sha256.clone(),
@@ -1013,7 +1014,7 @@ impl PendingAudit {
         }
         for a in self.accesses {
             // A write reports what it committed (rows written, the new snapshot).
-            let report = a.write.as_ref().map(clearice_table::WriteAudit::report);
+            let report = a.write.as_ref().map(clearice_iceberg::WriteAudit::report);
             let (action, snapshot_id, rows) = match report {
                 Some(r) => (r.action, r.snapshot_id, outcome.as_ref().ok().and(r.rows)),
                 None => (
@@ -1024,8 +1025,8 @@ impl PendingAudit {
             };
             out.push(AuditRecord {
                 time: time.clone(),
-                user: self.user.clone(),
-                client: self.client.clone(),
+                user: self.caller.principal().to_owned(),
+                client: self.caller.client().to_owned(),
                 action,
                 query_id: self.query_id.clone(),
                 sql_sha256: self.sql_sha256.clone(),
@@ -1294,14 +1295,4 @@ fn event_of(e: &DataFusionError) -> Option<(String, String)> {
         cur = err.source();
     }
     None
-}
-
-/// An error on one line.
-pub fn one_line(e: &impl std::fmt::Display) -> String {
-    e.to_string()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }

@@ -221,7 +221,7 @@ impl ClearIceFlightSql {
         }
         let session = self
             .engine
-            .network_session_with_token(&user, &client, credential);
+            .session_as(clearice_engine::Caller::network(user, client, credential));
         if let Some(token) = bearer(request) {
             let options = self.sessions.get(token);
             if options != SessionOptions::default()

@@ -112,13 +112,13 @@ pub async fn write_id_ssn_table(
         ],
     )
     .unwrap();
-    let spec = clearice_table::write::EncryptionSpec {
+    let spec = clearice_iceberg::write::EncryptionSpec {
         footer_key_id: footer_key.into(),
         column_keys: [("ssn".to_string(), column_key.to_string())].into(),
         plaintext_footer: false,
         aad_prefix: None,
     };
-    clearice_table::write::append_encrypted(catalog, &table, &[batch], &spec, Arc::clone(kms))
+    clearice_iceberg::write::append_encrypted(catalog, &table, &[batch], &spec, Arc::clone(kms))
         .await
         .unwrap();
 }

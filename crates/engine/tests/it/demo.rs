@@ -263,11 +263,11 @@ async fn tables_created_or_dropped_by_other_writers_show_up_without_a_restart() 
         ]))],
     )
     .unwrap();
-    clearice_table::write::append_encrypted(
+    clearice_iceberg::write::append_encrypted(
         catalog.as_ref(),
         &table,
         &[batch],
-        &clearice_table::write::EncryptionSpec::default(),
+        &clearice_iceberg::write::EncryptionSpec::default(),
         Arc::clone(engine.key_resolver().kms().unwrap()),
     )
     .await

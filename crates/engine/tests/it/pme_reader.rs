@@ -11,7 +11,7 @@ use bytes::Bytes;
 use clearice_crypto::{
     CallContext, KeyResolver, KeyScope, KeyringKms, Kms, LocalProvider, SecretKey,
 };
-use clearice_table::pme::{DecryptingReaderFactory, ScanKeys};
+use clearice_pme::{DecryptingReaderFactory, ScanKeys};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::datasource::listing::PartitionedFile;

@@ -456,10 +456,9 @@ async fn a_table_policy_aad_prefix_binds_files_to_their_table() {
     )
     .unwrap();
     let policy = clearice_policy::Policy::parse(BOUND, "bound").unwrap();
-    let spec =
-        clearice_table::write::EncryptionSpec::from(policy.table("lake.sales.bound").unwrap());
+    let spec = clearice_access::encryption_spec(policy.table("lake.sales.bound").unwrap());
     assert!(spec.aad_prefix.is_some());
-    clearice_table::write::append_encrypted(
+    clearice_iceberg::write::append_encrypted(
         catalog.as_ref(),
         &table,
         &[batch],

@@ -43,9 +43,10 @@ async fn encrypted_table_in_a_postgresql_catalog_reads_under_the_policy() {
     // a namespace of its own, so runs against the same server do not meet
     let ns_name = format!("t{:016x}", rand::random::<u64>());
     let ns = NamespaceIdent::new(ns_name.clone());
-    let catalog = clearice_table::open_sql_catalog("pglake", &uri, &warehouse, &Default::default())
-        .await
-        .unwrap();
+    let catalog =
+        clearice_iceberg::open_sql_catalog("pglake", &uri, &warehouse, &Default::default())
+            .await
+            .unwrap();
     catalog.create_namespace(&ns, HashMap::new()).await.unwrap();
     write_table(catalog.as_ref(), &ns, "people", &kms).await;
 

@@ -49,7 +49,7 @@ async fn rotation_rewraps_side_files_and_old_and_new_files_read() {
          [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n",
         d = dir.display()
     );
-    let catalog = clearice_table::open_sql_catalog(
+    let catalog = clearice_iceberg::open_sql_catalog(
         "lake",
         &format!("sqlite://{}/catalog.db?mode=rwc", dir.display()),
         &format!("file://{}/warehouse", dir.display()),

@@ -22,7 +22,7 @@ async fn demo_on_s3(endpoint: &str, dir: &Path) -> PathBuf {
         endpoint: Some(endpoint.to_owned()),
         region: Some("us-east-1".into()),
         access_key_id: Some("testing".into()),
-        secret_access_key: Some(clearice_table::storage::Secret::new("testing")),
+        secret_access_key: Some(clearice_storage::Secret::new("testing")),
         ..Default::default()
     };
     demo::init_with(

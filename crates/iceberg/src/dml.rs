@@ -1,8 +1,8 @@
-//! SQL writes to Iceberg tables under the policy.
+//! SQL writes to Iceberg tables: append, and DELETE/UPDATE by copy-on-write.
 //!
 //! ```text
-//!  INSERT INTO t SELECT ...  ──▶ PolicyTableProvider::insert_into
-//!                                   │  table `write` permission (refused before any IO)
+//!  INSERT INTO t SELECT ...  ──▶ a WriteTarget (decided by clearice-access: the table's
+//!                                   │  `write` permission, refused before any IO)
 //!                                   ▼
 //!                             IcebergWriteExec ── rows, cut at the target file size
 //!                                   │             (`write.target-file-size-bytes`)
@@ -14,10 +14,8 @@
 //!                             any failure removes every file written
 //! ```
 //!
-//! [`check_statement`] runs on the logical plan before anything executes: protected
-//! columns the principal may not write must stay NULL, a write may not copy values the
-//! principal sees masked, and `COPY ... TO` may not write decrypted protected columns
-//! unless the policy's `export` allows it.
+//! What a principal may write is decided above this crate (`clearice-access`), which
+//! hands over a [`WriteTarget`]; nothing here reads the policy.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
@@ -27,11 +25,8 @@ use std::sync::Arc;
 use clearice_crypto::Kms;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array, new_null_array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::datasource::source_as_provider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::{LogicalPlan, WriteOp};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -43,10 +38,9 @@ use iceberg::Catalog;
 use iceberg::spec::{DataFile, Struct};
 use iceberg::table::Table;
 
-use crate::access::WriteAudit;
 use crate::error::Error;
-use crate::policy_provider::PolicyTableProvider;
 use crate::provider::IcebergTableProvider;
+use crate::report::WriteAudit;
 use crate::write::{EncryptionSpec, FileWriter, WriteProviders, commit_append};
 
 /// Iceberg's table property for the size of data files.
@@ -185,7 +179,7 @@ impl WriteTarget {
     /// Writes every row of `input` and commits them in one snapshot (`commit`); returns
     /// the rows written. Nothing is committed, and every file written is removed, on
     /// failure.
-    pub(crate) async fn run(
+    pub async fn run(
         &self,
         mut input: SendableRecordBatchStream,
         commit: Commit,
@@ -326,10 +320,10 @@ impl WriteTarget {
 
 /// A boolean column a write's input may carry: rows where it is true are counted in the
 /// rows the statement reports (MERGE's inserts); it is not written.
-pub(crate) const COUNTED: &str = "__clearice_counted";
+pub const COUNTED: &str = "__clearice_counted";
 
 /// How a write commits.
-pub(crate) enum Commit {
+pub enum Commit {
     /// Add the files (INSERT, CREATE TABLE AS).
     Append,
     /// Replace what the new files overwrite (INSERT OVERWRITE): every data file of an
@@ -338,7 +332,9 @@ pub(crate) enum Commit {
     /// Remove `removed` and add the new files (DELETE, UPDATE); `reported`: the rows
     /// the statement reports (deleted or updated), if not the rows written.
     Replace {
+        /// Data files the commit removes.
         removed: HashSet<String>,
+        /// Rows the statement reports, when not the rows written.
         reported: Option<u64>,
     },
 }
@@ -522,134 +518,6 @@ impl ExecutionPlan for IcebergWriteExec {
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(out, result)))
     }
-}
-
-/// The policy provider behind a table source, if it is one.
-fn policy_table(
-    source: &Arc<dyn datafusion::logical_expr::TableSource>,
-) -> Option<Arc<dyn datafusion::catalog::TableProvider>> {
-    let p = source_as_provider(source).ok()?;
-    p.as_any().downcast_ref::<PolicyTableProvider>()?;
-    Some(p)
-}
-
-/// Whether a DML target is a catalog table under the policy (its writes follow the
-/// policy's write rules).
-pub fn is_policy_target(source: &Arc<dyn datafusion::logical_expr::TableSource>) -> bool {
-    policy_table(source).is_some()
-}
-
-/// Checks the writes in `plan` against the policy before anything runs:
-/// - an INSERT puts nothing but NULL into protected columns the principal may not write;
-/// - a table write (INSERT, CTAS, MERGE) reads no column the principal sees masked, so
-///   masked values never go back into a table (a `COPY` of them is what the principal
-///   sees: allowed);
-/// - `COPY ... TO`, or a write into another table, carries no decrypted protected
-///   column out of its table unless the table's `export` lists the principal (otherwise
-///   a copy into an unprotected table would publish it).
-///
-/// `optimize` turns an input plan into one whose scans name the columns they read.
-pub fn check_statement(
-    plan: &LogicalPlan,
-    optimize: &dyn Fn(&LogicalPlan) -> Result<LogicalPlan>,
-) -> Result<()> {
-    // (input, the table written: None for COPY)
-    let mut checks: Vec<(Arc<LogicalPlan>, Option<String>)> = Vec::new();
-    let mut problem: Option<DataFusionError> = None;
-    plan.apply_with_subqueries(|node| {
-        match node {
-            LogicalPlan::Dml(d) if matches!(d.op, WriteOp::Insert(_) | WriteOp::Ctas) => {
-                if let Some(p) = policy_table(&d.target) {
-                    let p = p
-                        .as_any()
-                        .downcast_ref::<PolicyTableProvider>()
-                        .expect("policy");
-                    if let LogicalPlan::Projection(proj) = d.input.as_ref()
-                        && let Err(e) = p.check_insert(&proj.expr)
-                    {
-                        problem = Some(e);
-                        return Ok(TreeNodeRecursion::Stop);
-                    }
-                    checks.push((Arc::clone(&d.input), Some(p.inner().name().to_owned())));
-                }
-            }
-            LogicalPlan::Copy(c) => checks.push((Arc::clone(&c.input), None)),
-            _ => {}
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    if let Some(e) = problem {
-        return Err(e);
-    }
-    for (input, written) in checks {
-        check_copied(&input, written.as_deref(), optimize)?;
-    }
-    Ok(())
-}
-
-/// Checks what a write copies from `input` (a plan whose scans are resolved): into a
-/// table, no column the principal sees masked; no decrypted protected column leaving its table (for
-/// another table `written`, or a file when `None`) unless the table's `export` allows.
-pub(crate) fn check_copied(
-    input: &LogicalPlan,
-    written: Option<&str>,
-    optimize: &dyn Fn(&LogicalPlan) -> Result<LogicalPlan>,
-) -> Result<()> {
-    let optimized = optimize(input)?;
-    let mut problem: Option<DataFusionError> = None;
-    optimized.apply_with_subqueries(|node| {
-        if let LogicalPlan::TableScan(scan) = node
-            && let Some(p) = policy_table(&scan.source)
-        {
-            let p = p.as_any().downcast_ref::<PolicyTableProvider>().expect("policy");
-            let projection = scan.projection.as_deref();
-            let table = p.inner().name().to_owned();
-            // Masked values written back into a table would replace the real ones (a
-            // file export of what the principal sees is fine).
-            if written.is_some()
-                && let Some(c) = p.masked_columns(projection).first()
-            {
-                problem = Some(
-                    Error::WriteDenied {
-                        what: format!(
-                            "column '{c}' of table '{table}' is masked for this principal; a write cannot copy masked values into a table"
-                        ),
-                        principal: p.principal().to_owned(),
-                        rule: "masked values never go back into tables".into(),
-                    }
-                    .into(),
-                );
-                return Ok(TreeNodeRecursion::Stop);
-            }
-            // Decrypted values leaving their table (to a file, or another table) are
-            // an export.
-            if written != Some(table.as_str())
-                && !p.may_export()
-                && let Some(c) = p.decrypted_columns(projection).first()
-            {
-                problem = Some(
-                    Error::WriteDenied {
-                        what: format!(
-                            "{} would copy restricted column '{c}' of table '{table}' out of it (decrypted, or as the principal reads it in plaintext)",
-                            match written {
-                                Some(t) => format!("writing into '{t}'"),
-                                None => "COPY".to_owned(),
-                            }
-                        ),
-                        principal: p.principal().to_owned(),
-                        rule: "the table's `export` list does not name the principal".into(),
-                    }
-                    .into(),
-                );
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    if let Some(e) = problem {
-        return Err(e);
-    }
-    Ok(())
 }
 
 /// One row `count` = `n` (the result of DDL that reports rows).
@@ -901,7 +769,9 @@ async fn row_level(
 /// The table as a row-level write reads it: every column decrypted, as the principal
 /// (their provider, token and AAD prefix).
 #[derive(Debug)]
-pub(crate) struct RewriteSource {
+/// The rows of a table a row-level write reads back to rewrite (its scans run with the
+/// write's own [`RewriteKeys`]).
+pub struct RewriteSource {
     inner: IcebergTableProvider,
     keys: RewriteKeys,
     /// Let filters prune files. Only a scan that looks for rows may: the scan that
@@ -912,7 +782,7 @@ pub(crate) struct RewriteSource {
 
 impl RewriteSource {
     /// A scan that may skip files its filters exclude.
-    pub(crate) fn pruning(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
+    pub fn pruning(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
         Self {
             inner,
             keys,
@@ -921,7 +791,7 @@ impl RewriteSource {
     }
 
     /// A scan that reads every row of its files.
-    pub(crate) fn whole(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
+    pub fn whole(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
         Self {
             inner,
             keys,

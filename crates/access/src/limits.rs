@@ -18,7 +18,64 @@ use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
 use futures::Stream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::LimitsConfig;
+use serde::Deserialize;
+
+/// `[server.limits]`: what one principal's statements may use. Applied to every
+/// confined session (Flight SQL; the shell with `[shell] confine = true`).
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Longest a statement may run (planning and streaming), seconds; default 300;
+    /// 0 = no limit.
+    #[serde(default)]
+    pub statement_timeout_s: Option<f64>,
+    /// Statements one principal may run at once (a result being streamed counts);
+    /// default 16; 0 = no limit.
+    #[serde(default)]
+    pub max_concurrent_statements: Option<usize>,
+    /// Memory one query may reserve, MiB (operators that can spill spill to disk first,
+    /// others fail with a resources-exhausted error); default 1024; 0 = no limit.
+    #[serde(default)]
+    pub query_memory_mb: Option<u64>,
+    /// Rows a result may have; more fail the statement; default no limit.
+    #[serde(default)]
+    pub max_result_rows: Option<u64>,
+    /// Bytes (Arrow in memory) a result may have; default no limit.
+    #[serde(default)]
+    pub max_result_bytes: Option<u64>,
+    /// Partitions (threads) one query may use; default the number of cores.
+    #[serde(default)]
+    pub query_parallelism: Option<usize>,
+}
+
+impl LimitsConfig {
+    /// Statement timeout in effect.
+    pub fn statement_timeout(&self) -> Option<Duration> {
+        match self.statement_timeout_s {
+            Some(s) if s <= 0.0 => None,
+            Some(s) => Some(Duration::from_secs_f64(s)),
+            None => Some(Duration::from_secs(300)),
+        }
+    }
+
+    /// Concurrent statements per principal in effect.
+    pub fn max_concurrent(&self) -> Option<usize> {
+        match self.max_concurrent_statements {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => Some(16),
+        }
+    }
+
+    /// Per-query memory in bytes in effect.
+    pub fn query_memory(&self) -> Option<usize> {
+        match self.query_memory_mb {
+            Some(0) => None,
+            Some(m) => Some((m as usize).saturating_mul(1 << 20)),
+            None => Some(1 << 30),
+        }
+    }
+}
 
 /// A statement stopped by a limit. Carried inside DataFusion errors (`External`); Flight
 /// maps it to `DEADLINE_EXCEEDED` / `RESOURCE_EXHAUSTED`.
@@ -59,18 +116,18 @@ pub enum LimitExceeded {
 
 /// The limit inside a DataFusion error, if any.
 pub fn limit_of(e: &DataFusionError) -> Option<&LimitExceeded> {
-    crate::error::cause_of(e)
+    crate::cause::cause_of(e)
 }
 
 /// Concurrency permits per principal, shared by all sessions of an engine.
 #[derive(Debug, Default)]
-pub(crate) struct Permits {
+pub struct Permits {
     by_principal: std::sync::Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 impl Permits {
     /// A permit for one more statement of `principal`, or the limit error.
-    pub(crate) fn acquire(
+    pub fn acquire(
         &self,
         principal: &str,
         limit: usize,
@@ -92,23 +149,26 @@ impl Permits {
 
 /// A session's limits: the config and the engine's permits.
 #[derive(Debug, Clone)]
-pub(crate) struct SessionLimits {
-    pub(crate) config: LimitsConfig,
-    pub(crate) permits: Arc<Permits>,
+pub struct SessionLimits {
+    /// `[server.limits]`.
+    pub config: LimitsConfig,
+    /// Concurrency permits per principal, shared by the engine's sessions.
+    pub permits: Arc<Permits>,
 }
 
 /// One query's share of the shared memory pool: reservations count against both the
 /// query's limit and the shared pool, so a query that wants more than its limit spills or
 /// fails alone, and other principals' queries keep their memory.
 #[derive(Debug)]
-pub(crate) struct QueryMemoryPool {
+pub struct QueryMemoryPool {
     inner: Arc<dyn MemoryPool>,
     limit: usize,
     used: AtomicUsize,
 }
 
 impl QueryMemoryPool {
-    pub(crate) fn new(inner: Arc<dyn MemoryPool>, limit: usize) -> Self {
+    /// A share of `inner` of at most `limit` bytes.
+    pub fn new(inner: Arc<dyn MemoryPool>, limit: usize) -> Self {
         Self {
             inner,
             limit,
@@ -168,7 +228,7 @@ impl MemoryPool for QueryMemoryPool {
 
 /// A result stream under the statement's deadline and result-size limits; holds the
 /// principal's concurrency permit until it ends or is dropped.
-pub(crate) struct LimitedStream {
+pub struct LimitedStream {
     inner: SendableRecordBatchStream,
     deadline: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
     max_rows: Option<u64>,
@@ -180,7 +240,9 @@ pub(crate) struct LimitedStream {
 }
 
 impl LimitedStream {
-    pub(crate) fn new(
+    /// `inner` under the statement's deadline, the result limits of `config`, holding
+    /// `permit` until it ends.
+    pub fn new(
         inner: SendableRecordBatchStream,
         deadline: Option<(tokio::time::Instant, Duration)>,
         config: &LimitsConfig,

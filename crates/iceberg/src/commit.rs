@@ -71,7 +71,7 @@ impl Committer {
     /// Swaps `table`'s metadata for `updates` applied to it, if the catalog still points
     /// at the metadata `table` was loaded from; sets `swapped` once the catalog took it
     /// (from then on, nothing written may be removed). Returns the new table.
-    pub(crate) async fn swap(
+    pub async fn swap(
         &self,
         name: &str,
         table: &Table,

@@ -27,10 +27,10 @@ use datafusion::logical_expr::{
 };
 use datafusion::sql::sqlparser::ast;
 
-use crate::dml::{COUNTED, Commit, RewriteSource};
-use crate::error::Error;
 use crate::policy_provider::PolicyTableProvider;
-use crate::provider::FILE_COLUMN;
+use clearice_iceberg::Error;
+use clearice_iceberg::FILE_COLUMN;
+use clearice_iceberg::dml::{COUNTED, Commit, RewriteSource};
 
 /// Marks source rows (a target row matched iff it is true after the outer join).
 const MATCHED: &str = "__clearice_matched";
@@ -299,7 +299,7 @@ pub async fn merge(
         }
     }
     let write_target = target.check_row_level_columns("merge", &used)?;
-    crate::dml::check_copied(&source_plan, Some(&name), &|p| state.optimize(p))?;
+    crate::write_rules::check_copied(&source_plan, Some(&name), &|p| state.optimize(p))?;
     let matched = || col(Column::new(Some(s_ref.clone()), MATCHED)).is_true();
     let acts = |cond: &Option<Expr>| match cond {
         Some(c) => matched().and(c.clone().is_true()),

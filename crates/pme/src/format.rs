@@ -32,7 +32,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use clearice_crypto::SecretKey;
 
 use super::{DecryptingReaderFactory, GivenKeys, ScanKeys};
-use crate::storage::LakeStores;
+use clearice_storage::LakeStores;
 
 /// Files whose metadata is primed and inferred together (bounded so that the session's
 /// metadata cache keeps them between priming and inference).

@@ -48,8 +48,8 @@ use roaring::RoaringTreemap;
 use crate::error::{Error, Result};
 use crate::exec::{map_batches, mapped_properties, only_child};
 use crate::field_id::{FieldIdExprAdapterFactory, field_id};
-use crate::pme::DecryptingReaderFactory;
-use crate::storage::Location;
+use clearice_pme::DecryptingReaderFactory;
+use clearice_storage::Location;
 
 /// Field ids of a position delete file's columns (Iceberg spec, reserved ids).
 const FILE_PATH_ID: i32 = 2147483546;
@@ -101,7 +101,7 @@ impl FileReading<'_> {
             .map_err(|e| {
                 // Decryption failures keep their type (a refused key is a denial, a
                 // tampered file is tampering) and already name the file.
-                if has_cause::<crate::pme::DecryptError>(&e) {
+                if has_cause::<clearice_pme::DecryptError>(&e) {
                     return e;
                 }
                 DataFusionError::External(Box::new(Error::DeleteFile {

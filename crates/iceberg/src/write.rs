@@ -31,7 +31,7 @@ use parquet::encryption::encrypt::FileEncryptionProperties;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use crate::error::{Error, Result};
-use crate::pme::ProviderColumnKey;
+use clearice_pme::ProviderColumnKey;
 
 /// How to encrypt the files of one write (the policy's protection rules).
 #[derive(Debug, Clone, Default)]
@@ -47,24 +47,8 @@ pub struct EncryptionSpec {
     pub aad_prefix: Option<Vec<u8>>,
 }
 
-impl From<&clearice_policy::TablePolicy> for EncryptionSpec {
-    /// The protection rules of a table's policy: footer key and per-column master keys.
-    fn from(t: &clearice_policy::TablePolicy) -> Self {
-        Self {
-            footer_key_id: t.footer_key.clone().unwrap_or_default(),
-            column_keys: t
-                .columns
-                .iter()
-                .filter_map(|(c, p)| Some((c.clone(), p.master_key.clone()?)))
-                .collect(),
-            plaintext_footer: t.plaintext_footer,
-            aad_prefix: t.aad_prefix.as_ref().map(|p| p.as_bytes().to_vec()),
-        }
-    }
-}
-
 /// Crypto providers that keep the master keys of some columns (policy `provider`):
-/// their columns are encrypted by the provider ([`crate::pme::rekey`]), not locally.
+/// their columns are encrypted by the provider ([`clearice_pme::rekey`]), not locally.
 #[derive(Debug, Clone, Default)]
 pub struct WriteProviders {
     /// Master key id → the provider holding it.
@@ -295,7 +279,7 @@ impl FileWriter {
             && !stand_ins.is_empty()
         {
             let keys: Vec<ProviderColumnKey> = stand_ins.into_values().collect();
-            crate::pme::rekey(
+            clearice_pme::rekey(
                 &mut bytes,
                 &footer_key,
                 self.spec.aad_prefix.as_deref(),

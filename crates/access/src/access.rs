@@ -4,6 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use clearice_crypto::{AccessToken, KeyResolver, Providers};
+use clearice_iceberg::WriteAudit;
+
+use crate::caller::Caller;
 use clearice_policy::{AuditColumn, Policy};
 
 /// One table as accessed by the current query.
@@ -22,53 +25,6 @@ pub struct TableAccess {
     /// Set when the statement writes the table (or creates or drops it).
     pub write: Option<WriteAudit>,
 }
-
-/// What a write did, filled in when it commits: the audit record is written after the
-/// statement ends, so it carries the rows written and the snapshot committed.
-#[derive(Debug, Clone)]
-pub struct WriteAudit(Arc<Mutex<WriteReport>>);
-
-/// The outcome of one write.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WriteReport {
-    /// Audit action: `insert`, `insert_overwrite`, `delete`, `update`, `create_table`,
-    /// `create_table_as`, `drop_table`, `create_schema`, `drop_schema`, `alter_table`.
-    pub action: String,
-    /// The snapshot the write committed (`None` until it commits, or when it wrote none).
-    pub snapshot_id: Option<i64>,
-    /// Rows written (or removed, for `delete`).
-    pub rows: Option<u64>,
-}
-
-impl WriteAudit {
-    /// A write of kind `action`, not committed yet.
-    pub fn new(action: &str) -> Self {
-        Self(Arc::new(Mutex::new(WriteReport {
-            action: action.to_owned(),
-            ..Default::default()
-        })))
-    }
-
-    /// Records the commit.
-    pub fn committed(&self, snapshot_id: Option<i64>, rows: u64) {
-        let mut r = self.0.lock().expect("write report");
-        r.snapshot_id = snapshot_id;
-        r.rows = Some(rows);
-    }
-
-    /// The report so far.
-    pub fn report(&self) -> WriteReport {
-        self.0.lock().expect("write report").clone()
-    }
-}
-
-impl PartialEq for WriteAudit {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for WriteAudit {}
 
 /// What one query read: its table accesses (merged per table). Queries
 /// that run at once in one session each collect their own: [`QueryAccess::scope`] makes
@@ -126,41 +82,38 @@ impl QueryAccess {
     }
 }
 
-/// What a session knows about who is asking.
+/// What a session knows about who is asking: the [`Caller`], and the policy and keys
+/// its decisions are made with.
 #[derive(Debug)]
 pub struct SessionAccess {
-    principal: String,
+    caller: Caller,
     policy: Arc<Policy>,
     resolver: Arc<KeyResolver>,
     providers: Arc<Providers>,
-    credential: Option<AccessToken>,
     /// Records made outside any [`QueryAccess::scope`].
     unscoped: QueryAccess,
 }
 
 impl SessionAccess {
-    /// Access context for `principal`.
+    /// Access context for `caller`.
     pub fn new(
-        principal: impl Into<String>,
+        caller: Caller,
         policy: Arc<Policy>,
         resolver: Arc<KeyResolver>,
         providers: Arc<Providers>,
     ) -> Self {
         Self {
-            principal: principal.into(),
+            caller,
             policy,
             resolver,
             providers,
-            credential: None,
             unscoped: QueryAccess::default(),
         }
     }
 
-    /// With the principal's own token for crypto providers (a Flight client's
-    /// `key_access_token`).
-    pub fn with_credential(mut self, credential: Option<AccessToken>) -> Self {
-        self.credential = credential;
-        self
+    /// Who is asking.
+    pub fn caller(&self) -> &Caller {
+        &self.caller
     }
 
     /// The crypto providers.
@@ -170,12 +123,12 @@ impl SessionAccess {
 
     /// The principal's own provider token, if the client passed one.
     pub fn credential(&self) -> Option<&AccessToken> {
-        self.credential.as_ref()
+        self.caller.credential()
     }
 
     /// The principal.
     pub fn principal(&self) -> &str {
-        &self.principal
+        self.caller.principal()
     }
 
     /// The policy.

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use clearice_crypto::ProviderRef;
-use clearice_policy::TableDecision;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
@@ -15,14 +14,12 @@ use iceberg_catalog_rest::{
 };
 use iceberg_catalog_sql::SqlCatalogBuilder;
 
-use crate::access::{SessionAccess, TableAccess};
 use crate::commit::Committer;
 use crate::error::{Error, Result};
 use crate::metadata::metadata_table;
-use crate::policy_provider::PolicyTableProvider;
 use crate::provider::IcebergTableProvider;
-use crate::storage::{LakeStorageFactory, LakeStores};
 use crate::travel::split_name;
+use clearice_storage::{LakeStorageFactory, LakeStores};
 
 /// Opens an Iceberg SQL catalog (SQLite or PostgreSQL, the schema of the Iceberg JDBC
 /// catalog and PyIceberg's `SqlCatalog`) whose files are on `stores` (local or S3).
@@ -222,6 +219,11 @@ impl IcebergCatalogProvider {
         }
     }
 
+    /// The namespace `name` as listed last.
+    pub fn schema_provider(&self, name: &str) -> Option<Arc<IcebergSchemaProvider>> {
+        self.schemas().get(name).map(Arc::clone)
+    }
+
     fn schemas(&self) -> Arc<Schemas> {
         Arc::clone(&self.schemas.read().expect("schemas"))
     }
@@ -399,130 +401,12 @@ impl IcebergSchemaProvider {
     }
 }
 
-/// A catalog as one session's principal sees it: every table goes through the policy.
-#[derive(Debug)]
-pub struct SessionCatalogProvider {
-    inner: Arc<IcebergCatalogProvider>,
-    access: Arc<SessionAccess>,
-}
-
-impl SessionCatalogProvider {
-    /// Wraps a shared catalog for one session.
-    pub fn new(inner: Arc<IcebergCatalogProvider>, access: Arc<SessionAccess>) -> Self {
-        Self { inner, access }
-    }
-}
-
-impl CatalogProvider for SessionCatalogProvider {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn schema_names(&self) -> Vec<String> {
-        self.inner.schema_names()
-    }
-
-    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        let inner = Arc::clone(self.inner.schemas().get(name)?);
-        Some(Arc::new(SessionSchemaProvider {
-            inner,
-            access: Arc::clone(&self.access),
-        }))
-    }
-}
-
-/// A namespace as one session's principal sees it.
-#[derive(Debug)]
-pub struct SessionSchemaProvider {
-    inner: Arc<IcebergSchemaProvider>,
-    access: Arc<SessionAccess>,
-}
-
-#[async_trait::async_trait]
-impl SchemaProvider for SessionSchemaProvider {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn table_names(&self) -> Vec<String> {
-        // A principal the policy does not know may not read any table: list none.
-        if !self.access.policy().is_known(self.access.principal()) {
-            return vec![];
-        }
-        self.inner
-            .table_names()
-            .into_iter()
-            .filter(|t| !self.is_hidden(t))
-            .collect()
-    }
-
-    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        if self.is_hidden(name) {
-            // As for a table that does not exist, so the name leaks nothing; audited.
-            if self.inner.table_exist(name) {
-                let table = self.inner.full_name(split_name(name).0);
-                let (_, rule) = self
-                    .access
-                    .policy()
-                    .table_access(self.access.principal(), &table);
-                self.access.record(TableAccess {
-                    write: None,
-                    table,
-                    snapshot_id: None,
-                    columns: vec![],
-                    allowed: false,
-                    error: Some(format!("table hidden from principal (rule: {rule})")),
-                });
-            }
-            return Ok(None);
-        }
-        let (base, suffix) = split_name(name);
-        let t = match self.inner.load(name).await {
-            Err(e) => return unreadable(e),
-            Ok(None) => return Ok(None),
-            Ok(Some(t)) => t,
-        };
-        let policy = PolicyTableProvider::try_new(t, Arc::clone(&self.access)).await?;
-        if let Some(kind) = suffix.metadata() {
-            // A metadata table shows what the table's columns would: nothing of a denied
-            // table, no statistics of a column not readable in plaintext.
-            policy.check_readable(&self.inner.full_name(base))?;
-            self.access.record(TableAccess {
-                write: None,
-                table: format!("{}${}", self.inner.full_name(base), kind.name()),
-                snapshot_id: policy.inner().snapshot().map(|s| s.snapshot_id()),
-                columns: vec![],
-                allowed: true,
-                error: None,
-            });
-            let plaintext = |c: &str| policy.is_plaintext(c);
-            return Ok(Some(
-                metadata_table(policy.inner(), kind, &plaintext).await?,
-            ));
-        }
-        Ok(Some(Arc::new(policy)))
-    }
-
-    fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name) && !self.is_hidden(name)
-    }
-}
-
-impl SessionSchemaProvider {
-    fn is_hidden(&self, name: &str) -> bool {
-        let table = self.inner.full_name(split_name(name).0);
-        self.access
-            .policy()
-            .table_access(self.access.principal(), &table)
-            .0
-            == TableDecision::Hide
-    }
-}
-
 /// A table ClearIce cannot read at all (`Error::Unsupported` when loading it) stands in
 /// as [`UnreadableTable`], so listings (`information_schema`, Flight `GetTables`, DBeaver's
 /// browser) still work; other load errors fail the statement.
-fn unreadable(e: datafusion::error::DataFusionError) -> DfResult<Option<Arc<dyn TableProvider>>> {
+pub fn unreadable(
+    e: datafusion::error::DataFusionError,
+) -> DfResult<Option<Arc<dyn TableProvider>>> {
     if let datafusion::error::DataFusionError::External(inner) = &e
         && let Some(Error::Unsupported { table, what }) = inner.downcast_ref::<Error>()
     {

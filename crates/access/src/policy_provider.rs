@@ -33,11 +33,11 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
 use crate::access::{SessionAccess, TableAccess};
-use crate::error::Error;
-use crate::exec::{map_batches, mapped_properties, only_child};
 use crate::mask;
-use crate::provider::IcebergTableProvider;
 use crate::remote::{DistributeScans, RemoteScanExec, ScanRequest};
+use clearice_iceberg::Error;
+use clearice_iceberg::IcebergTableProvider;
+use clearice_iceberg::exec::{map_batches, mapped_properties, only_child};
 
 /// One visible column: its decision and where its values come from.
 #[derive(Debug, Clone)]
@@ -320,11 +320,11 @@ impl PolicyTableProvider {
     /// audited, before anything is written), the policy's encryption of the table's
     /// files, the KMS and the providers holding column keys. Not recorded as allowed
     /// until it is admitted.
-    pub fn write_target(&self, action: &str) -> Result<crate::dml::WriteTarget> {
+    pub fn write_target(&self, action: &str) -> Result<clearice_iceberg::dml::WriteTarget> {
         let table = self.inner.name().to_owned();
         let policy = self.access.policy();
         let principal = self.access.principal();
-        let audit = crate::access::WriteAudit::new(action);
+        let audit = clearice_iceberg::WriteAudit::new(action);
         let refuse = |e: Error| -> DataFusionError {
             self.access.record(TableAccess {
                 table: table.clone(),
@@ -392,7 +392,7 @@ impl PolicyTableProvider {
             }
         }
         let spec = tpol
-            .map(crate::write::EncryptionSpec::from)
+            .map(crate::encryption::encryption_spec)
             .unwrap_or_default();
         // Columns whose master key a crypto provider holds are encrypted by it.
         let mut by_master_key = BTreeMap::new();
@@ -413,13 +413,13 @@ impl PolicyTableProvider {
             .map(|f| self.inner.current_name(f))
             .filter(|n| !policy.may_write_column(principal, &table, n))
             .collect();
-        Ok(crate::dml::WriteTarget {
+        Ok(clearice_iceberg::dml::WriteTarget {
             name: table,
             catalog: Arc::clone(catalog),
             table: self.inner.table().clone(),
             spec,
             kms: self.access.resolver().kms().cloned(),
-            providers: crate::write::WriteProviders {
+            providers: clearice_iceberg::write::WriteProviders {
                 by_master_key,
                 context: CallContext {
                     principal: principal.to_owned(),
@@ -437,7 +437,10 @@ impl PolicyTableProvider {
 
     /// Records the write as allowed (once every check passed); its outcome is filled in
     /// when it commits.
-    fn admit(&self, target: crate::dml::WriteTarget) -> crate::dml::WriteTarget {
+    fn admit(
+        &self,
+        target: clearice_iceberg::dml::WriteTarget,
+    ) -> clearice_iceberg::dml::WriteTarget {
         self.access.record(TableAccess {
             table: target.name.clone(),
             snapshot_id: None,
@@ -458,7 +461,7 @@ impl PolicyTableProvider {
         &self,
         action: &str,
         exprs: &[&Expr],
-    ) -> Result<crate::dml::WriteTarget> {
+    ) -> Result<clearice_iceberg::dml::WriteTarget> {
         let columns: Vec<String> = exprs
             .iter()
             .flat_map(|e| e.column_refs())
@@ -485,12 +488,14 @@ impl PolicyTableProvider {
         &self,
         action: &str,
         columns: &[String],
-    ) -> Result<crate::dml::WriteTarget> {
+    ) -> Result<clearice_iceberg::dml::WriteTarget> {
         let target = self.write_target(action)?;
         let table = self.inner.name();
         let principal = self.access.principal();
         // Said before any work: the catalog cannot take the commit.
-        if let Some(crate::commit::Committer::Unsupported { reason }) = self.inner.committer() {
+        if let Some(clearice_iceberg::commit::Committer::Unsupported { reason }) =
+            self.inner.committer()
+        {
             return Err(Error::Unsupported {
                 table: table.to_owned(),
                 what: format!("{action} (which removes data files; {reason})"),
@@ -535,8 +540,8 @@ impl PolicyTableProvider {
     }
 
     /// Who this principal's scans run as (provider, token, AAD prefix, column keys).
-    pub(crate) fn rewrite_keys(&self) -> crate::dml::RewriteKeys {
-        crate::dml::RewriteKeys {
+    pub(crate) fn rewrite_keys(&self) -> clearice_iceberg::dml::RewriteKeys {
+        clearice_iceberg::dml::RewriteKeys {
             principal: self.access.principal().to_owned(),
             aad_prefix: self
                 .access
@@ -589,7 +594,7 @@ impl PolicyTableProvider {
                 columns: self.audit_columns(&[c]),
                 allowed: false,
                 error: Some(e.to_string()),
-                write: Some(crate::access::WriteAudit::new("insert")),
+                write: Some(clearice_iceberg::WriteAudit::new("insert")),
             });
             return Err(e.into());
         }
@@ -687,10 +692,10 @@ impl TableProvider for PolicyTableProvider {
 
     async fn truncate(&self, state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
         let target = self.check_row_level("truncate", &[])?;
-        crate::dml::IcebergRowLevelExec::try_new(
+        clearice_iceberg::dml::IcebergRowLevelExec::try_new(
             state,
             Arc::new(target),
-            crate::dml::RowLevel::Delete,
+            clearice_iceberg::dml::RowLevel::Delete,
             vec![],
         )
     }
@@ -719,7 +724,7 @@ impl TableProvider for PolicyTableProvider {
         } else {
             self.admit(self.write_target(action)?)
         };
-        Ok(Arc::new(crate::dml::IcebergWriteExec::new(
+        Ok(Arc::new(clearice_iceberg::dml::IcebergWriteExec::new(
             input,
             Arc::new(target),
             insert_op == InsertOp::Overwrite,
@@ -848,10 +853,10 @@ impl TableProvider for PolicyTableProvider {
             .config()
             .get_extension::<DistributeScans>()
             .filter(|_| self.access.credential().is_none());
-        let mut inner = self.inner.clone();
-        if let Some(d) = &distribute {
-            inner.split = Some(d.partitions);
-        }
+        let inner = match &distribute {
+            Some(d) => self.inner.clone().split_into(d.partitions),
+            None => self.inner.clone(),
+        };
         let keys = self.rewrite_keys();
         // The filters go to the Parquet reader when a mask above blocks DataFusion's own
         // pushdown, and for workers: the leaf they get takes no pushdown either, so row

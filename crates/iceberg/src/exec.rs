@@ -14,7 +14,7 @@ use datafusion::physical_plan::{ExecutionPlan, PlanProperties};
 use futures::StreamExt;
 
 /// The single child `with_new_children` gets for a one-input node.
-pub(crate) fn only_child(
+pub fn only_child(
     node: &str,
     children: Vec<Arc<dyn ExecutionPlan>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -26,7 +26,7 @@ pub(crate) fn only_child(
 
 /// Properties of a node that maps its input's batches to `schema` batch by batch (same
 /// partitioning, no ordering kept).
-pub(crate) fn mapped_properties(
+pub fn mapped_properties(
     input: &Arc<dyn ExecutionPlan>,
     schema: &SchemaRef,
 ) -> Arc<PlanProperties> {
@@ -39,7 +39,7 @@ pub(crate) fn mapped_properties(
 }
 
 /// `input` with `f` applied to every batch.
-pub(crate) fn map_batches(
+pub fn map_batches(
     input: SendableRecordBatchStream,
     schema: SchemaRef,
     mut f: impl FnMut(RecordBatch) -> Result<RecordBatch> + Send + 'static,

@@ -38,7 +38,7 @@ use datafusion::physical_plan::{
 use futures::TryStreamExt;
 
 use crate::policy_provider::{MaskOutput, PolicyMaskExec};
-use crate::provider::{IcebergTableProvider, ScanAs};
+use clearice_iceberg::{IcebergTableProvider, ScanAs};
 
 /// Session config extension: a session that has it plans catalog table scans as
 /// [`RemoteScanExec`] leaves a distributed engine can ship to workers.
@@ -282,61 +282,59 @@ impl ExecutionPlan for RemoteScanExec {
     }
 }
 
-impl IcebergTableProvider {
-    /// Plans `request` (a coordinator's scan of this table) here, with `provider` doing
-    /// the crypto: the same files at the same snapshot, the same key scope and masks.
-    pub async fn scan_request(
-        &self,
-        state: &dyn Session,
-        request: &ScanRequest,
-        provider: ProviderRef,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let name = request.table_name();
-        let mut table = match (request.snapshot_id, request.travel) {
-            (Some(id), true) => self.clone().as_of(crate::AsOf::Version(id))?,
-            (Some(id), false) => self.pinned(id)?,
-            (None, _) => self.clone(),
-        };
-        table.split = Some(request.partitions);
-        let fields: Vec<String> = table
-            .table_schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        if fields != request.table_fields {
-            return Err(DataFusionError::Execution(format!(
-                "table {name}: its schema here ({}) is not the coordinator's ({}); \
-                 run the query again",
-                fields.join(", "),
-                request.table_fields.join(", ")
-            )));
-        }
-        let plan = table
-            .scan_with(
-                state,
-                Some(&request.projection),
-                &request.filters,
-                request.limit,
-                ScanAs {
-                    scope: request.scope.clone(),
-                    principal: &request.principal,
-                    aad_prefix: request.aad_prefix.clone(),
-                    provider: Some(provider),
-                    credential: None,
-                    column_keys: request.column_keys.clone(),
-                },
-                request.set_predicate,
-            )
-            .await?;
-        Ok(match &request.masks {
-            None => plan,
-            Some(masks) => Arc::new(PolicyMaskExec::new(
-                plan,
-                masks.clone(),
-                Arc::clone(&request.schema),
-                request.principal.clone(),
-            )),
-        })
+/// Plans `request` (a coordinator's scan of `table`) here, with `provider` doing the
+/// crypto: the same files at the same snapshot, the same key scope and masks.
+pub async fn scan_request(
+    table: &IcebergTableProvider,
+    state: &dyn Session,
+    request: &ScanRequest,
+    provider: ProviderRef,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let name = request.table_name();
+    let table = match (request.snapshot_id, request.travel) {
+        (Some(id), true) => table.clone().as_of(clearice_iceberg::AsOf::Version(id))?,
+        (Some(id), false) => table.pinned(id)?,
+        (None, _) => table.clone(),
     }
+    .split_into(request.partitions);
+    let fields: Vec<String> = table
+        .table_schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    if fields != request.table_fields {
+        return Err(DataFusionError::Execution(format!(
+            "table {name}: its schema here ({}) is not the coordinator's ({}); \
+                 run the query again",
+            fields.join(", "),
+            request.table_fields.join(", ")
+        )));
+    }
+    let plan = table
+        .scan_with(
+            state,
+            Some(&request.projection),
+            &request.filters,
+            request.limit,
+            ScanAs {
+                scope: request.scope.clone(),
+                principal: &request.principal,
+                aad_prefix: request.aad_prefix.clone(),
+                provider: Some(provider),
+                credential: None,
+                column_keys: request.column_keys.clone(),
+            },
+            request.set_predicate,
+        )
+        .await?;
+    Ok(match &request.masks {
+        None => plan,
+        Some(masks) => Arc::new(PolicyMaskExec::new(
+            plan,
+            masks.clone(),
+            Arc::clone(&request.schema),
+            request.principal.clone(),
+        )),
+    })
 }

@@ -115,7 +115,7 @@ pub enum Error {
         /// Table.
         table: String,
         /// The cause.
-        source: Box<crate::storage::StorageError>,
+        source: Box<clearice_storage::StorageError>,
     },
     /// A data file location uses a storage scheme ClearIce cannot read yet.
     #[error("table '{table}': data file '{location}' is on an unsupported storage ({reason})")]

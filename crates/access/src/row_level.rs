@@ -38,9 +38,9 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Subquery, WriteOp, lit};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
-use crate::dml::{IcebergRowLevelExec, RowLevel, count_schema};
-use crate::error::Error;
 use crate::policy_provider::PolicyTableProvider;
+use clearice_iceberg::Error;
+use clearice_iceberg::dml::{IcebergRowLevelExec, RowLevel, count_schema};
 
 /// Values one inlined `IN (subquery)` may hold.
 pub const MAX_INLINED_VALUES: usize = 100_000;

@@ -35,9 +35,9 @@ use crate::deletes::{Deletes, FileReading, IcebergDeletesExec, LOAD_CONCURRENCY,
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
-use crate::pme::{DecryptingReaderFactory, ScanKeys};
 use crate::schema::arrow_schema;
-use crate::storage::{CATALOG_S3_SCHEME, LakeStores, Location, S3Options};
+use clearice_pme::{DecryptingReaderFactory, ScanKeys};
+use clearice_storage::{CATALOG_S3_SCHEME, LakeStores, Location, S3Options};
 
 /// Object store URL that Iceberg data files are read through: a local filesystem store
 /// the engine registers under this name, apart from `file://`, so sessions whose
@@ -90,7 +90,7 @@ pub struct IcebergTableProvider {
     file_column: bool,
     /// File groups per data scan, if not the session's `target_partitions` (a scan
     /// planned for workers).
-    pub(crate) split: Option<usize>,
+    split: Option<usize>,
 }
 
 /// A snapshot named by a query (`FOR VERSION AS OF`, `FOR TIMESTAMP AS OF`).
@@ -236,6 +236,13 @@ impl IcebergTableProvider {
     /// The catalog the table was loaded from, if known.
     pub fn catalog(&self) -> Option<&Arc<dyn iceberg::Catalog>> {
         self.catalog.as_ref()
+    }
+
+    /// Scans planned into `partitions` file groups (a scan planned for workers), not the
+    /// session's `target_partitions`.
+    pub fn split_into(mut self, partitions: usize) -> Self {
+        self.split = Some(partitions);
+        self
     }
 
     /// The table at snapshot `id` with its current schema (what a query that did not

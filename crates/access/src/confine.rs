@@ -46,7 +46,7 @@ use parking_lot::RwLock;
 
 /// Object store URL of Iceberg data files (a local filesystem store registered under its
 /// own name, so that `file://` can be confined without hiding catalog data).
-pub const CATALOG_STORE_URL: &str = clearice_table::CATALOG_STORE_URL;
+pub const CATALOG_STORE_URL: &str = clearice_iceberg::CATALOG_STORE_URL;
 
 /// Session options a confined session may `SET`: they change how results look or how a
 /// query is planned, never security, keys, catalogs, files or server-wide resources.
@@ -147,7 +147,7 @@ impl Refusal {
 
 /// The refusal inside a DataFusion error, if any.
 pub fn refusal_of(e: &DataFusionError) -> Option<&Refusal> {
-    crate::error::cause_of(e)
+    crate::cause::cause_of(e)
 }
 
 /// One area, resolved: its canonical root, and the root as configured (absolute).
@@ -168,14 +168,15 @@ pub struct Confinement {
 }
 
 impl Confinement {
-    /// Areas of `policy` that `principal` may read and write; `roots` are the policy's
+    /// Areas of `policy` that `caller` may read and write; `roots` are the policy's
     /// areas with their canonical root directories (resolved once, when the engine opens).
-    pub(crate) fn new(
+    pub fn new(
         policy: &clearice_policy::Policy,
         roots: &[(clearice_policy::Area, PathBuf, PathBuf)],
-        principal: &str,
-        front: &'static str,
+        caller: &crate::Caller,
     ) -> Self {
+        let principal = caller.principal();
+        let front = caller.front().name();
         let pick = |may: &dyn Fn(&clearice_policy::Area) -> bool| -> Vec<Root> {
             roots
                 .iter()
@@ -201,7 +202,7 @@ impl Confinement {
         clippy::disallowed_methods,
         reason = "startup; Engine::open calls it on a blocking thread"
     )]
-    pub(crate) fn resolve_roots(
+    pub fn resolve_roots(
         policy: &clearice_policy::Policy,
         base: &Path,
     ) -> Vec<(clearice_policy::Area, PathBuf, PathBuf)> {
@@ -324,7 +325,7 @@ impl Confinement {
 
     /// Refuses what a confined session may not run in `plan` (all nodes, subqueries and
     /// the inputs of EXPLAIN included) and checks the paths it names.
-    pub(crate) async fn check_plan(self: &Arc<Self>, plan: &LogicalPlan) -> DfResult<()> {
+    pub async fn check_plan(self: &Arc<Self>, plan: &LogicalPlan) -> DfResult<()> {
         let mut reads: Vec<ListingTableUrl> = Vec::new();
         let mut writes: Vec<String> = Vec::new();
         let mut refused: Option<DataFusionError> = None;
@@ -344,7 +345,7 @@ impl Confinement {
                     "only Iceberg catalogs' schemas and tables can be created or dropped",
                 )),
                 // Writes to catalog tables follow the policy's write rules.
-                LogicalPlan::Dml(d) if clearice_table::dml::is_policy_target(&d.target) => Ok(()),
+                LogicalPlan::Dml(d) if crate::write_rules::is_policy_target(&d.target) => Ok(()),
                 LogicalPlan::Dml(d) => Err(self.statement(
                     &d.op.to_string(),
                     "only Iceberg catalog tables can be written",
@@ -389,7 +390,9 @@ impl Confinement {
         Ok(())
     }
 
-    pub(crate) fn check_setting(&self, name: &str, value: &str) -> DfResult<()> {
+    /// Refuses `SET name = value` unless the option is on the allow-list (and its value
+    /// within bounds) for a confined session.
+    pub fn check_setting(&self, name: &str, value: &str) -> DfResult<()> {
         let lower = name.to_ascii_lowercase();
         let refuse = |reason: String| {
             Err(DataFusionError::External(Box::new(Refusal::Setting {
@@ -417,7 +420,7 @@ impl Confinement {
     }
 
     /// The object store a confined session sees under `file://`.
-    pub(crate) fn store(self: &Arc<Self>) -> Arc<dyn ObjectStore> {
+    pub fn store(self: &Arc<Self>) -> Arc<dyn ObjectStore> {
         Arc::new(AreaStore {
             inner: LocalFileSystem::new(),
             guard: Arc::clone(self),
@@ -504,21 +507,22 @@ fn resolve_for_write(path: &Path) -> Result<PathBuf, String> {
 /// readable area. Unlike DataFusion's factory, a path that cannot be opened (missing,
 /// unreadable, an S3 error) says why instead of "table not found".
 #[derive(Debug)]
-pub(crate) struct ConfinedUrlTableFactory {
+pub struct ConfinedUrlTableFactory {
     guard: Option<Arc<Confinement>>,
     state: OnceLock<Weak<RwLock<SessionState>>>,
 }
 
 impl ConfinedUrlTableFactory {
     /// `guard`: the session's confinement (`None`: the machine's own user).
-    pub(crate) fn new(guard: Option<Arc<Confinement>>) -> Self {
+    pub fn new(guard: Option<Arc<Confinement>>) -> Self {
         Self {
             guard,
             state: OnceLock::new(),
         }
     }
 
-    pub(crate) fn set_state(&self, state: Weak<RwLock<SessionState>>) {
+    /// The session whose state the factory reads files with (set once it exists).
+    pub fn set_state(&self, state: Weak<RwLock<SessionState>>) {
         let _ = self.state.set(state);
     }
 }
@@ -592,7 +596,7 @@ impl UrlTableFactory for ConfinedUrlTableFactory {
                 }
                 // The causes too: an HTTP client's "error sending request" alone hides
                 // the refused certificate or connection behind it.
-                let mut reason = crate::error::message_of(&e);
+                let mut reason = crate::cause::one_line(&e);
                 let mut cause = std::error::Error::source(&e);
                 while let Some(c) = cause {
                     let text = c.to_string();
