@@ -801,6 +801,7 @@ impl Session {
     ) -> Result<QueryOutput> {
         let query = QueryAccess::default();
         let id = query_id();
+        let run = contained(run);
         let result = query
             .scope(async {
                 match self.timeout() {
@@ -858,14 +859,16 @@ impl Session {
         let planned = query
             .scope(async {
                 match self.timeout() {
-                    Some(limit) => tokio::time::timeout(limit, self.plan_for_schema(sql))
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(DataFusionError::External(Box::new(
-                                LimitExceeded::Timeout { limit },
-                            )))
-                        }),
-                    None => self.plan_for_schema(sql).await,
+                    Some(limit) => {
+                        tokio::time::timeout(limit, contained(self.plan_for_schema(sql)))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(DataFusionError::External(Box::new(
+                                    LimitExceeded::Timeout { limit },
+                                )))
+                            })
+                    }
+                    None => contained(self.plan_for_schema(sql)).await,
                 }
             })
             .await;
@@ -916,11 +919,15 @@ impl Session {
         let query = QueryAccess::default();
         let id = query_id();
         let deadline = self.timeout().map(|d| (tokio::time::Instant::now() + d, d));
-        let started = async {
+        let started = contained(async {
             let permit = self.permit()?;
             let df = planned.await?;
-            Ok((df.execute_stream().await?, permit))
-        };
+            let announced = Arc::new(df.schema().as_arrow().clone());
+            Ok((
+                with_types_of(&announced, df.execute_stream().await?)?,
+                permit,
+            ))
+        });
         let started =
             query
                 .scope(async {
@@ -1117,7 +1124,13 @@ impl futures::Stream for AuditedStream {
                 let (_, then) = self.writing.take().expect("write under way");
                 return Poll::Ready(then);
             }
-            let item = match futures::ready!(self.inner.as_mut().poll_next(cx)) {
+            // A panic inside DataFusion while producing a batch ends the stream with an
+            // error (audited), not the connection or the process.
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.inner.as_mut().poll_next(cx)
+            }))
+            .unwrap_or_else(|p| Poll::Ready(Some(Err(panic_error(p.as_ref())))));
+            let item = match futures::ready!(polled) {
                 Some(Ok(b)) => {
                     self.rows += b.num_rows() as u64;
                     return Poll::Ready(Some(Ok(b)));
@@ -1295,4 +1308,84 @@ fn event_of(e: &DataFusionError) -> Option<(String, String)> {
         cur = err.source();
     }
     None
+}
+
+/// `f`, with a panic inside it (a DataFusion bug: some plans panic instead of failing)
+/// turned into an error of the statement: one line, audited like any other, and the
+/// session, connection and process go on.
+async fn contained<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
+    use futures::FutureExt as _;
+    // Boxed: statement futures are large, and a test's or a front end's stack is not.
+    std::panic::AssertUnwindSafe(Box::pin(f))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|p| Err(panic_error(p.as_ref())))
+}
+
+/// The error a panic inside a statement becomes.
+fn panic_error(payload: &(dyn std::any::Any + Send)) -> DataFusionError {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    let what: String = one_line(&what).chars().take(300).collect();
+    DataFusionError::Internal(format!(
+        "the query engine failed on this statement (an internal DataFusion error): {what}"
+    ))
+}
+
+/// `stream` with the column types the statement's plan announced (what Flight SQL's
+/// `GetFlightInfo` sends): DataFusion's physical plan can type a column differently from
+/// its logical plan (`sum` of a DECIMAL next to `count(DISTINCT)`: decimal(32, 2) where
+/// the plan says decimal(22, 2)), and a client that checks the stream against the schema
+/// it was given fails. Columns that differ are cast (an overflowing value is an error,
+/// never a changed value); a stream whose types agree is returned as is.
+fn with_types_of(
+    announced: &SchemaRef,
+    stream: SendableRecordBatchStream,
+) -> Result<SendableRecordBatchStream> {
+    use datafusion::arrow::compute::{CastOptions, cast_with_options};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    use futures::StreamExt as _;
+    let actual = stream.schema();
+    if actual.fields().len() != announced.fields().len()
+        || actual
+            .fields()
+            .iter()
+            .zip(announced.fields())
+            .all(|(a, b)| a.data_type() == b.data_type())
+    {
+        return Ok(stream);
+    }
+    let fields: Vec<Field> = actual
+        .fields()
+        .iter()
+        .zip(announced.fields())
+        .map(|(a, b)| a.as_ref().clone().with_data_type(b.data_type().clone()))
+        .collect();
+    let schema: SchemaRef = Arc::new(Schema::new_with_metadata(fields, actual.metadata().clone()));
+    let out = Arc::clone(&schema);
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let batches = stream.map(move |batch| {
+        let batch = batch?;
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(out.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(Arc::clone(c))
+                } else {
+                    cast_with_options(c, f.data_type(), &options)
+                }
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(RecordBatch::try_new(Arc::clone(&out), columns)?)
+    });
+    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
 }

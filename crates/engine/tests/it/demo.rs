@@ -367,3 +367,87 @@ async fn demo_init_refuses_a_non_empty_directory() {
         "{e}"
     );
 }
+
+/// A stream's columns have the types its plan announced (what Flight SQL's FlightInfo
+/// sends), even where DataFusion's physical plan types one differently.
+#[tokio::test]
+async fn a_stream_carries_the_types_its_plan_announced() {
+    use futures::StreamExt as _;
+    let (_tmp, engine, _dir) = demo_engine().await;
+    let session = engine.session("admin");
+    let sql = "SELECT sum(amount) AS s, count(DISTINCT status) AS d FROM lake.sales.orders";
+    let announced = session
+        .sql_plan(sql)
+        .await
+        .unwrap()
+        .schema()
+        .as_arrow()
+        .clone();
+    let mut stream = session.sql_stream(sql).await.unwrap();
+    let types = |s: &datafusion::arrow::datatypes::Schema| {
+        s.fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(types(&stream.schema()), types(&announced));
+    let mut rows = 0;
+    while let Some(b) = stream.next().await {
+        let b = b.unwrap();
+        assert_eq!(types(&b.schema()), types(&announced));
+        rows += b.num_rows();
+    }
+    assert_eq!(rows, 1);
+    // The same sum as without the DISTINCT next to it.
+    let alone = json_rows(
+        &query(&session, "SELECT sum(amount) FROM lake.sales.orders")
+            .await
+            .unwrap(),
+    );
+    let both = json_rows(&query(&session, sql).await.unwrap());
+    assert_eq!(both[0][0], alone[0][0]);
+}
+
+/// A statement DataFusion panics on (a planner bug) fails in one line, audited, and the
+/// session goes on; it is not a crash of the shell or the server.
+#[tokio::test]
+async fn a_statement_datafusion_panics_on_is_an_error_not_a_crash() {
+    let (_tmp, engine, dir) = demo_engine().await;
+    let session = engine.session("admin");
+    let sql = "SELECT first_value(name || 'x') OVER (PARTITION BY id % 3 ORDER BY id) AS a, \
+               row_number() OVER (PARTITION BY id % 3 ORDER BY id) AS b \
+               FROM lake.sales.customers WHERE id < 1000010";
+    let mut failed = false;
+    for run in [0, 1] {
+        let outcome = if run == 0 {
+            session.sql(sql).await.map(|o| o.rows())
+        } else {
+            match session.sql_stream(sql).await {
+                Ok(s) => datafusion::physical_plan::common::collect(s)
+                    .await
+                    .map(|b| b.iter().map(|b| b.num_rows()).sum()),
+                Err(e) => Err(e),
+            }
+        };
+        match outcome {
+            // DataFusion fixed: then the answer must be complete.
+            Ok(n) => assert_eq!(n, 10),
+            Err(e) => {
+                failed = true;
+                let msg = clearice_engine::message_of(&e);
+                assert!(!msg.contains('\n'), "{msg}");
+                assert!(msg.contains("internal DataFusion error"), "{msg}");
+            }
+        }
+    }
+    let n = json_rows(
+        &query(&session, "SELECT count(*) FROM lake.sales.customers")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(n[0][0], Value::from(demo::CUSTOMERS as i64));
+    if failed {
+        let audit = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
+        assert!(audit.contains("internal DataFusion error"), "{audit}");
+    }
+}
