@@ -30,6 +30,7 @@ mod encryption;
 pub mod limits;
 pub mod mask;
 pub mod merge;
+pub mod named;
 mod policy_provider;
 pub mod redact;
 pub mod remote;

@@ -644,6 +644,49 @@ impl PolicyTableProvider {
         }
     }
 
+    /// Fails (audited) if the table is denied to the principal, or one of `projected` is.
+    fn admit_read(&self, projected: &[&VisibleColumn]) -> Result<()> {
+        let table = self.inner.name().to_owned();
+        let refuse = |e: Error| -> DataFusionError {
+            self.access.record(TableAccess {
+                write: None,
+                table: table.clone(),
+                snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
+                columns: self.audit_columns(projected),
+                allowed: false,
+                error: Some(e.to_string()),
+            });
+            e.into()
+        };
+        if let Some(e) = self.denial() {
+            return Err(refuse(e));
+        }
+        if let Some(c) = projected
+            .iter()
+            .find(|c| c.resolved.decision == Decision::Deny)
+        {
+            return Err(refuse(Error::ColumnDenied {
+                table: table.clone(),
+                column: c.field.name().clone(),
+                principal: self.access.principal().to_owned(),
+                rule: c.resolved.rule.to_string(),
+            }));
+        }
+        Ok(())
+    }
+
+    /// Fails (audited) if the statement names a column (by index in [`Self::schema`]) or
+    /// reads a table the principal is denied, whether or not the optimizer would keep the
+    /// column in the scan: a denial depends on what the statement says, never on what
+    /// DataFusion proves it can skip.
+    pub fn check_named(&self, columns: &BTreeSet<usize>) -> Result<()> {
+        let named: Vec<&VisibleColumn> = columns
+            .iter()
+            .filter_map(|i| self.columns.get(*i))
+            .collect();
+        self.admit_read(&named)
+    }
+
     fn audit_columns(&self, cols: &[&VisibleColumn]) -> Vec<AuditColumn> {
         cols.iter()
             .map(|c| AuditColumn {
@@ -763,37 +806,7 @@ impl TableProvider for PolicyTableProvider {
             Some(p) => p.iter().map(|i| &self.columns[*i]).collect(),
             None => self.columns.iter().collect(),
         };
-        if let Some(e) = self.denial() {
-            self.access.record(TableAccess {
-                write: None,
-                table,
-                snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
-                columns: self.audit_columns(&projected),
-                allowed: false,
-                error: Some(e.to_string()),
-            });
-            return Err(e.into());
-        }
-        if let Some(c) = projected
-            .iter()
-            .find(|c| c.resolved.decision == Decision::Deny)
-        {
-            let e = Error::ColumnDenied {
-                table: table.clone(),
-                column: c.field.name().clone(),
-                principal: principal.to_string(),
-                rule: c.resolved.rule.to_string(),
-            };
-            self.access.record(TableAccess {
-                write: None,
-                table,
-                snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
-                columns: self.audit_columns(&projected),
-                allowed: false,
-                error: Some(e.to_string()),
-            });
-            return Err(e.into());
-        }
+        self.admit_read(&projected)?;
         if let Some((keys, e)) = &self.provider_failure
             && projected.iter().any(|c| {
                 c.resolved.decision.needs_value()

@@ -355,6 +355,8 @@ impl Session {
         check_copy_formats(&plan)?;
         let state = self.ctx.state();
         clearice_access::write_rules::check_statement(&plan, &|p| state.optimize(p))?;
+        // Denials follow what the statement names, not what the optimizer keeps.
+        clearice_access::named::check_named_columns(&plan)?;
         // DELETE and UPDATE run as written (their predicate never from optimized plans).
         if crate::route::route(&plan) == crate::route::Route::RowLevel
             && let Some(write) = clearice_access::row_level::RowLevelStatement::of(&plan)?
