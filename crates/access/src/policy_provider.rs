@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use clearice_crypto::{CallContext, KeyAccess, KeyScope};
+use clearice_crypto::{CallContext, ColumnKeys, KeyAccess, KeyScope};
 use clearice_policy::{
     AuditColumn, ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision,
 };
@@ -554,7 +554,7 @@ impl PolicyTableProvider {
             // A rewrite decrypts the columns it rewrites under the keys the policy
             // declares for this table, and no others (fail closed, as scans).
             scope: if self.access.policy().is_enforcing() {
-                KeyScope::MasterKeys(self.protected_keys.iter().flatten().cloned().collect())
+                KeyScope::Columns(self.column_keys(0..self.protected_keys.len()))
             } else {
                 KeyScope::All
             },
@@ -642,6 +642,24 @@ impl PolicyTableProvider {
             Some(p) => Box::new(p.iter().filter_map(|i| self.columns.get(*i))),
             None => Box::new(self.columns.iter()),
         }
+    }
+
+    /// The master key the policy declares for each of the inner columns `columns`, by
+    /// field id and by name (files without field ids).
+    fn column_keys(&self, columns: impl Iterator<Item = usize>) -> ColumnKeys {
+        let schema = self.inner.table_schema();
+        let mut keys = ColumnKeys::default();
+        for i in columns {
+            let Some(key) = self.protected_keys.get(i).cloned().flatten() else {
+                continue;
+            };
+            let field = schema.field(i);
+            if let Some(id) = clearice_iceberg::field_id::field_id(field) {
+                keys.by_field_id.insert(id, key.clone());
+            }
+            keys.by_name.insert(field.name().clone(), key);
+        }
+        keys
     }
 
     /// Fails (audited) if the table is denied to the principal, or one of `projected` is.
@@ -847,12 +865,10 @@ impl TableProvider for PolicyTableProvider {
         // this scan reads may be requested (and the footer key); a column encrypted
         // under any other key (a table or column the policy does not name) stays
         // encrypted, and reading it fails naming the key.
-        let needed: BTreeSet<String> = inner_cols
-            .iter()
-            .filter_map(|i| self.protected_keys[*i].clone())
-            .collect();
+        // Each key is bound to the column it is declared for: a column the policy does
+        // not declare, encrypted under the key of one it does, stays encrypted.
         let scope = if self.access.policy().is_enforcing() {
-            KeyScope::MasterKeys(needed)
+            KeyScope::Columns(self.column_keys(inner_cols.iter().copied()))
         } else {
             KeyScope::All
         };

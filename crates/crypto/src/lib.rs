@@ -51,8 +51,8 @@ pub use provider::{
 };
 pub use remote::{RemoteConfig, RemoteCredential, RemoteProvider, mint_hs256};
 pub use resolver::{
-    DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyInfo, KeyResolver, KeyScope, RetrieverCache,
-    SideFileReader,
+    ColumnKeys, DEFAULT_KEY_CACHE_TTL, FileKeyRetriever, KeyInfo, KeyResolver, KeyScope,
+    RetrieverCache, SideFileReader,
 };
 pub use rotate::rotate_side_file;
 pub use router::{LOCAL, Providers, RoutedProvider};

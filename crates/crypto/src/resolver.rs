@@ -38,8 +38,23 @@ pub enum KeyScope {
     /// Every key except column keys under these master key ids (used only by columns
     /// the query does not read).
     Except(std::collections::BTreeSet<String>),
+    /// The footer key and, for each column, only the master key the policy declares
+    /// for that column: a column encrypted under another key, or one the policy does
+    /// not declare, stays encrypted even when its key is one another column may use.
+    Columns(ColumnKeys),
     /// No key at all, with the reason shown in the error.
     None(String),
+}
+
+/// The master key each column a scan reads may use, by its top-level Iceberg field id
+/// (what a file written with field ids names) or, for a file without field ids, by its
+/// top-level name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColumnKeys {
+    /// Field id → master key id.
+    pub by_field_id: std::collections::BTreeMap<i32, String>,
+    /// Column name → master key id.
+    pub by_name: std::collections::BTreeMap<String, String>,
 }
 
 /// Default lifetime of cached KEKs.
@@ -440,6 +455,11 @@ impl KeyScope {
             _ if !master_key || footer => false,
             KeyScope::MasterKeys(allowed) => !allowed.contains(key_id),
             KeyScope::Except(refused) => refused.contains(key_id),
+            KeyScope::Columns(c) => !c
+                .by_field_id
+                .values()
+                .chain(c.by_name.values())
+                .any(|k| k == key_id),
         };
         if refused {
             return Err(Error::NotRequested {
@@ -448,6 +468,29 @@ impl KeyScope {
             });
         }
         Ok(())
+    }
+
+    /// Whether the column whose top-level field is `field_id` (`None`: the file has no
+    /// field ids) named `name` may use a column key under master key `key_id`. Only
+    /// [`KeyScope::Columns`] binds keys to columns; other scopes decide by key alone
+    /// ([`Self::check_key`]).
+    pub fn check_column(&self, field_id: Option<i32>, name: &str, key_id: &str) -> Result<()> {
+        let KeyScope::Columns(c) = self else {
+            return Ok(());
+        };
+        let declared = match field_id {
+            Some(id) => c.by_field_id.get(&id),
+            None => c.by_name.get(name),
+        };
+        if declared.is_some_and(|k| k == key_id) {
+            return Ok(());
+        }
+        Err(Error::NotRequested {
+            key_id: key_id.into(),
+            reason: format!(
+                "column '{name}' is not declared under this key in the policy (declare its master_key)"
+            ),
+        })
     }
 }
 
@@ -550,6 +593,34 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(r.kms_unwrap_count_for("m"), before + 1);
+    }
+
+    #[test]
+    fn column_scopes_bind_each_key_to_its_declared_column() {
+        let scope = KeyScope::Columns(ColumnKeys {
+            by_field_id: [(4, "ssn_key".to_string())].into(),
+            by_name: [("ssn".to_string(), "ssn_key".to_string())].into(),
+        });
+        assert!(scope.check_key("ssn_key", false, true).is_ok());
+        assert!(scope.check_key("other", false, true).is_err());
+        assert!(scope.check_key("footer", true, true).is_ok());
+        assert!(scope.check_column(Some(4), "ssn", "ssn_key").is_ok());
+        // Another column under the same key: refused, naming the column.
+        let e = scope
+            .check_column(Some(5), "tax_id", "ssn_key")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'tax_id'") && e.contains("ssn_key"), "{e}");
+        // Field ids decide when the file has them; names only when it has none.
+        assert!(scope.check_column(Some(9), "ssn", "ssn_key").is_err());
+        assert!(scope.check_column(None, "ssn", "ssn_key").is_ok());
+        assert!(scope.check_column(None, "tax_id", "ssn_key").is_err());
+        // Other scopes decide by key alone.
+        assert!(
+            KeyScope::All
+                .check_column(Some(5), "tax_id", "ssn_key")
+                .is_ok()
+        );
     }
 
     #[test]

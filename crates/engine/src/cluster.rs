@@ -235,6 +235,10 @@ enum WireScope {
     All,
     MasterKeys(Vec<String>),
     Except(Vec<String>),
+    Columns {
+        by_field_id: Vec<(i32, String)>,
+        by_name: Vec<(String, String)>,
+    },
     None(String),
 }
 
@@ -305,6 +309,14 @@ impl WireScan {
                 KeyScope::All => WireScope::All,
                 KeyScope::MasterKeys(k) => WireScope::MasterKeys(k.iter().cloned().collect()),
                 KeyScope::Except(k) => WireScope::Except(k.iter().cloned().collect()),
+                KeyScope::Columns(c) => WireScope::Columns {
+                    by_field_id: c.by_field_id.iter().map(|(i, k)| (*i, k.clone())).collect(),
+                    by_name: c
+                        .by_name
+                        .iter()
+                        .map(|(n, k)| (n.clone(), k.clone()))
+                        .collect(),
+                },
                 KeyScope::None(reason) => WireScope::None(reason.clone()),
             },
             principal: r.principal.clone(),
@@ -388,6 +400,13 @@ impl WireScan {
                 WireScope::All => KeyScope::All,
                 WireScope::MasterKeys(k) => KeyScope::MasterKeys(k.into_iter().collect()),
                 WireScope::Except(k) => KeyScope::Except(k.into_iter().collect()),
+                WireScope::Columns {
+                    by_field_id,
+                    by_name,
+                } => KeyScope::Columns(clearice_crypto::ColumnKeys {
+                    by_field_id: by_field_id.into_iter().collect(),
+                    by_name: by_name.into_iter().collect(),
+                }),
                 WireScope::None(reason) => KeyScope::None(reason),
             },
             principal: self.principal,
@@ -1218,7 +1237,10 @@ mod tests {
             filters: vec![datafusion::prelude::col("id").gt(datafusion::prelude::lit(3i64))],
             limit: Some(10),
             set_predicate: true,
-            scope: KeyScope::Except(["finance_key".to_owned()].into()),
+            scope: KeyScope::Columns(clearice_crypto::ColumnKeys {
+                by_field_id: [(4, "pii_key".to_owned()), (7, "finance_key".to_owned())].into(),
+                by_name: [("ssn".to_owned(), "pii_key".to_owned())].into(),
+            }),
             principal: "analyst".into(),
             aad_prefix: Some(b"tenant-1".to_vec()),
             provider: "local".into(),

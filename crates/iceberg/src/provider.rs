@@ -577,13 +577,15 @@ impl IcebergTableProvider {
             .to_owned();
         // Equality deletes need their columns' keys even where the query does not read
         // them (the values are used inside the scan only, then projected away).
-        let delete_keys: BTreeSet<String> = tasks
+        let delete_keys: BTreeMap<i32, (String, String)> = tasks
             .iter()
             .flat_map(|t| &t.deletes)
             .filter_map(|d| d.equality_ids.as_ref())
             .flatten()
-            .filter_map(|id| column_of(&self.schema, *id))
-            .filter_map(|i| keys.column_keys.get(self.schema.field(i).name()).cloned())
+            .filter_map(|id| {
+                let name = self.schema.field(column_of(&self.schema, *id)?).name();
+                Some((*id, (name.clone(), keys.column_keys.get(name)?.clone())))
+            })
             .collect();
         let scan_keys = ScanKeys {
             provider: keys.provider.unwrap_or_else(|| Arc::clone(&self.crypto)),
@@ -814,12 +816,22 @@ struct ScanFile {
     exact: bool,
 }
 
-/// `scope` plus the master keys `extra` (for equality deletes).
-fn widen(scope: &KeyScope, extra: &BTreeSet<String>) -> KeyScope {
+/// `scope` plus the keys of the equality delete columns `extra` (field id → name and
+/// master key).
+fn widen(scope: &KeyScope, extra: &BTreeMap<i32, (String, String)>) -> KeyScope {
+    let keys: BTreeSet<String> = extra.values().map(|(_, k)| k.clone()).collect();
     match scope {
         KeyScope::All => KeyScope::All,
-        KeyScope::MasterKeys(keys) => KeyScope::MasterKeys(keys.union(extra).cloned().collect()),
-        KeyScope::Except(keys) => KeyScope::Except(keys.difference(extra).cloned().collect()),
+        KeyScope::MasterKeys(k) => KeyScope::MasterKeys(k.union(&keys).cloned().collect()),
+        KeyScope::Except(k) => KeyScope::Except(k.difference(&keys).cloned().collect()),
+        KeyScope::Columns(c) => {
+            let mut c = c.clone();
+            for (id, (name, key)) in extra {
+                c.by_field_id.insert(*id, key.clone());
+                c.by_name.insert(name.clone(), key.clone());
+            }
+            KeyScope::Columns(c)
+        }
         KeyScope::None(reason) => KeyScope::None(reason.clone()),
     }
 }

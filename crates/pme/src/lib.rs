@@ -708,6 +708,9 @@ impl DecryptingReader {
         footer_key: Option<Arc<ColumnKey>>,
     ) -> Result<View> {
         let leaves = leaf_types(&meta.schema);
+        // Which column each leaf belongs to: a key is bound to the column the policy
+        // declares it for (`KeyScope::Columns`), not to any column that names it.
+        let tops = top_level_fields(&meta.schema);
         // Keys by key metadata, each described and granted (or refused) once.
         let mut keys: HashMap<Vec<u8>, std::result::Result<Arc<ColumnKey>, String>> =
             HashMap::new();
@@ -734,6 +737,12 @@ impl DecryptingReader {
                         .or_else(|| g.columns.get(&top))
                         .map(|k| (g, k))
                 });
+                // Keys from the file's own key metadata are bound to their column below.
+                let bound = if given.is_none() {
+                    metadata.clone()
+                } else {
+                    None
+                };
                 let key = match (given, metadata) {
                     (Some((g, k)), m) => g
                         .cipher(k, m.as_deref().unwrap_or_default())
@@ -761,6 +770,21 @@ impl DecryptingReader {
                             k
                         }
                     },
+                };
+                let key = match (key, bound) {
+                    (Ok(k), Some(m)) => match key_ids.get(&m).filter(|id| *id != EXPLICIT_KEY) {
+                        Some(id) => {
+                            let (field_id, name) =
+                                tops.get(col).map_or((None, "?"), |(f, n)| (*f, n.as_str()));
+                            self.keys
+                                .scope
+                                .check_column(field_id, name, id)
+                                .map(|()| k)
+                                .map_err(|e| e.to_string())
+                        }
+                        None => Ok(k),
+                    },
+                    (key, _) => key,
                 };
                 match key {
                     Ok(k) => {
@@ -1644,6 +1668,28 @@ fn column_path(chunk: &ColumnChunk) -> String {
     }
 }
 
+/// For each leaf column, in column order: the field id (if the file has one) and name of
+/// the top-level field it belongs to. Bounded by the schema's length, whatever
+/// `num_children` a malformed file claims.
+fn top_level_fields(schema: &[SchemaElement]) -> Vec<(Option<i32>, String)> {
+    let mut out = Vec::new();
+    let mut i = 1;
+    while i < schema.len() {
+        let top = &schema[i];
+        let mut pending: usize = 1;
+        while pending > 0 && i < schema.len() {
+            let e = &schema[i];
+            i += 1;
+            pending -= 1;
+            match e.num_children {
+                Some(n) if n > 0 => pending = pending.saturating_add(n as usize),
+                _ => out.push((top.field_id, top.name.clone())),
+            }
+        }
+    }
+    out
+}
+
 /// Physical types of the schema's leaves, in column order.
 fn leaf_types(schema: &[SchemaElement]) -> Vec<parquet::format::Type> {
     schema
@@ -1828,5 +1874,53 @@ mod tests {
         assert_eq!(overlapping(&regions, &(15..25)), vec![0, 1]);
         assert_eq!(overlapping(&regions, &(30..40)), Vec::<usize>::new());
         assert_eq!(overlapping(&regions, &(0..100)), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn leaves_map_to_their_top_level_field() {
+        let el = |name: &str, children: Option<i32>, id: Option<i32>| {
+            let leaf = children.is_none();
+            SchemaElement::new(
+                leaf.then_some(parquet::format::Type::INT64),
+                None,
+                None,
+                name.to_owned(),
+                children,
+                None,
+                None,
+                None,
+                id,
+                None,
+            )
+        };
+        // schema { id: 1; address (7) { street (8); geo (9) { lat (10); lon (11) } }; ssn: 4 }
+        let schema = vec![
+            el("schema", Some(3), None),
+            el("id", None, Some(1)),
+            el("address", Some(2), Some(7)),
+            el("street", None, Some(8)),
+            el("geo", Some(2), Some(9)),
+            el("lat", None, Some(10)),
+            el("lon", None, Some(11)),
+            el("ssn", None, Some(4)),
+        ];
+        let tops: Vec<(Option<i32>, String)> = top_level_fields(&schema);
+        let ids: Vec<_> = tops.iter().map(|(f, n)| (*f, n.as_str())).collect();
+        assert_eq!(
+            ids,
+            vec![
+                (Some(1), "id"),
+                (Some(7), "address"),
+                (Some(7), "address"),
+                (Some(7), "address"),
+                (Some(4), "ssn")
+            ]
+        );
+        // A malformed count ends with the schema, not beyond it.
+        let bad = vec![
+            el("schema", Some(1), None),
+            el("x", Some(i32::MAX), Some(1)),
+        ];
+        assert!(top_level_fields(&bad).is_empty());
     }
 }

@@ -73,6 +73,9 @@ ACCESS_ssn
 [tables."lake.sales.customers".columns.email]
 master_key = "pii_key"
 access = { a = "plaintext", b = "plaintext" }
+[tables."lake.sales.customers".columns.phone]
+master_key = "pii_key"
+access = { a = "plaintext", b = "plaintext" }
 [tables."lake.sales.customers".columns.balance]
 master_key = "finance_key"
 ACCESS_balance
@@ -840,4 +843,57 @@ async fn concurrent_queries_in_one_session_are_audited_separately() {
             other => panic!("unexpected table {other}"),
         }
     }
+}
+
+/// Fail closed per column: `email` is encrypted under `pii_key` in the demo's files, as
+/// `ssn` is; a policy that declares only `ssn` under that key does not let `email` be
+/// decrypted with it (before, any column under a key the scan may use was decrypted).
+#[tokio::test]
+async fn an_undeclared_column_sharing_a_declared_key_stays_encrypted() {
+    let lake = demo_lake().await;
+    let policy = "[roles]\na = {}\n[users]\nua = { roles = [\"a\"] }\n\
+                  [tables.\"lake.sales.customers\".columns.ssn]\nmaster_key = \"pii_key\"\n\
+                  access = { a = \"plaintext\" }\n";
+    let engine = open_with_policy(&lake, policy, "undeclared").await;
+    let s = engine.session("ua");
+    let ssn = json_rows(
+        &query(
+            &s,
+            "SELECT ssn FROM lake.sales.customers WHERE ssn IS NOT NULL LIMIT 3",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(ssn.len(), 3);
+    assert!(
+        ssn.iter()
+            .all(|r| r[0].as_str().is_some_and(|v| v.len() == 11)),
+        "{ssn:?}"
+    );
+    for sql in [
+        "SELECT email FROM lake.sales.customers LIMIT 1",
+        "SELECT ssn, email FROM lake.sales.customers LIMIT 1",
+        "SELECT count(*) FROM lake.sales.customers WHERE email LIKE '%@example.com'",
+    ] {
+        let e = query_err(&s, sql).await;
+        assert!(e.contains("email") && e.contains("pii_key"), "{sql}: {e}");
+    }
+    // The same table with `email` declared reads it.
+    let declared = format!(
+        "{policy}[tables.\"lake.sales.customers\".columns.email]\nmaster_key = \"pii_key\"\n\
+         access = {{ a = \"plaintext\" }}\n"
+    );
+    let engine = open_with_policy(&lake, &declared, "declared").await;
+    let rows = json_rows(
+        &query(
+            &engine.session("ua"),
+            "SELECT email FROM lake.sales.customers WHERE email IS NOT NULL LIMIT 2",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(
+        rows.iter()
+            .all(|r| r[0].as_str().unwrap().ends_with("@example.com"))
+    );
 }
