@@ -126,6 +126,8 @@ pub async fn merge(
     let source_plan = state
         .create_logical_plan(&format!("SELECT * FROM {}", m.source))
         .await?;
+    // Denials follow what the source names, not what its optimized plan reads.
+    crate::named::check_named_columns(&source_plan)?;
     let columns = source_cols(source_plan.schema());
     let source_plan = LogicalPlanBuilder::from(source_plan)
         .project(

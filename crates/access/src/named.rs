@@ -9,8 +9,9 @@
 //! unions and subqueries, to the table columns it comes from, and each policy table is
 //! asked ([`PolicyTableProvider::check_named`]) before anything is optimized or run.
 //!
-//! DELETE and UPDATE are not traced here: their target is checked column by column by
-//! the row-level gate ([`crate::row_level`]), and UPDATE's input names every column.
+//! Of DELETE and UPDATE only the subqueries are traced: the target is checked column by
+//! column by the row-level gate ([`crate::row_level`]), and UPDATE's input names every
+//! column.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use datafusion::common::Column;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::error::Result;
-use datafusion::logical_expr::{Expr, LogicalPlan, WriteOp};
+use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, WriteOp};
 
 use crate::policy_provider::PolicyTableProvider;
 
@@ -54,11 +55,24 @@ struct Trace {
 
 impl Trace {
     /// The table columns each output column of `plan` comes from; records every column
-    /// its expressions (and those below it) name.
+    /// its expressions (and those below it) name. Deep plans (a long UNION chain) grow
+    /// the stack instead of overflowing it, as DataFusion's own walks do.
+    #[recursive::recursive]
     fn origins(&mut self, plan: &LogicalPlan) -> Result<Vec<BTreeSet<Origin>>> {
         if let LogicalPlan::Dml(d) = plan
             && matches!(d.op, WriteOp::Delete | WriteOp::Update)
         {
+            let mut subqueries = Vec::new();
+            d.input.apply(|node| {
+                node.apply_subqueries(|sub| {
+                    subqueries.push(sub.clone());
+                    Ok(TreeNodeRecursion::Jump)
+                })?;
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+            for sub in &subqueries {
+                self.origins(sub)?;
+            }
             return Ok(vec![BTreeSet::new(); plan.schema().fields().len()]);
         }
         if let LogicalPlan::TableScan(scan) = plan {
@@ -104,6 +118,14 @@ impl Trace {
             let refs = resolve(e, &inputs);
             self.name(&refs);
         }
+        // A LATERAL subquery (an input of its own) names the columns of its siblings it
+        // refers to.
+        for (input, _) in &inputs {
+            if let LogicalPlan::Subquery(sub) = input {
+                let refs = resolve_columns(&outer_refs(&sub.subquery), &inputs);
+                self.name(&refs);
+            }
+        }
         let width = plan.schema().fields().len();
         let all = || {
             inputs
@@ -128,6 +150,22 @@ impl Trace {
             LogicalPlan::Window(w) => {
                 let mut out = inputs.first().map(|(_, o)| o.clone()).unwrap_or_default();
                 out.extend(w.window_expr.iter().map(|e| resolve(e, &inputs)));
+                out
+            }
+            LogicalPlan::Join(j) => {
+                let side = |i: usize| inputs.get(i).map(|(_, o)| o.clone()).unwrap_or_default();
+                let mut out = match j.join_type {
+                    JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => side(0),
+                    JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => side(1),
+                    JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+                        let mut both = side(0);
+                        both.extend(side(1));
+                        both
+                    }
+                };
+                // A mark column comes from the join condition.
+                let on = all();
+                out.resize(width, on);
                 out
             }
             LogicalPlan::Union(_) => (0..width)
@@ -174,9 +212,9 @@ impl Trace {
 /// against the schema of the input that has it (outer references of a correlated
 /// subquery are resolved by the outer query, where they are named too).
 fn resolve(e: &Expr, inputs: &[(&LogicalPlan, Vec<BTreeSet<Origin>>)]) -> BTreeSet<Origin> {
-    let mut out = BTreeSet::new();
-    let mut columns: Vec<&Column> = e.column_refs().into_iter().collect();
-    // A correlated subquery names the outer columns it compares with.
+    let mut columns: Vec<Column> = e.column_refs().into_iter().cloned().collect();
+    // A correlated subquery names the outer columns it compares with, at any depth
+    // below it (a reference two levels up is an outer reference of the inner one only).
     let _ = e.apply(|x| {
         let sub = match x {
             Expr::ScalarSubquery(s) => Some(s),
@@ -185,16 +223,38 @@ fn resolve(e: &Expr, inputs: &[(&LogicalPlan, Vec<BTreeSet<Origin>>)]) -> BTreeS
             Expr::SetComparison(c) => Some(&c.subquery),
             _ => None,
         };
-        for r in sub
-            .map(|s| s.outer_ref_columns.as_slice())
-            .unwrap_or_default()
-        {
-            if let Expr::OuterReferenceColumn(_, c) = r {
-                columns.push(c);
-            }
+        if let Some(sub) = sub {
+            columns.extend(outer_refs(&sub.subquery));
         }
         Ok(TreeNodeRecursion::Continue)
     });
+    resolve_columns(&columns, inputs)
+}
+
+/// Every outer reference in `plan` and its subqueries, at any depth.
+fn outer_refs(plan: &LogicalPlan) -> Vec<Column> {
+    let mut out = Vec::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        for e in node.expressions() {
+            let _ = e.apply(|x| {
+                if let Expr::OuterReferenceColumn(_, c) = x {
+                    out.push(c.clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    out
+}
+
+/// The table columns `columns` come from, each resolved against the input that has it
+/// (one that none has belongs to a query further out, where it is resolved).
+fn resolve_columns(
+    columns: &[Column],
+    inputs: &[(&LogicalPlan, Vec<BTreeSet<Origin>>)],
+) -> BTreeSet<Origin> {
+    let mut out = BTreeSet::new();
     for c in columns {
         for (input, origins) in inputs {
             if let Ok(i) = input.schema().index_of_column(c) {

@@ -470,6 +470,8 @@ impl Session {
                     return Ok(None);
                 };
                 let (table, partitioning) = split_partitioned(&table);
+                // What the query names is checked before the table is created.
+                clearice_access::named::check_named_columns(&c.input)?;
                 if c.or_replace {
                     return Err(DataFusionError::NotImplemented(format!(
                         "CREATE OR REPLACE TABLE on Iceberg table '{}.{ns}.{table}' is not supported yet; DROP TABLE, then CREATE TABLE",
@@ -1341,23 +1343,33 @@ fn panic_error(payload: &(dyn std::any::Any + Send)) -> DataFusionError {
 /// `GetFlightInfo` sends): DataFusion's physical plan can type a column differently from
 /// its logical plan (`sum` of a DECIMAL next to `count(DISTINCT)`: decimal(32, 2) where
 /// the plan says decimal(22, 2)), and a client that checks the stream against the schema
-/// it was given fails. Columns that differ are cast (an overflowing value is an error,
-/// never a changed value); a stream whose types agree is returned as is.
+/// it was given fails. A decimal column whose precision differs is cast (same scale: an
+/// overflowing value is an error, never a changed value); other differences are left as
+/// they are.
 fn with_types_of(
     announced: &SchemaRef,
     stream: SendableRecordBatchStream,
 ) -> Result<SendableRecordBatchStream> {
     use datafusion::arrow::compute::{CastOptions, cast_with_options};
-    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
     use futures::StreamExt as _;
     let actual = stream.schema();
+    // Only a decimal's precision is changed (same scale: the value is the same, or the
+    // cast fails on overflow); any other difference is left as DataFusion produced it.
+    let same_value = |a: &DataType, b: &DataType| match (a, b) {
+        (DataType::Decimal128(_, s), DataType::Decimal128(_, t))
+        | (DataType::Decimal256(_, s), DataType::Decimal256(_, t)) => s == t,
+        _ => false,
+    };
     if actual.fields().len() != announced.fields().len()
         || actual
             .fields()
             .iter()
             .zip(announced.fields())
-            .all(|(a, b)| a.data_type() == b.data_type())
+            .all(|(a, b)| {
+                a.data_type() == b.data_type() || !same_value(a.data_type(), b.data_type())
+            })
     {
         return Ok(stream);
     }
@@ -1365,7 +1377,10 @@ fn with_types_of(
         .fields()
         .iter()
         .zip(announced.fields())
-        .map(|(a, b)| a.as_ref().clone().with_data_type(b.data_type().clone()))
+        .map(|(a, b)| match same_value(a.data_type(), b.data_type()) {
+            true => a.as_ref().clone().with_data_type(b.data_type().clone()),
+            false => a.as_ref().clone(),
+        })
         .collect();
     let schema: SchemaRef = Arc::new(Schema::new_with_metadata(fields, actual.metadata().clone()));
     let out = Arc::clone(&schema);

@@ -1683,7 +1683,10 @@ fn top_level_fields(schema: &[SchemaElement]) -> Vec<(Option<i32>, String)> {
             pending -= 1;
             match e.num_children {
                 Some(n) if n > 0 => pending = pending.saturating_add(n as usize),
-                _ => out.push((top.field_id, top.name.clone())),
+                // A leaf has a physical type; an element without one and without
+                // children is an empty group (no column), as parquet-rs reads it.
+                _ if e.type_.is_some() => out.push((top.field_id, top.name.clone())),
+                _ => {}
             }
         }
     }
@@ -1916,6 +1919,17 @@ mod tests {
                 (Some(4), "ssn")
             ]
         );
+        // An element with neither a type nor children is an empty group: no column, so
+        // the columns after it keep their own fields.
+        let mut hole = schema.clone();
+        hole.insert(2, el("x", Some(0), Some(99)));
+        hole[2].type_ = None;
+        hole[0].num_children = Some(4);
+        let ids: Vec<_> = top_level_fields(&hole)
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect();
+        assert_eq!(ids, vec![Some(1), Some(7), Some(7), Some(7), Some(4)]);
         // A malformed count ends with the schema, not beyond it.
         let bad = vec![
             el("schema", Some(1), None),
