@@ -15,29 +15,26 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::Arc;
 
 use clearice_crypto::{CallContext, ColumnKeys, KeyAccess, KeyScope};
 use clearice_policy::{
     AuditColumn, ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision,
 };
-use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::project_schema;
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::ExecutionPlan;
 
 use crate::access::{SessionAccess, TableAccess};
 use crate::mask;
+use crate::mask_exec::{MaskOutput, PolicyMaskExec};
 use crate::remote::{DistributeScans, RemoteScanExec, ScanRequest};
 use clearice_iceberg::Error;
 use clearice_iceberg::IcebergTableProvider;
-use clearice_iceberg::exec::{map_batches, mapped_properties, only_child};
 
 /// One visible column: its decision and where its values come from.
 #[derive(Debug, Clone)]
@@ -959,130 +956,6 @@ impl TableProvider for PolicyTableProvider {
             schema: plan.schema(),
         };
         Ok(Arc::new(RemoteScanExec::planned(request, plan)))
-    }
-}
-
-/// One output column of [`PolicyMaskExec`].
-#[derive(Debug, Clone)]
-pub struct MaskOutput {
-    /// The column's name.
-    pub name: String,
-    /// What the principal sees of it.
-    pub decision: Decision,
-    /// Input column (absent for constant masks: nothing was read or decrypted).
-    pub input: Option<usize>,
-    /// The output type.
-    pub data_type: DataType,
-}
-
-/// Applies a principal's masks to the scan's output. Blocks filter pushdown (the
-/// default), so no predicate on a masked value reaches the scan or its statistics.
-#[derive(Debug)]
-pub struct PolicyMaskExec {
-    input: Arc<dyn ExecutionPlan>,
-    outputs: Vec<MaskOutput>,
-    schema: SchemaRef,
-    principal: String,
-    properties: Arc<PlanProperties>,
-}
-
-impl PolicyMaskExec {
-    pub(crate) fn new(
-        input: Arc<dyn ExecutionPlan>,
-        outputs: Vec<MaskOutput>,
-        schema: SchemaRef,
-        principal: String,
-    ) -> Self {
-        let properties = mapped_properties(&input, &schema);
-        Self {
-            input,
-            outputs,
-            schema,
-            principal,
-            properties,
-        }
-    }
-}
-
-impl DisplayAs for PolicyMaskExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PolicyMaskExec: principal={}, columns=[", self.principal)?;
-        for (i, o) in self.outputs.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            let how = if o.input.is_some() {
-                "decrypted"
-            } else {
-                "not read"
-            };
-            write!(f, "{}={} ({how})", o.name, o.decision)?;
-        }
-        f.write_str("]")
-    }
-}
-
-impl ExecutionPlan for PolicyMaskExec {
-    fn name(&self) -> &str {
-        "PolicyMaskExec"
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(Self::new(
-            only_child("PolicyMaskExec", children)?,
-            self.outputs.clone(),
-            Arc::clone(&self.schema),
-            self.principal.clone(),
-        )))
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, context)?;
-        let outputs = self.outputs.clone();
-        let schema = Arc::clone(&self.schema);
-        let s = Arc::clone(&schema);
-        Ok(map_batches(input, schema, move |batch| {
-            let rows = batch.num_rows();
-            let cols: Vec<ArrayRef> = outputs
-                .iter()
-                .map(|o| {
-                    let col = o.input.map(|i| batch.column(i));
-                    match &o.decision {
-                        Decision::Plaintext => col
-                            .cloned()
-                            .ok_or_else(|| DataFusionError::Internal("no input".into())),
-                        Decision::Mask(m) => mask::apply(m, col, &o.data_type, rows),
-                        Decision::Hide | Decision::Deny => {
-                            Err(DataFusionError::Internal("hidden column in output".into()))
-                        }
-                    }
-                })
-                .collect::<Result<_>>()?;
-            Ok(RecordBatch::try_new_with_options(
-                Arc::clone(&s),
-                cols,
-                &RecordBatchOptions::new().with_row_count(Some(rows)),
-            )?)
-        }))
     }
 }
 

@@ -37,7 +37,7 @@ use datafusion::physical_plan::{
 };
 use futures::TryStreamExt;
 
-use crate::policy_provider::{MaskOutput, PolicyMaskExec};
+use crate::mask_exec::{MaskOutput, PolicyMaskExec};
 use clearice_iceberg::{IcebergTableProvider, ScanAs};
 
 /// Session config extension: a session that has it plans catalog table scans as

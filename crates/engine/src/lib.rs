@@ -22,6 +22,7 @@ pub mod demo;
 mod error;
 mod executor;
 mod fair;
+mod guard;
 mod rotate;
 mod route;
 mod session;
