@@ -27,6 +27,7 @@ mod cause;
 pub mod confine;
 pub mod ddl;
 mod encryption;
+pub mod fair;
 pub mod limits;
 pub mod mask;
 mod mask_exec;

@@ -138,8 +138,8 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             | LimitExceeded::Bytes { .. } => ErrorClass::ResourceLimit,
         };
     }
-    if let Some(c) = cause_of::<crate::cluster::ClusterError>(e) {
-        use crate::cluster::ClusterError as C;
+    if let Some(c) = cause_of::<clearice_cluster::ClusterError>(e) {
+        use clearice_cluster::ClusterError as C;
         return match c {
             C::Refused { .. } => ErrorClass::Denied,
             C::WorkerLost { .. } | C::WorkerFailed { .. } | C::NoWorkers { .. } => {

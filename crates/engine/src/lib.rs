@@ -16,12 +16,10 @@
 #![deny(missing_docs)]
 
 mod audit;
-mod cluster;
 mod config;
 pub mod demo;
 mod error;
 mod executor;
-mod fair;
 mod guard;
 mod rotate;
 mod route;
@@ -59,11 +57,11 @@ pub use clearice_access::confine::{
 };
 pub use clearice_access::limits::{LimitExceeded, limit_of};
 pub use clearice_access::{Caller, FrontEnd, cause_of, one_line};
+pub use clearice_cluster::{ClearIceCodec, ClusterError, MIN_SECRET_BYTES, TaskSigner};
 pub use clearice_crypto::AccessToken;
 pub use clearice_iceberg::Error as TableError;
 pub use clearice_iceberg::travel::rewrite_sql as rewrite_time_travel;
 pub use clearice_storage::{Requests as StorageRequests, S3Options, Secret};
-pub use cluster::{ClearIceCodec, ClusterError, MIN_SECRET_BYTES, TaskSigner};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, ClusterConfig, Config, ExplicitKeysConfig, KmsConfig,
     KmsKind, LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
@@ -100,7 +98,7 @@ pub struct Engine {
     /// Signs and verifies scans sent to workers (`[cluster]` configured).
     signer: Option<Arc<TaskSigner>>,
     /// Sends scans to workers (after [`Engine::distribute`]).
-    coordinator: Option<cluster::Coordinator>,
+    coordinator: Option<clearice_cluster::Coordinator>,
 }
 
 impl Engine {
@@ -256,9 +254,9 @@ impl Engine {
         if cluster.workers.is_empty() {
             return Err(cluster_err("[cluster] workers is empty".into()));
         }
-        let workers =
-            cluster::Workers::start(&cluster.workers, Arc::clone(signer)).map_err(cluster_err)?;
-        self.coordinator = Some(cluster::Coordinator {
+        let workers = clearice_cluster::Workers::start(&cluster.workers, Arc::clone(signer))
+            .map_err(cluster_err)?;
+        self.coordinator = Some(clearice_cluster::Coordinator {
             workers,
             signer: Arc::clone(signer),
             partitions_per_worker: cluster.partitions_per_worker,
@@ -276,7 +274,7 @@ impl Engine {
                 reason: "a worker needs [cluster] secret_file".into(),
             });
         };
-        Ok(cluster::worker(cluster::WorkerSessions {
+        Ok(clearice_cluster::worker(clearice_cluster::WorkerSessions {
             runtime: Arc::clone(&self.runtime),
             codec: Arc::new(self.worker_codec(Arc::clone(signer))),
         }))
@@ -289,13 +287,20 @@ impl Engine {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<()> {
-        cluster::serve(self, listener, shutdown).await
+        let worker = self.worker_service()?;
+        let signer = self
+            .signer
+            .clone()
+            .ok_or_else(|| Error::Worker("no cluster secret".into()))?;
+        clearice_cluster::serve(worker, signer, listener, shutdown)
+            .await
+            .map_err(|e| Error::Worker(e.to_string()))
     }
 
     /// The codec this engine's worker decodes plans with (scans verified with `signer`,
     /// planned with this engine's catalogs and keys).
     pub fn worker_codec(&self, signer: Arc<TaskSigner>) -> ClearIceCodec {
-        let builder = Arc::new(cluster::WorkerScans {
+        let builder = Arc::new(clearice_cluster::WorkerScans {
             catalogs: self.catalogs.clone(),
             providers: Arc::clone(&self.providers),
         });
@@ -551,7 +556,7 @@ impl Engine {
             .build();
         if confined {
             state = SessionStateBuilder::new_from_existing(state)
-                .with_physical_optimizer_rule(Arc::new(fair::FairJoins))
+                .with_physical_optimizer_rule(Arc::new(clearice_access::fair::FairJoins))
                 .build();
         }
         if let Some(c) = &self.coordinator {

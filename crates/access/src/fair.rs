@@ -42,18 +42,19 @@ fn probe_slice_rows(build_rows: Option<usize>) -> usize {
 
 /// Yields to the scheduler before each batch, re-slicing batches to `max_rows` if set.
 #[derive(Debug)]
-pub(crate) struct YieldExec {
+pub struct YieldExec {
     input: Arc<dyn ExecutionPlan>,
     max_rows: Option<usize>,
 }
 
 impl YieldExec {
-    pub(crate) fn new(input: Arc<dyn ExecutionPlan>, max_rows: Option<usize>) -> Self {
+    /// `input`, yielding before each batch; batches re-sliced to `max_rows` rows if set.
+    pub fn new(input: Arc<dyn ExecutionPlan>, max_rows: Option<usize>) -> Self {
         Self { input, max_rows }
     }
 
     /// The slice size, if the input is re-sliced.
-    pub(crate) fn max_rows(&self) -> Option<usize> {
+    pub fn max_rows(&self) -> Option<usize> {
         self.max_rows
     }
 }
@@ -154,7 +155,7 @@ impl RecordBatchStream for YieldStream {
 /// Physical optimizer rule of confined sessions: [`YieldExec`] around joins whose work per
 /// poll is unbounded.
 #[derive(Debug, Default)]
-pub(crate) struct FairJoins;
+pub struct FairJoins;
 
 impl PhysicalOptimizerRule for FairJoins {
     fn optimize(

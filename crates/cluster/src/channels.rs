@@ -1,0 +1,90 @@
+//! Channels between coordinator and workers: one connection per worker, a credential on every call, bounded messages.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use datafusion::error::Result as DfResult;
+use datafusion_distributed::{
+    BoxCloneSyncChannel, ChannelResolver, DefaultChannelResolver, WorkerServiceClient,
+};
+use tonic::codegen::{Service, http};
+
+use crate::signer::TaskSigner;
+
+/// Largest gRPC message a worker decodes or sends, and a coordinator or worker decodes
+/// from a worker: 64 MiB. Stage plans are small (a scan travels as its signed request, not
+/// its files) and result batches are cut to half of this, so only a peer out to exhaust
+/// memory sends more: tonic refuses it (`OUT_OF_RANGE`) from the message's 5-byte length
+/// prefix, before reading it.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// The channels of a coordinator to its workers and of a worker to the others (stages
+/// reading other stages): datafusion-distributed's (one connection per worker, reused),
+/// each call carrying a fresh credential for its RPC ([`TaskSigner::call_credential`]) and
+/// its messages bounded by [`MAX_MESSAGE_BYTES`].
+#[derive(Clone)]
+pub(crate) struct ClusterChannels {
+    pub(crate) signer: Arc<TaskSigner>,
+    channels: DefaultChannelResolver,
+}
+
+impl fmt::Debug for ClusterChannels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterChannels").finish_non_exhaustive()
+    }
+}
+
+impl ClusterChannels {
+    pub(crate) fn new(signer: Arc<TaskSigner>) -> Self {
+        Self {
+            signer,
+            channels: DefaultChannelResolver::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChannelResolver for ClusterChannels {
+    async fn get_worker_client_for_url(
+        &self,
+        url: &url::Url,
+    ) -> DfResult<WorkerServiceClient<BoxCloneSyncChannel>> {
+        let channel = self.channels.get_channel(url).await?;
+        let channel = BoxCloneSyncChannel::new(Credentialed {
+            inner: channel,
+            signer: Arc::clone(&self.signer),
+        });
+        Ok(WorkerServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+/// A channel that puts a credential for each call's RPC in its `authorization` header.
+#[derive(Clone)]
+struct Credentialed {
+    inner: BoxCloneSyncChannel,
+    signer: Arc<TaskSigner>,
+}
+
+impl Service<http::Request<tonic::body::Body>> for Credentialed {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = <BoxCloneSyncChannel as Service<http::Request<tonic::body::Body>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
+        let credential = self.signer.call_credential(request.uri().path());
+        // Always ASCII; a worker refuses a call without it.
+        if let Ok(value) = http::HeaderValue::try_from(credential) {
+            request
+                .headers_mut()
+                .insert(http::header::AUTHORIZATION, value);
+        }
+        self.inner.call(request)
+    }
+}

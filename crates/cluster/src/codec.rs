@@ -1,0 +1,132 @@
+//! ClearIce's plan nodes encoded for workers: signed scans, yield nodes; nothing else leaves.
+
+use std::sync::Arc;
+
+use clearice_access::remote::{RemoteScanExec, ScanBuilder, ScanRequest};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+
+use clearice_access::fair::YieldExec;
+
+use crate::error::refused;
+use crate::signer::{TaskSigner, now_s};
+use crate::wire::WireScan;
+
+pub(crate) const SCAN_MAGIC: &[u8; 8] = b"CLRSCAN1";
+
+pub(crate) const YIELD_MAGIC: &[u8; 8] = b"CLRYLD01";
+
+pub(crate) const TAG_BYTES: usize = 32;
+
+/// Encodes ClearIce's plan nodes for workers (composed with datafusion-distributed's
+/// codec): [`RemoteScanExec`] as a signed [`ScanRequest`], `YieldExec` by its slice size.
+/// Any other ClearIce node cannot leave the coordinator (`ClusterRule` keeps such plans
+/// local).
+#[derive(Debug, Clone)]
+pub struct ClearIceCodec {
+    pub(crate) signer: Arc<TaskSigner>,
+    /// Plans decoded scans (workers only).
+    builder: Option<Arc<dyn ScanBuilder>>,
+}
+
+impl ClearIceCodec {
+    /// The coordinator's codec: encodes and signs.
+    pub fn coordinator(signer: Arc<TaskSigner>) -> Self {
+        Self {
+            signer,
+            builder: None,
+        }
+    }
+
+    /// A worker's codec: verifies, and plans scans with `builder`.
+    pub fn worker(signer: Arc<TaskSigner>, builder: Arc<dyn ScanBuilder>) -> Self {
+        Self {
+            signer,
+            builder: Some(builder),
+        }
+    }
+
+    /// The request in `buf` if it is a scan this codec's secret signed and that has not
+    /// expired; what it names is not checked.
+    fn verified_scan(&self, buf: &[u8], ctx: &TaskContext) -> DfResult<ScanRequest> {
+        let rest = &buf[SCAN_MAGIC.len()..];
+        if rest.len() < TAG_BYTES {
+            return Err(refused("truncated scan"));
+        }
+        let (tag, body) = rest.split_at(TAG_BYTES);
+        if !self.signer.verify(body, tag) {
+            return Err(refused(
+                "its signature does not verify with this worker's cluster secret \
+                 (not sent by a coordinator of this cluster, or altered)",
+            ));
+        }
+        let wire: WireScan =
+            serde_json::from_slice(body).map_err(|e| refused(format!("malformed scan: {e}")))?;
+        let age = now_s().saturating_sub(wire.issued_at);
+        if age > self.signer.ttl.as_secs() {
+            return Err(refused(format!(
+                "table {}.{}: signed {age} s ago, longer than the cluster's task_ttl_s ({})",
+                wire.catalog,
+                wire.table,
+                self.signer.ttl.as_secs()
+            )));
+        }
+        wire.into_request(ctx)
+    }
+}
+
+impl PhysicalExtensionCodec for ClearIceCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if buf.starts_with(SCAN_MAGIC) {
+            let request = self.verified_scan(buf, ctx)?;
+            let Some(builder) = &self.builder else {
+                return Err(DataFusionError::Internal(
+                    "a coordinator cannot run a scan it receives".into(),
+                ));
+            };
+            return Ok(Arc::new(RemoteScanExec::deferred(
+                request,
+                Arc::clone(builder),
+            )));
+        }
+        if let Some(rest) = buf.strip_prefix(YIELD_MAGIC) {
+            let n = u64::from_le_bytes(
+                rest.try_into()
+                    .map_err(|_| refused("malformed YieldExec"))?,
+            );
+            let input = inputs
+                .first()
+                .ok_or_else(|| refused("YieldExec without input"))?;
+            let max_rows = (n > 0).then_some(n as usize);
+            return Ok(Arc::new(YieldExec::new(Arc::clone(input), max_rows)));
+        }
+        Err(refused("unknown plan node (not encoded by ClearIce)"))
+    }
+
+    fn try_encode(&self, node: Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> DfResult<()> {
+        if let Some(scan) = node.as_any().downcast_ref::<RemoteScanExec>() {
+            let body = serde_json::to_vec(&WireScan::from_request(scan.request())?)
+                .map_err(|e| DataFusionError::Internal(format!("scan encoding: {e}")))?;
+            buf.extend_from_slice(SCAN_MAGIC);
+            buf.extend_from_slice(&self.signer.sign(&body));
+            buf.extend_from_slice(&body);
+            return Ok(());
+        }
+        if let Some(y) = node.as_any().downcast_ref::<YieldExec>() {
+            buf.extend_from_slice(YIELD_MAGIC);
+            buf.extend_from_slice(&(y.max_rows().unwrap_or(0) as u64).to_le_bytes());
+            return Ok(());
+        }
+        Err(DataFusionError::NotImplemented(format!(
+            "{} cannot be sent to a worker",
+            node.name()
+        )))
+    }
+}

@@ -1,0 +1,351 @@
+//! The coordinator: which plans go to workers, which workers answer, and one line when one is lost.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clearice_access::remote::RemoteScanExec;
+use datafusion::config::ConfigOptions;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion_distributed::{
+    ChannelResolver, DistributedExec, DistributedExt, DistributedPhysicalOptimizerRule,
+    NetworkCoalesceExec, PartitionIsolatorExec, TaskEstimation, TaskEstimator, WorkerResolver,
+};
+use parking_lot::RwLock;
+
+use clearice_access::cause_of;
+
+use crate::channels::ClusterChannels;
+use crate::codec::ClearIceCodec;
+use crate::error::ClusterError;
+use crate::signer::TaskSigner;
+
+/// Splits a [`RemoteScanExec`] over tasks: each task runs a share of its file groups.
+#[derive(Debug)]
+struct RemoteScans;
+
+impl TaskEstimator for RemoteScans {
+    fn task_estimation(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        _cfg: &ConfigOptions,
+    ) -> Option<TaskEstimation> {
+        let scan = plan.as_any().downcast_ref::<RemoteScanExec>()?;
+        Some(TaskEstimation::desired(scan.request().partitions.max(1)))
+    }
+
+    fn scale_up_leaf_node(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        task_count: usize,
+        _cfg: &ConfigOptions,
+    ) -> Option<Arc<dyn ExecutionPlan>> {
+        plan.as_any().downcast_ref::<RemoteScanExec>()?;
+        if task_count <= 1 {
+            return Some(Arc::clone(plan));
+        }
+        Some(Arc::new(PartitionIsolatorExec::new(
+            Arc::clone(plan),
+            task_count,
+        )))
+    }
+}
+
+/// Distributes a plan only when every leaf is a catalog scan workers can plan again (or
+/// reads nothing) and no node must stay here: writes commit on the coordinator, files
+/// by path are read under the coordinator's confinement. Other plans run here, as on one
+/// machine.
+#[derive(Debug)]
+struct ClusterRule {
+    workers: Workers,
+}
+
+fn distributable(plan: &Arc<dyn ExecutionPlan>, scans: &mut usize) -> bool {
+    let any = plan.as_any();
+    if any.is::<RemoteScanExec>() {
+        *scans += 1;
+        return true;
+    }
+    if plan.children().is_empty() {
+        return any.is::<EmptyExec>() || any.is::<PlaceholderRowExec>();
+    }
+    if matches!(
+        plan.name(),
+        "IcebergWriteExec" | "IcebergRowLevelExec" | "DataSinkExec"
+    ) {
+        return false;
+    }
+    plan.children().into_iter().all(|c| distributable(c, scans))
+}
+
+impl PhysicalOptimizerRule for ClusterRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let mut scans = 0;
+        if !distributable(&plan, &mut scans) || scans == 0 {
+            return Ok(plan);
+        }
+        let mut distributed =
+            DistributedPhysicalOptimizerRule.optimize(Arc::clone(&plan), config)?;
+        if !distributed.as_any().is::<DistributedExec>() {
+            // One task is enough (one file group, or one worker answering): the planner
+            // keeps such plans here, but the scan decrypts on a worker all the same, so
+            // the whole plan runs there as one stage.
+            let mut plan = plan;
+            if plan.output_partitioning().partition_count() > 1 {
+                plan = Arc::new(CoalescePartitionsExec::new(plan));
+            }
+            let stage = NetworkCoalesceExec::try_new(plan, uuid::Uuid::new_v4(), 1, 1, 1)?;
+            distributed = Arc::new(DistributedExec::new(Arc::new(stage)));
+        }
+        Ok(Arc::new(WorkerErrorsExec {
+            input: distributed,
+            workers: self.workers.clone(),
+        }))
+    }
+
+    fn name(&self) -> &str {
+        "clearice_distributed"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// The coordinator's root of a distributed plan: a worker that fails mid-query fails the
+/// query with one line naming the workers that stopped answering (and they get no more
+/// stages until they answer again). Never sent to a worker.
+#[derive(Debug)]
+struct WorkerErrorsExec {
+    input: Arc<dyn ExecutionPlan>,
+    workers: Workers,
+}
+
+impl datafusion::physical_plan::DisplayAs for WorkerErrorsExec {
+    fn fmt_as(
+        &self,
+        _t: datafusion::physical_plan::DisplayFormatType,
+        f: &mut fmt::Formatter<'_>,
+    ) -> fmt::Result {
+        write!(f, "WorkerErrorsExec: workers={}", self.workers.all.len())
+    }
+}
+
+impl ExecutionPlan for WorkerErrorsExec {
+    fn name(&self) -> &str {
+        "WorkerErrorsExec"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("WorkerErrorsExec: no child".into()))?;
+        Ok(Arc::new(Self {
+            input,
+            workers: self.workers.clone(),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
+        use futures::StreamExt;
+        let input = self.input.execute(partition, context)?;
+        let schema = input.schema();
+        let workers = self.workers.clone();
+        let stream = input.then(move |item| {
+            let workers = workers.clone();
+            async move {
+                match item {
+                    Err(e) if cause_of::<tonic::Status>(&e).is_some() => {
+                        Err(workers.explain(&e).await)
+                    }
+                    other => other,
+                }
+            }
+        });
+        Ok(Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, stream),
+        ))
+    }
+}
+
+/// The configured workers that answer: a background probe drops a worker that stops
+/// answering and takes it back when it answers again.
+#[derive(Debug, Clone)]
+pub struct Workers {
+    pub(crate) all: Arc<Vec<url::Url>>,
+    live: Arc<RwLock<Vec<url::Url>>>,
+    /// The coordinator's channels to them (queries and probes).
+    pub(crate) channels: ClusterChannels,
+}
+
+/// How often workers are probed.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+impl Workers {
+    /// Parses the configured URLs and starts probing them (needs a Tokio runtime); calls
+    /// carry credentials made with `signer`. The probe stops when the last clone is dropped.
+    pub fn start(urls: &[String], signer: Arc<TaskSigner>) -> Result<Self, String> {
+        let all = urls
+            .iter()
+            .map(|u| url::Url::parse(u).map_err(|e| format!("worker '{u}': {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let live = Arc::new(RwLock::new(all.clone()));
+        let workers = Self {
+            all: Arc::new(all),
+            live,
+            channels: ClusterChannels::new(signer),
+        };
+        let weak = Arc::downgrade(&workers.live);
+        let all = Arc::clone(&workers.all);
+        let channels = workers.channels.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PROBE_EVERY).await;
+                let Some(live) = weak.upgrade() else { return };
+                let mut up = Vec::with_capacity(all.len());
+                for url in all.iter() {
+                    if probe(&channels, url).await {
+                        up.push(url.clone());
+                    }
+                }
+                let mut current = live.write();
+                if *current != up {
+                    tracing::info!(
+                        live = ?up.iter().map(|u| u.as_str()).collect::<Vec<_>>(),
+                        "cluster workers changed"
+                    );
+                    *current = up;
+                }
+            }
+        });
+        Ok(workers)
+    }
+
+    /// The workers answering now.
+    pub fn live(&self) -> Vec<url::Url> {
+        self.live.read().clone()
+    }
+
+    /// One line for a query that a worker call failed: the workers that do not answer
+    /// now (probed at once, and left out of the next queries' plans).
+    async fn explain(&self, e: &DataFusionError) -> DataFusionError {
+        let channels = ClusterChannels::new(Arc::clone(&self.channels.signer));
+        let mut up = Vec::new();
+        let mut down = Vec::new();
+        for url in self.all.iter() {
+            if probe(&channels, url).await {
+                up.push(url.clone());
+            } else {
+                down.push(url.as_str().trim_end_matches('/').to_owned());
+            }
+        }
+        *self.live.write() = up;
+        let reason = cause_of::<tonic::Status>(e)
+            .map(|s| s.message().lines().next().unwrap_or_default().to_owned())
+            .unwrap_or_default();
+        if down.is_empty() {
+            ClusterError::WorkerFailed { reason }.into()
+        } else {
+            ClusterError::WorkerLost {
+                workers: down.join(", "),
+                reason,
+            }
+            .into()
+        }
+    }
+}
+
+async fn probe(channels: &ClusterChannels, url: &url::Url) -> bool {
+    let Ok(mut client) = channels.get_worker_client_for_url(url).await else {
+        return false;
+    };
+    matches!(
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            client.get_worker_info(datafusion_distributed::GetWorkerInfoRequest {}),
+        )
+        .await,
+        Ok(Ok(_))
+    )
+}
+
+impl WorkerResolver for Workers {
+    fn get_urls(&self) -> DfResult<Vec<url::Url>> {
+        let live = self.live();
+        if live.is_empty() {
+            return Err(ClusterError::NoWorkers {
+                configured: self
+                    .all
+                    .iter()
+                    .map(|u| u.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }
+            .into());
+        }
+        Ok(live)
+    }
+}
+
+/// The coordinator's cluster: where scans go and how they are signed.
+#[derive(Debug, Clone)]
+pub struct Coordinator {
+    pub workers: Workers,
+    pub signer: Arc<TaskSigner>,
+    pub partitions_per_worker: Option<usize>,
+}
+
+impl Coordinator {
+    /// `state` planning catalog scans for the workers.
+    pub fn distribute(&self, state: SessionState) -> SessionState {
+        let per_worker = self
+            .partitions_per_worker
+            .unwrap_or(state.config().target_partitions())
+            .max(1);
+        let partitions = per_worker * self.workers.all.len().max(1);
+        let mut state = SessionStateBuilder::new_from_existing(state)
+            .with_distributed_worker_resolver(self.workers.clone())
+            .with_distributed_channel_resolver(self.workers.channels.clone())
+            .with_distributed_user_codec(ClearIceCodec::coordinator(Arc::clone(&self.signer)))
+            .with_distributed_task_estimator(RemoteScans)
+            .with_physical_optimizer_rule(Arc::new(ClusterRule {
+                workers: self.workers.clone(),
+            }))
+            .build();
+        state
+            .config_mut()
+            .set_extension(Arc::new(clearice_access::remote::DistributeScans {
+                partitions,
+            }));
+        state
+    }
+}

@@ -1,0 +1,41 @@
+//! Scale-out on datafusion-distributed: one coordinator, several workers.
+//!
+//! ```text
+//!  coordinator (clearice [serve] --distributed)      worker (clearice worker)
+//!  SQL ─▶ plan: policy decided, audited ─▶           own catalogs, own KMS / providers
+//!        RemoteScanExec leaves (key ids, masks)
+//!  ClusterRule: DistributedPhysicalOptimizerRule     Worker (gRPC): decodes the stage,
+//!    cuts stages; ClearIceCodec signs each scan ───▶   verifies the signature, plans the
+//!  NetworkCoalesceExec ◀── Arrow batches (masked) ──   scan again, decrypts, masks
+//! ```
+//!
+//! Policy decisions, masks and audit records are made once, on the coordinator, when the
+//! table is resolved. A worker receives a [`ScanRequest`]: table, pinned snapshot, columns,
+//! filters, the master key ids the scan may use and the masks; it unwraps keys with its
+//! own KMS and masks before a batch leaves it. Plans carry no key bytes and no footer.
+//! Each scan is signed with the cluster secret (HMAC-SHA256) and stamped: a worker refuses
+//! a scan it cannot verify or that is older than `task_ttl_s`, so a peer that can reach a
+//! worker's port cannot make it decrypt for a principal the coordinator did not admit.
+//!
+//! Every call to a worker is authenticated before its message is read: the coordinator's
+//! and the workers' own channels ([`ClusterChannels`]) put a credential made with the same
+//! secret in the call's `authorization` header, and the worker's server ([`serve`]) answers
+//! any other call `UNAUTHENTICATED` from its headers alone. Messages are bounded by
+//! [`MAX_MESSAGE_BYTES`] on both sides.
+
+mod channels;
+mod codec;
+mod coordinator;
+mod error;
+mod signer;
+#[cfg(test)]
+mod tests;
+mod wire;
+mod worker;
+
+pub use channels::MAX_MESSAGE_BYTES;
+pub use codec::ClearIceCodec;
+pub use coordinator::{Coordinator, Workers};
+pub use error::ClusterError;
+pub use signer::{MIN_SECRET_BYTES, TaskSigner};
+pub use worker::{WorkerScans, WorkerSessions, serve, worker};
