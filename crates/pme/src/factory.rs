@@ -1,0 +1,93 @@
+//! The factory: [`DecryptingReaderFactory`], DataFusion's `ParquetFileReaderFactory` for
+//! a scan, creating one [`DecryptingReader`] per file.
+
+use std::sync::Arc;
+
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::{
+    DefaultParquetFileReaderFactory, ParquetFileReaderFactory,
+};
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use object_store::ObjectStore;
+use parquet::arrow::async_reader::AsyncFileReader;
+
+use crate::keys::ScanKeys;
+use crate::reader::{Counters, DecryptingReader};
+
+/// Creates [`DecryptingReader`]s for a scan.
+#[derive(Debug)]
+pub struct DecryptingReaderFactory {
+    inner: DefaultParquetFileReaderFactory,
+    keys: Arc<ScanKeys>,
+    file_prefix: String,
+}
+
+impl DecryptingReaderFactory {
+    /// Readers of files in `store`, decrypting with `keys`.
+    pub fn new(store: Arc<dyn ObjectStore>, keys: ScanKeys) -> Self {
+        Self {
+            inner: DefaultParquetFileReaderFactory::new(store),
+            keys: Arc::new(keys),
+            file_prefix: "/".into(),
+        }
+    }
+
+    /// Files are named `PREFIX + path in the store` in messages, provider calls and
+    /// side file lookups (default `/`, local paths; `s3://BUCKET/` on S3).
+    pub fn with_file_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.file_prefix = prefix.into();
+        self
+    }
+}
+
+impl DecryptingReaderFactory {
+    /// Each column of `file` (its first row group) with the master key id of its column
+    /// key ([`EXPLICIT_KEY`](crate::EXPLICIT_KEY) for explicit keys), `None` for plaintext
+    /// columns and columns under the footer key. Column keys are described, not requested,
+    /// unless the scope allows them.
+    pub async fn column_keys(
+        &self,
+        file: PartitionedFile,
+    ) -> datafusion::error::Result<Vec<(String, Option<String>)>> {
+        let mut reader = self.reader(0, file, None, &ExecutionPlanMetricsSet::new())?;
+        Ok(reader.view().await?.column_keys.clone())
+    }
+
+    fn reader(
+        &self,
+        partition: usize,
+        file: PartitionedFile,
+        hint: Option<usize>,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> datafusion::error::Result<DecryptingReader> {
+        let path = format!("{}{}", self.file_prefix, file.object_meta.location);
+        let size = file.object_meta.size;
+        let inner = self.inner.create_reader(partition, file, hint, metrics)?;
+        let counters = Counters::new(metrics, partition);
+        Ok(DecryptingReader::new(
+            inner,
+            path,
+            size,
+            hint,
+            Arc::clone(&self.keys),
+            counters,
+        ))
+    }
+}
+
+impl ParquetFileReaderFactory for DecryptingReaderFactory {
+    fn create_reader(
+        &self,
+        partition_index: usize,
+        file: PartitionedFile,
+        metadata_size_hint: Option<usize>,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> datafusion::error::Result<Box<dyn AsyncFileReader + Send>> {
+        Ok(Box::new(self.reader(
+            partition_index,
+            file,
+            metadata_size_hint,
+            metrics,
+        )?))
+    }
+}

@@ -1,0 +1,351 @@
+//! The reader: [`DecryptingReader`], the [`AsyncFileReader`] DataFusion's scan reads one
+//! file through, its scan metrics, and the serving of requested byte ranges from the
+//! plaintext view.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use clearice_crypto::CallContext;
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+
+use crate::DecryptError;
+use crate::footer::View;
+use crate::keys::ScanKeys;
+use crate::pages::{RegionKind, covered, overlapping, page_span, u_enc};
+
+/// An [`AsyncFileReader`] serving the plaintext view of one file.
+pub struct DecryptingReader {
+    /// In a mutex only to make the reader `Sync` (it is never locked: `get_mut`).
+    inner: std::sync::Mutex<Box<dyn AsyncFileReader + Send>>,
+    pub(crate) file: String,
+    pub(crate) size: u64,
+    pub(crate) hint: Option<usize>,
+    pub(crate) keys: Arc<ScanKeys>,
+    view: Option<Arc<View>>,
+    /// Where the footer starts (known once read).
+    pub(crate) footer_start: u64,
+    /// Plaintext of small regions (indexes, Bloom filters) by region index.
+    pub(crate) small: HashMap<usize, Bytes>,
+    /// Encrypted ranges fetched together for one `get_byte_ranges` call.
+    prefetched: HashMap<Range<u64>, Bytes>,
+    pub(crate) counters: Counters,
+}
+
+/// What the reader did, in the scan's metrics (`EXPLAIN ANALYZE`).
+#[derive(Clone)]
+pub(crate) struct Counters {
+    /// Calls to the crypto provider (describe, release, decrypt, encrypt).
+    pub(crate) provider_calls: Count,
+    /// Modules decrypted (in process with a released key, or by the provider).
+    pub(crate) modules: Count,
+    /// Column chunks decrypted whole.
+    pub(crate) chunks: Count,
+    /// Page ranges decrypted alone (page index reads).
+    pub(crate) page_ranges: Count,
+}
+
+impl Counters {
+    pub(crate) fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let c = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
+        Self {
+            provider_calls: c("crypto_provider_calls"),
+            modules: c("crypto_modules_decrypted"),
+            chunks: c("crypto_chunks_decrypted"),
+            page_ranges: c("crypto_page_ranges_decrypted"),
+        }
+    }
+}
+
+impl std::fmt::Debug for DecryptingReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecryptingReader")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecryptingReader {
+    pub(crate) fn new(
+        inner: Box<dyn AsyncFileReader + Send>,
+        file: String,
+        size: u64,
+        hint: Option<usize>,
+        keys: Arc<ScanKeys>,
+        counters: Counters,
+    ) -> Self {
+        Self {
+            inner: std::sync::Mutex::new(inner),
+            file,
+            size,
+            hint,
+            keys,
+            view: None,
+            footer_start: 0,
+            small: HashMap::new(),
+            prefetched: HashMap::new(),
+            counters,
+        }
+    }
+
+    pub(crate) fn malformed(&self, reason: impl Into<String>) -> DecryptError {
+        DecryptError::Malformed {
+            file: self.file.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn ctx(&self) -> CallContext {
+        let mut c = self.keys.context.clone();
+        c.file = self.file.clone();
+        c
+    }
+
+    /// [`Self::fetch`], taking a prefetched buffer of exactly this range (so that it can be
+    /// decrypted in place).
+    pub(crate) async fn fetch_owned(
+        &mut self,
+        range: Range<u64>,
+    ) -> parquet::errors::Result<Bytes> {
+        if let Some(b) = self.prefetched.remove(&range) {
+            return Ok(b);
+        }
+        self.fetch(range).await
+    }
+
+    fn inner(&mut self) -> &mut Box<dyn AsyncFileReader + Send> {
+        self.inner
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) async fn fetch(&mut self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        // Fetched for the current request (kept until it is served).
+        if let Some((r, b)) = self
+            .prefetched
+            .iter()
+            .find(|(r, _)| r.start <= range.start && range.end <= r.end)
+        {
+            let at = (range.start - r.start) as usize;
+            return Ok(b.slice(at..at + (range.end - range.start) as usize));
+        }
+        self.inner().get_bytes(range).await
+    }
+
+    pub(crate) async fn view(&mut self) -> parquet::errors::Result<Arc<View>> {
+        if let Some(v) = &self.view {
+            return Ok(Arc::clone(v));
+        }
+        let v = Arc::new(self.build_view().await?);
+        self.view = Some(Arc::clone(&v));
+        Ok(v)
+    }
+
+    async fn get_ranges(&mut self, ranges: Vec<Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
+        let view = self.view().await?;
+        let Some(crypto) = &view.crypto else {
+            return self.inner().get_byte_ranges(ranges).await;
+        };
+        self.prefetched.clear();
+        let mut out: Vec<Option<Bytes>> = vec![None; ranges.len()];
+        let mut plain_idx = Vec::new();
+        for (i, r) in ranges.iter().enumerate() {
+            if overlapping(&crypto.regions, r).is_empty() {
+                plain_idx.push(i);
+            }
+        }
+        // Whole regions the requests need, fetched with the plaintext ranges in one call
+        // (one coalesced GET per row group on object stores) before decrypting.
+        let mut wanted: Vec<Range<u64>> = Vec::new();
+        for (i, r) in ranges.iter().enumerate() {
+            if plain_idx.contains(&i) {
+                continue;
+            }
+            let hits = overlapping(&crypto.regions, r);
+            let covered = covered(&crypto.regions, &hits, r);
+            if covered < r.end - r.start {
+                // Plaintext bytes around encrypted regions (page indexes of several columns):
+                // one read of the request serves them all.
+                wanted.push(r.clone());
+            }
+            for j in hits {
+                let region = &crypto.regions[j];
+                if covered < r.end - r.start
+                    && region.range.start >= r.start
+                    && region.range.end <= r.end
+                {
+                    continue;
+                }
+                let fetch = match &region.kind {
+                    RegionKind::Chunk { units, .. } => {
+                        let sub = region.range.start.max(r.start)..region.range.end.min(r.end);
+                        if sub == region.range {
+                            Some(region.range.clone())
+                        } else {
+                            // A page range: the encrypted pages behind it.
+                            units
+                                .get()
+                                .and_then(|u| page_span(u, &sub).map(|(a, b)| u_enc(u, a, b)))
+                        }
+                    }
+                    RegionKind::Synthetic(_) | RegionKind::Refused(_) => None,
+                    _ => (!self.small.contains_key(&j)).then(|| region.range.clone()),
+                };
+                if let Some(f) = fetch
+                    && !wanted.contains(&f)
+                {
+                    wanted.push(f);
+                }
+            }
+        }
+        if !plain_idx.is_empty() || !wanted.is_empty() {
+            let mut all: Vec<Range<u64>> = plain_idx.iter().map(|i| ranges[*i].clone()).collect();
+            all.extend(wanted.iter().cloned());
+            let mut fetched = self.inner().get_byte_ranges(all).await?;
+            let encrypted = fetched.split_off(plain_idx.len());
+            for (i, b) in plain_idx.into_iter().zip(fetched) {
+                out[i] = Some(b);
+            }
+            self.prefetched.extend(wanted.into_iter().zip(encrypted));
+        }
+        // Whole column chunks of this request (a row group's projected columns) are
+        // decrypted concurrently: a remote provider answers them in parallel.
+        let chunks: Vec<(usize, usize)> = ranges
+            .iter()
+            .enumerate()
+            .filter(|(idx, _)| out[*idx].is_none())
+            .filter_map(|(idx, r)| {
+                let at = crypto.regions.partition_point(|g| g.range.start < r.start);
+                let region = crypto.regions.get(at)?;
+                (region.range == *r && matches!(region.kind, RegionKind::Chunk { .. }))
+                    .then_some((idx, at))
+            })
+            .collect();
+        if chunks.len() > 1 {
+            let mut whole = Vec::with_capacity(chunks.len());
+            for (idx, at) in chunks {
+                // Owned (not shared), so a released key decrypts it in place.
+                let enc = self.fetch_owned(ranges[idx].clone()).await?;
+                whole.push((idx, at, enc));
+            }
+            let places: Vec<(usize, usize, usize)> = whole
+                .iter()
+                .map(|(idx, at, enc)| (*idx, *at, enc.len()))
+                .collect();
+            let decrypting = whole.into_iter().map(|(_, at, enc)| {
+                let region = &crypto.regions[at];
+                let RegionKind::Chunk { key, has_dict, .. } = &region.kind else {
+                    unreachable!("chunk region")
+                };
+                self.decrypt_pages(crypto, region, key, enc, *has_dict, 0)
+            });
+            let plains = futures::future::try_join_all(decrypting).await?;
+            for ((idx, at, enc_len), plain) in places.into_iter().zip(plains) {
+                self.counters.chunks.add(1);
+                out[idx] = Some(self.pad_chunk(&crypto.regions[at], enc_len, plain)?);
+            }
+        }
+        for (i, r) in ranges.iter().enumerate() {
+            if out[i].is_none() {
+                out[i] = Some(self.serve(&view, r.clone()).await?);
+            }
+        }
+        self.prefetched.clear();
+        Ok(out.into_iter().map(|b| b.expect("filled")).collect())
+    }
+
+    /// The plaintext view of `range`, which overlaps encrypted regions.
+    async fn serve(&mut self, view: &View, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        let crypto = view.crypto.as_ref().expect("encrypted file");
+        let hits = overlapping(&crypto.regions, &range);
+        // Inside one region: its plaintext is the answer (no copy).
+        if let [i] = hits[..]
+            && crypto.regions[i].range.start <= range.start
+            && range.end <= crypto.regions[i].range.end
+        {
+            return self.image(crypto, i, range).await;
+        }
+        let covered = covered(&crypto.regions, &hits, &range);
+        let mut out = if covered < range.end - range.start {
+            BytesMut::from(&self.fetch(range.clone()).await?[..])
+        } else {
+            BytesMut::zeroed((range.end - range.start) as usize)
+        };
+        for i in hits {
+            let region = &crypto.regions[i];
+            let sub = region.range.start.max(range.start)..region.range.end.min(range.end);
+            let image = self.image(crypto, i, sub.clone()).await?;
+            let at = (sub.start - range.start) as usize;
+            out[at..at + image.len()].copy_from_slice(&image);
+        }
+        Ok(out.freeze())
+    }
+}
+
+/// Names the file in errors that do not already (ours always do).
+fn named(path: &str, e: parquet::errors::ParquetError) -> parquet::errors::ParquetError {
+    use parquet::errors::ParquetError;
+    match e {
+        ParquetError::External(e) if e.is::<DecryptError>() => ParquetError::External(e),
+        e => {
+            let msg = e.to_string();
+            if msg.contains(path) {
+                e
+            } else {
+                ParquetError::General(format!("file '{path}': {msg}"))
+            }
+        }
+    }
+}
+
+impl AsyncFileReader for DecryptingReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            let mut v = self
+                .get_ranges(vec![range])
+                .await
+                .map_err(|e| named(&self.file, e))?;
+            Ok(v.pop().expect("one range"))
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            self.get_ranges(ranges)
+                .await
+                .map_err(|e| named(&self.file, e))
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let view = self.view().await.map_err(|e| named(&self.file, e))?;
+            let column = options.map_or(PageIndexPolicy::Skip, |o| o.column_index_policy());
+            let offset = options.map_or(PageIndexPolicy::Skip, |o| o.offset_index_policy());
+            if column == PageIndexPolicy::Skip && offset == PageIndexPolicy::Skip {
+                return Ok(Arc::clone(&view.metadata));
+            }
+            let mut reader =
+                ParquetMetaDataReader::new_with_metadata(view.metadata.as_ref().clone())
+                    .with_column_index_policy(column)
+                    .with_offset_index_policy(offset);
+            reader.load_page_index(&mut *self).await?;
+            Ok(Arc::new(reader.finish().map_err(|e| named(&self.file, e))?))
+        }
+        .boxed()
+    }
+}
