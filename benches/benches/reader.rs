@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clearice_crypto::{
-    CallContext, DEFAULT_KEY_CACHE_TTL, KeyMaterialWriter, KeyResolver, KeyScope, KeyringKms,
-    LocalProvider, ProviderRef, RemoteConfig, RemoteCredential, RemoteProvider, SecretKey,
+    DEFAULT_KEY_CACHE_TTL, KeyMaterialWriter, KeyResolver, KeyScope, KeyringKms, LocalProvider,
+    ProviderRef, RemoteConfig, RemoteCredential, RemoteProvider, ScanGrant, SecretKey,
 };
 use clearice_pme::{DecryptingReaderFactory, ScanKeys};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -196,17 +196,12 @@ async fn read(
                 Reader::Remote => Arc::clone(remote),
                 _ => Arc::new(LocalProvider::new(Arc::clone(resolver), None)),
             };
-            let keys = ScanKeys {
-                provider,
+            let grant = ScanGrant {
+                principal: "bench".into(),
                 scope: KeyScope::All,
-                context: CallContext {
-                    principal: "bench".into(),
-                    file: path.display().to_string(),
-                    ..Default::default()
-                },
-                aad_prefix: None,
-                given: None,
+                ..ScanGrant::unrestricted()
             };
+            let keys = ScanKeys::new(grant, &provider);
             DecryptingReaderFactory::new(store, keys)
                 .create_reader(
                     0,

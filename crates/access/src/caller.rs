@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use clearice_crypto::{AccessToken, CallContext};
+use clearice_crypto::{AccessToken, KeyScope, ScanGrant};
 
 /// The front end a caller came through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,12 +92,14 @@ impl Caller {
         self.0.credential.as_ref()
     }
 
-    /// What every crypto provider call of this caller carries.
-    pub fn call_context(&self) -> CallContext {
-        CallContext {
+    /// A grant of `scope` to this caller (its principal and token), through the catalog's
+    /// provider: what a scan of files outside the catalog may decrypt.
+    pub fn grant(&self, scope: KeyScope) -> ScanGrant {
+        ScanGrant {
             principal: self.0.principal.clone(),
             credential: self.0.credential.clone(),
-            ..Default::default()
+            scope,
+            ..ScanGrant::unrestricted()
         }
     }
 }
@@ -131,7 +133,8 @@ mod tests {
             "{shown}"
         );
         assert!(!shown.contains("s3cr3t"), "{shown}");
-        assert_eq!(c.call_context().principal, "analyst");
-        assert!(c.call_context().credential.is_some());
+        let grant = c.grant(KeyScope::All);
+        assert_eq!(grant.principal, "analyst");
+        assert!(grant.credential.is_some());
     }
 }

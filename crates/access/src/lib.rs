@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!  Caller ─▶ SessionAccess ─▶ SessionCatalogProvider ─▶ PolicyTableProvider ─▶ scan as
-//!  (principal, policy,         (hidden tables absent)    (deny / hide / mask,    ScanAs:
+//!  (principal, policy,         (hidden tables absent)    (deny / hide / mask,    ScanGrant:
 //!   keys, credential)                                      key scope, audit)      key ids
 //!                                                                                  only
 //!  statement plan ─▶ write_rules::check_statement ─▶ RowLevelStatement / merge / Ddl
@@ -14,7 +14,7 @@
 //! ```
 //!
 //! The Iceberg code below (`clearice-iceberg`) never reads the policy: it gets a
-//! [`clearice_iceberg::ScanAs`] per scan and a [`clearice_iceberg::dml::WriteTarget`] per
+//! [`clearice_crypto::ScanGrant`] per scan and a [`clearice_iceberg::dml::WriteTarget`] per
 //! write, both decided here.
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]

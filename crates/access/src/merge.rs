@@ -142,7 +142,7 @@ pub async fn merge(
     // Pass 1 (with `_file`) looks for matches and may prune; the others read whole files.
     let write = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
         let inner = target.inner().for_rewrite(files, file_column);
-        let keys = target.rewrite_keys();
+        let keys = target.grant();
         datafusion::datasource::provider_as_source(Arc::new(if file_column {
             RewriteSource::pruning(inner, keys)
         } else {

@@ -17,7 +17,7 @@ use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use clearice_crypto::{CallContext, ColumnKeys, KeyAccess, KeyScope};
+use clearice_crypto::{CallContext, ColumnKeys, KeyAccess, KeyScope, ProviderRoute, ScanGrant};
 use clearice_policy::{
     AuditColumn, ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision,
 };
@@ -64,7 +64,7 @@ pub struct PolicyTableProvider {
     /// Keys whose provider could not be asked, and why (scans reading them fail).
     provider_failure: Option<(BTreeSet<String>, clearice_crypto::ProviderError)>,
     /// The table's provider by name, and master keys routed to others (for workers).
-    provider_routes: (String, BTreeMap<String, String>),
+    provider_route: ProviderRoute,
 }
 
 /// A copy of a provider failure for one more error (the variants a failed access check
@@ -265,7 +265,10 @@ impl PolicyTableProvider {
             denied,
             crypto,
             provider_failure,
-            provider_routes: (table_provider, routes.into_iter().collect()),
+            provider_route: ProviderRoute {
+                name: table_provider,
+                routes: routes.into_iter().collect(),
+            },
         })
     }
 
@@ -428,7 +431,7 @@ impl PolicyTableProvider {
             must_be_null,
             audit,
             source: self.inner.clone(),
-            scan_as: self.rewrite_keys(),
+            grant: self.grant(),
         })
     }
 
@@ -536,9 +539,11 @@ impl PolicyTableProvider {
         Ok(self.admit(target))
     }
 
-    /// Who this principal's scans run as (provider, token, AAD prefix, column keys).
-    pub(crate) fn rewrite_keys(&self) -> clearice_iceberg::dml::RewriteKeys {
-        clearice_iceberg::dml::RewriteKeys {
+    /// What this principal's scans of the table may decrypt, and as whom: the keys the
+    /// policy declares for its columns, the provider, token and AAD prefix. A scan narrows
+    /// the scope to the columns it reads ([`ScanGrant::with_scope`]).
+    pub(crate) fn grant(&self) -> ScanGrant {
+        ScanGrant {
             principal: self.access.principal().to_owned(),
             aad_prefix: self
                 .access
@@ -546,7 +551,8 @@ impl PolicyTableProvider {
                 .table(self.inner.name())
                 .and_then(|t| t.aad_prefix.as_ref())
                 .map(|p| p.as_bytes().to_vec()),
-            provider: Arc::clone(&self.crypto),
+            route: Some(self.provider_route.clone()),
+            provider: Some(Arc::clone(&self.crypto)),
             credential: self.access.credential().cloned(),
             // A rewrite decrypts the columns it rewrites under the keys the policy
             // declares for this table, and no others (fail closed, as scans).
@@ -883,7 +889,7 @@ impl TableProvider for PolicyTableProvider {
             Some(d) => self.inner.clone().split_into(d.partitions),
             None => self.inner.clone(),
         };
-        let keys = self.rewrite_keys();
+        let grant = self.grant().with_scope(scope);
         // The filters go to the Parquet reader when a mask above blocks DataFusion's own
         // pushdown, and for workers: the leaf they get takes no pushdown either, so row
         // groups are pruned only if the scan has the predicate from the start.
@@ -894,7 +900,7 @@ impl TableProvider for PolicyTableProvider {
                 Some(&inner_cols),
                 filters,
                 limit,
-                keys.scan_as(scope.clone()),
+                grant.clone(),
                 set_predicate,
             )
             .await?;
@@ -944,12 +950,7 @@ impl TableProvider for PolicyTableProvider {
             filters: filters.to_vec(),
             limit,
             set_predicate,
-            scope,
-            principal: principal.to_owned(),
-            aad_prefix: keys.aad_prefix,
-            provider: self.provider_routes.0.clone(),
-            routes: self.provider_routes.1.clone(),
-            column_keys: keys.column_keys,
+            grant,
             masks: (!all_plaintext).then_some(outputs),
             partitions: plan.properties().output_partitioning().partition_count(),
             // The masked schema, or the inner scan's (its column order) when plaintext.

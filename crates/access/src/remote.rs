@@ -18,11 +18,10 @@
 //! `EXPLAIN`, statistics and single-process execution.
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use clearice_crypto::{KeyScope, ProviderRef};
+use clearice_crypto::ScanGrant;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::Statistics;
@@ -38,7 +37,7 @@ use datafusion::physical_plan::{
 use futures::TryStreamExt;
 
 use crate::mask_exec::{MaskOutput, PolicyMaskExec};
-use clearice_iceberg::{IcebergTableProvider, ScanAs};
+use clearice_iceberg::IcebergTableProvider;
 
 /// Session config extension: a session that has it plans catalog table scans as
 /// [`RemoteScanExec`] leaves a distributed engine can ship to workers.
@@ -72,18 +71,9 @@ pub struct ScanRequest {
     pub limit: Option<usize>,
     /// `filters` also go to the Parquet reader (a mask above blocks DataFusion's pushdown).
     pub set_predicate: bool,
-    /// Keys the scan may request.
-    pub scope: KeyScope,
-    /// Who the scan runs as (sent to crypto providers, shown in messages).
-    pub principal: String,
-    /// AAD prefix for files that do not store theirs.
-    pub aad_prefix: Option<Vec<u8>>,
-    /// The table's crypto provider (by name in the worker's config).
-    pub provider: String,
-    /// Master key id -> provider name, for keys routed elsewhere.
-    pub routes: BTreeMap<String, String>,
-    /// Master key of each protected column, by column name.
-    pub column_keys: BTreeMap<String, String>,
+    /// What the scan may decrypt, and as whom (its provider by name: the worker resolves
+    /// it with its own providers; no token: sessions with one scan on the coordinator).
+    pub grant: ScanGrant,
     /// The principal's masks, one per output column; `None`: every column in plaintext.
     pub masks: Option<Vec<MaskOutput>>,
     /// The scan's output schema.
@@ -187,7 +177,7 @@ impl DisplayAs for RemoteScanExec {
         write!(
             f,
             ", partitions={}, principal={}, columns=[",
-            r.partitions, r.principal
+            r.partitions, r.grant.principal
         )?;
         for (i, field) in r.schema.fields().iter().enumerate() {
             if i > 0 {
@@ -282,13 +272,14 @@ impl ExecutionPlan for RemoteScanExec {
     }
 }
 
-/// Plans `request` (a coordinator's scan of `table`) here, with `provider` doing the
-/// crypto: the same files at the same snapshot, the same key scope and masks.
+/// Plans `request` (a coordinator's scan of `table`) here under `grant` (the request's,
+/// its provider resolved here: [`ScanGrant::resolved`]): the same files at the same
+/// snapshot, the same key scope and masks.
 pub async fn scan_request(
     table: &IcebergTableProvider,
     state: &dyn Session,
     request: &ScanRequest,
-    provider: ProviderRef,
+    grant: ScanGrant,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let name = request.table_name();
     let table = match (request.snapshot_id, request.travel) {
@@ -317,14 +308,7 @@ pub async fn scan_request(
             Some(&request.projection),
             &request.filters,
             request.limit,
-            ScanAs {
-                scope: request.scope.clone(),
-                principal: &request.principal,
-                aad_prefix: request.aad_prefix.clone(),
-                provider: Some(provider),
-                credential: None,
-                column_keys: request.column_keys.clone(),
-            },
+            grant,
             request.set_predicate,
         )
         .await?;
@@ -334,7 +318,7 @@ pub async fn scan_request(
             plan,
             masks.clone(),
             Arc::clone(&request.schema),
-            request.principal.clone(),
+            request.grant.principal.clone(),
         )),
     })
 }

@@ -1,12 +1,11 @@
 //! Unit tests of the cluster: the wire, signatures, call credentials, admitted plans.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clearice_access::MaskOutput;
 use clearice_access::remote::{RemoteScanExec, ScanBuilder, ScanRequest};
-use clearice_crypto::KeyScope;
+use clearice_crypto::{AccessToken, KeyScope, ProviderRoute, ScanGrant};
 use datafusion::arrow::datatypes::Schema;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
@@ -40,15 +39,21 @@ fn request() -> ScanRequest {
         filters: vec![datafusion::prelude::col("id").gt(datafusion::prelude::lit(3i64))],
         limit: Some(10),
         set_predicate: true,
-        scope: KeyScope::Columns(clearice_crypto::ColumnKeys {
-            by_field_id: [(4, "pii_key".to_owned()), (7, "finance_key".to_owned())].into(),
-            by_name: [("ssn".to_owned(), "pii_key".to_owned())].into(),
-        }),
-        principal: "analyst".into(),
-        aad_prefix: Some(b"tenant-1".to_vec()),
-        provider: "local".into(),
-        routes: BTreeMap::new(),
-        column_keys: [("ssn".to_owned(), "pii_key".to_owned())].into(),
+        grant: ScanGrant {
+            principal: "analyst".into(),
+            credential: Some(AccessToken::new("the-analysts-own-token")),
+            scope: KeyScope::Columns(clearice_crypto::ColumnKeys {
+                by_field_id: [(4, "pii_key".to_owned()), (7, "finance_key".to_owned())].into(),
+                by_name: [("ssn".to_owned(), "pii_key".to_owned())].into(),
+            }),
+            aad_prefix: Some(b"tenant-1".to_vec()),
+            route: Some(ProviderRoute {
+                name: "local".into(),
+                routes: [("finance_key".to_owned(), "vault".to_owned())].into(),
+            }),
+            provider: None,
+            column_keys: [("ssn".to_owned(), "pii_key".to_owned())].into(),
+        },
         masks: Some(vec![
             MaskOutput {
                 name: "id".into(),
@@ -116,9 +121,17 @@ fn a_scan_request_survives_the_wire() {
     assert_eq!(got.projection, want.projection);
     assert_eq!(got.filters, want.filters);
     assert_eq!(got.limit, want.limit);
-    assert_eq!(format!("{:?}", got.scope), format!("{:?}", want.scope));
-    assert_eq!(got.aad_prefix, want.aad_prefix);
-    assert_eq!(got.column_keys, want.column_keys);
+    assert_eq!(
+        format!("{:?}", got.grant.scope),
+        format!("{:?}", want.grant.scope)
+    );
+    assert_eq!(got.grant.principal, want.grant.principal);
+    assert_eq!(got.grant.aad_prefix, want.grant.aad_prefix);
+    assert_eq!(got.grant.route, want.grant.route);
+    assert_eq!(got.grant.column_keys, want.grant.column_keys);
+    // The principal's own token stays on the coordinator.
+    assert!(got.grant.credential.is_none());
+    assert!(!String::from_utf8_lossy(&buf).contains("the-analysts-own-token"));
     assert_eq!(got.schema, want.schema);
     assert_eq!(got.partitions, 3);
     let masks: Vec<_> = got

@@ -1,13 +1,12 @@
 //! A scan request on the wire: JSON, signed by the codec; key ids only, never key bytes.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use base64::Engine as _;
 use clearice_access::MaskOutput;
 use clearice_access::remote::ScanRequest;
-use clearice_crypto::KeyScope;
+use clearice_crypto::ScanGrant;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
@@ -17,20 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::refused;
 use crate::signer::now_s;
-
-/// Key scope on the wire.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum WireScope {
-    All,
-    MasterKeys(Vec<String>),
-    Except(Vec<String>),
-    Columns {
-        by_field_id: Vec<(i32, String)>,
-        by_name: Vec<(String, String)>,
-    },
-    None(String),
-}
 
 /// One output column's decision on the wire (its type is the schema's).
 #[derive(Serialize, Deserialize)]
@@ -55,13 +40,9 @@ pub(crate) struct WireScan {
     filters: String,
     limit: Option<usize>,
     set_predicate: bool,
-    scope: WireScope,
-    principal: String,
-    /// Base64.
-    aad_prefix: Option<String>,
-    provider: String,
-    routes: BTreeMap<String, String>,
-    column_keys: BTreeMap<String, String>,
+    /// The grant as the coordinator decided it (its token and resolved provider never
+    /// travel: see [`clearice_crypto::ScanGrant`]).
+    grant: ScanGrant,
     masks: Option<Vec<WireMask>>,
     /// Arrow schema (datafusion-proto), base64.
     schema: String,
@@ -95,25 +76,7 @@ impl WireScan {
             filters: b64().encode(filters),
             limit: r.limit,
             set_predicate: r.set_predicate,
-            scope: match &r.scope {
-                KeyScope::All => WireScope::All,
-                KeyScope::MasterKeys(k) => WireScope::MasterKeys(k.iter().cloned().collect()),
-                KeyScope::Except(k) => WireScope::Except(k.iter().cloned().collect()),
-                KeyScope::Columns(c) => WireScope::Columns {
-                    by_field_id: c.by_field_id.iter().map(|(i, k)| (*i, k.clone())).collect(),
-                    by_name: c
-                        .by_name
-                        .iter()
-                        .map(|(n, k)| (n.clone(), k.clone()))
-                        .collect(),
-                },
-                KeyScope::None(reason) => WireScope::None(reason.clone()),
-            },
-            principal: r.principal.clone(),
-            aad_prefix: r.aad_prefix.as_ref().map(|p| b64().encode(p)),
-            provider: r.provider.clone(),
-            routes: r.routes.clone(),
-            column_keys: r.column_keys.clone(),
+            grant: r.grant.clone(),
             masks: r.masks.as_ref().map(|m| {
                 m.iter()
                     .map(|o| WireMask {
@@ -171,10 +134,6 @@ impl WireScan {
                 )
             }
         };
-        let aad_prefix = match self.aad_prefix {
-            Some(p) => Some(b64().decode(p).map_err(|e| bad("aad_prefix", &e))?),
-            None => None,
-        };
         Ok(ScanRequest {
             catalog: self.catalog,
             namespace: self.namespace,
@@ -186,24 +145,7 @@ impl WireScan {
             filters,
             limit: self.limit,
             set_predicate: self.set_predicate,
-            scope: match self.scope {
-                WireScope::All => KeyScope::All,
-                WireScope::MasterKeys(k) => KeyScope::MasterKeys(k.into_iter().collect()),
-                WireScope::Except(k) => KeyScope::Except(k.into_iter().collect()),
-                WireScope::Columns {
-                    by_field_id,
-                    by_name,
-                } => KeyScope::Columns(clearice_crypto::ColumnKeys {
-                    by_field_id: by_field_id.into_iter().collect(),
-                    by_name: by_name.into_iter().collect(),
-                }),
-                WireScope::None(reason) => KeyScope::None(reason),
-            },
-            principal: self.principal,
-            aad_prefix,
-            provider: self.provider,
-            routes: self.routes,
-            column_keys: self.column_keys,
+            grant: self.grant,
             masks,
             schema,
             partitions: self.partitions,

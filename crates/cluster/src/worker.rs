@@ -71,17 +71,17 @@ impl ScanBuilder for WorkerScans {
         }
         let table = table
             .ok_or_else(|| refused(format!("table {name} is not in this worker's catalog")))?;
-        let provider = self.providers.routed(&request.provider, &request.routes);
+        let grant = request.grant.clone().resolved(&self.providers);
         let state = SessionStateBuilder::new()
             .with_config(ctx.session_config().clone())
             .with_runtime_env(ctx.runtime_env())
             .with_default_features()
             .build();
         let loaded = started.elapsed();
-        let plan = clearice_access::remote::scan_request(&table, &state, request, provider).await?;
+        let plan = clearice_access::remote::scan_request(&table, &state, request, grant).await?;
         tracing::debug!(
             table = %name,
-            principal = %request.principal,
+            principal = %request.grant.principal,
             load_ms = loaded.as_secs_f64() * 1e3,
             plan_ms = started.elapsed().as_secs_f64() * 1e3,
             "scan planned on this worker"

@@ -26,6 +26,7 @@
 pub mod aes;
 mod aws;
 mod error;
+mod grant;
 mod key_material;
 mod kms;
 mod local;
@@ -41,6 +42,7 @@ mod writer;
 
 pub use aws::{AwsEnvironment, AwsKms, AwsKmsConfig};
 pub use error::{BoxError, Error, Result};
+pub use grant::{ProviderRoute, ScanGrant};
 pub use key_material::{KeyMaterial, side_file_name};
 pub use kms::{KeyringKms, Kms, KmsConfig, KmsKind};
 pub use local::LocalProvider;

@@ -27,7 +27,8 @@ use crate::secret::SecretKey;
 pub type SideFileReader = Arc<dyn Fn(&str) -> std::io::Result<Option<Vec<u8>>> + Send + Sync>;
 
 /// Which keys a file's retriever may resolve.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum KeyScope {
     /// Every key the file names (no policy, or a principal allowed to decrypt files).
     #[default]
@@ -49,7 +50,7 @@ pub enum KeyScope {
 /// The master key each column a scan reads may use, by its top-level Iceberg field id
 /// (what a file written with field ids names) or, for a file without field ids, by its
 /// top-level name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ColumnKeys {
     /// Field id → master key id.
     pub by_field_id: std::collections::BTreeMap<i32, String>,

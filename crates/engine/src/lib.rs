@@ -37,7 +37,7 @@ use clearice_crypto::{
     CallContext, KeyScope, LocalProvider, ProviderRef, Providers, RemoteConfig, RemoteCredential,
     RemoteProvider,
 };
-use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, SecretKey};
+use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, ScanGrant, SecretKey};
 use clearice_iceberg::{
     IcebergCatalogProvider, open_hms_catalog, open_rest_catalog, open_sql_catalog_with,
 };
@@ -369,16 +369,12 @@ impl Engine {
             Ok(clearice_storage::Location::S3 { bucket, .. }) => format!("s3://{bucket}/"),
             _ => "/".to_owned(),
         };
-        let keys = ScanKeys {
-            provider: Arc::clone(&self.crypto),
+        let grant = ScanGrant {
+            principal: "clearice check".into(),
             scope: KeyScope::MasterKeys(Default::default()),
-            context: CallContext {
-                principal: "clearice check".into(),
-                ..Default::default()
-            },
-            aad_prefix: None,
-            given: None,
+            ..ScanGrant::unrestricted()
         };
+        let keys = ScanKeys::new(grant, &self.crypto);
         DecryptingReaderFactory::new(store, keys)
             .with_file_prefix(prefix)
             .column_keys(datafusion::datasource::listing::PartitionedFile::new(
@@ -499,13 +495,7 @@ impl Engine {
         };
         // Standalone Parquet files (`STORED AS PARQUET`, files by path) are read through
         // the decrypting reader, as catalog tables are.
-        let files_keys = ScanKeys {
-            provider: Arc::clone(&self.crypto),
-            scope: files_scope,
-            context: caller.call_context(),
-            aad_prefix: None,
-            given: None,
-        };
+        let files_keys = ScanKeys::new(caller.grant(files_scope), &self.crypto);
         let guard =
             confined.then(|| Arc::new(Confinement::new(&self.policy, &self.area_roots, &caller)));
         let memory_pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> =

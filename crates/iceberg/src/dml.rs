@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use clearice_crypto::Kms;
+use clearice_crypto::{Kms, ScanGrant};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array, new_null_array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
@@ -74,39 +74,8 @@ pub struct WriteTarget {
     /// decrypted: the principal may write every protected column, or such writes are
     /// refused when planned).
     pub source: IcebergTableProvider,
-    /// Who the rewrite scans run as.
-    pub scan_as: RewriteKeys,
-}
-
-/// Who a scan runs as, owned (a [`crate::ScanAs`] borrows the principal).
-#[derive(Debug, Clone)]
-pub struct RewriteKeys {
-    /// The principal.
-    pub principal: String,
-    /// The table's policy `aad_prefix`.
-    pub aad_prefix: Option<Vec<u8>>,
-    /// The table's crypto provider.
-    pub provider: clearice_crypto::ProviderRef,
-    /// The principal's own provider token.
-    pub credential: Option<clearice_crypto::AccessToken>,
-    /// Keys a rewrite scan may request: the policy's keys of the table.
-    pub scope: clearice_crypto::KeyScope,
-    /// Master key of each protected column (equality deletes).
-    pub column_keys: BTreeMap<String, String>,
-}
-
-impl RewriteKeys {
-    /// The scan's keys, limited to `scope`.
-    pub fn scan_as(&self, scope: clearice_crypto::KeyScope) -> crate::provider::ScanAs<'_> {
-        crate::provider::ScanAs {
-            scope,
-            principal: &self.principal,
-            aad_prefix: self.aad_prefix.clone(),
-            provider: Some(Arc::clone(&self.provider)),
-            credential: self.credential.clone(),
-            column_keys: self.column_keys.clone(),
-        }
-    }
+    /// What the rewrite scans may decrypt, and as whom.
+    pub grant: ScanGrant,
 }
 
 impl fmt::Debug for WriteTarget {
@@ -677,7 +646,7 @@ async fn row_level(
     // row of the files it rewrites.
     let source = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
         let inner = target.source.for_rewrite(files, file_column);
-        let keys = target.scan_as.clone();
+        let keys = target.grant.clone();
         datafusion::datasource::provider_as_source(Arc::new(if file_column {
             RewriteSource::pruning(inner, keys)
         } else {
@@ -770,10 +739,10 @@ async fn row_level(
 /// (their provider, token and AAD prefix).
 #[derive(Debug)]
 /// The rows of a table a row-level write reads back to rewrite (its scans run with the
-/// write's own [`RewriteKeys`]).
+/// write's own [`ScanGrant`]).
 pub struct RewriteSource {
     inner: IcebergTableProvider,
-    keys: RewriteKeys,
+    keys: ScanGrant,
     /// Let filters prune files. Only a scan that looks for rows may: the scan that
     /// rewrites files must read every row of them (a file pruned there would be removed
     /// with rows it should have kept).
@@ -782,7 +751,7 @@ pub struct RewriteSource {
 
 impl RewriteSource {
     /// A scan that may skip files its filters exclude.
-    pub fn pruning(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
+    pub fn pruning(inner: IcebergTableProvider, keys: ScanGrant) -> Self {
         Self {
             inner,
             keys,
@@ -791,7 +760,7 @@ impl RewriteSource {
     }
 
     /// A scan that reads every row of its files.
-    pub fn whole(inner: IcebergTableProvider, keys: RewriteKeys) -> Self {
+    pub fn whole(inner: IcebergTableProvider, keys: ScanGrant) -> Self {
         Self {
             inner,
             keys,
@@ -834,7 +803,7 @@ impl datafusion::catalog::TableProvider for RewriteSource {
         filters: &[datafusion::logical_expr::Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let keys = self.keys.scan_as(self.keys.scope.clone());
+        let keys = self.keys.clone();
         let filters = if self.prune { filters } else { &[] };
         self.inner
             .scan_with(state, projection, filters, limit, keys, false)

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! This crate knows keys and key ids, never principals' rights: what a scan may decrypt
-//! arrives as a [`ScanAs`] and what a write may touch as a [`dml::WriteTarget`], both
+//! arrives as a [`clearice_crypto::ScanGrant`] and what a write may touch as a [`dml::WriteTarget`], both
 //! decided by `clearice-access`, which alone reads the policy. Catalogs come from
 //! [`open_sql_catalog`], [`open_rest_catalog`] and [`open_hms_catalog`]; encrypted writes
 //! from [`mod@write`].
@@ -44,7 +44,7 @@ pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use metadata::metadata_table;
 pub use provider::{
-    AsOf, CATALOG_STORE_URL, FILE_COLUMN, IcebergSnapshotExec, IcebergTableProvider, ScanAs,
+    AsOf, CATALOG_STORE_URL, FILE_COLUMN, IcebergSnapshotExec, IcebergTableProvider,
 };
 pub use report::{WriteAudit, WriteReport};
 pub use schema::arrow_schema;

@@ -29,7 +29,7 @@ use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
 use object_store::ObjectStore;
 
-use clearice_crypto::{CallContext, KeyScope, ProviderRef};
+use clearice_crypto::{KeyScope, ProviderRef, ScanGrant};
 
 use crate::deletes::{Deletes, FileReading, IcebergDeletesExec, LOAD_CONCURRENCY, column_of};
 use crate::error::{Error, Result};
@@ -43,24 +43,6 @@ use clearice_storage::{CATALOG_S3_SCHEME, LakeStores, Location, S3Options};
 /// the engine registers under this name, apart from `file://`, so sessions whose
 /// `file://` is confined to file areas still read catalog data.
 pub const CATALOG_STORE_URL: &str = "clearice-catalog://local";
-
-/// Who a scan runs as and which keys it may request.
-#[derive(Debug, Clone)]
-pub struct ScanAs<'a> {
-    /// Keys the scan may request.
-    pub scope: KeyScope,
-    /// The principal (sent to the crypto provider).
-    pub principal: &'a str,
-    /// AAD prefix for files that do not store theirs (policy `aad_prefix`).
-    pub aad_prefix: Option<Vec<u8>>,
-    /// The provider of this table's keys (policy `provider`); `None`: the catalog's.
-    pub provider: Option<ProviderRef>,
-    /// The principal's own provider token.
-    pub credential: Option<clearice_crypto::AccessToken>,
-    /// Master key of each protected column, by column name (the policy's): equality
-    /// deletes on a column need its key.
-    pub column_keys: BTreeMap<String, String>,
-}
 
 /// The column a rewrite scan adds: each row's data file.
 pub const FILE_COLUMN: &str = "_file";
@@ -506,21 +488,21 @@ impl TableProvider for IcebergTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let keys = ScanAs {
-            scope: KeyScope::All,
-            principal: "",
-            aad_prefix: None,
-            provider: None,
-            credential: None,
-            column_keys: BTreeMap::new(),
-        };
-        self.scan_with(state, projection, filters, limit, keys, false)
-            .await
+        self.scan_with(
+            state,
+            projection,
+            filters,
+            limit,
+            ScanGrant::unrestricted(),
+            false,
+        )
+        .await
     }
 }
 
 impl IcebergTableProvider {
-    /// Scans as `keys.principal` with keys limited to `keys.scope`. With `set_predicate`, `filters` (which must
+    /// Scans under `grant`: as its principal, with keys limited to its scope, through its
+    /// provider (else the catalog's). With `set_predicate`, `filters` (which must
     /// only name columns the principal may see in plaintext) are also given to the
     /// Parquet reader, for use when a node above blocks DataFusion's own pushdown.
     ///
@@ -531,7 +513,7 @@ impl IcebergTableProvider {
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
-        keys: ScanAs<'_>,
+        grant: ScanGrant,
         set_predicate: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let projection: Vec<usize> = projection
@@ -584,35 +566,21 @@ impl IcebergTableProvider {
             .flatten()
             .filter_map(|id| {
                 let name = self.schema.field(column_of(&self.schema, *id)?).name();
-                Some((*id, (name.clone(), keys.column_keys.get(name)?.clone())))
+                Some((*id, (name.clone(), grant.column_keys.get(name)?.clone())))
             })
             .collect();
-        let scan_keys = ScanKeys {
-            provider: keys.provider.unwrap_or_else(|| Arc::clone(&self.crypto)),
-            scope: keys.scope,
-            context: CallContext {
-                principal: keys.principal.to_owned(),
-                file: String::new(),
-                application: self.application_context(),
-                credential: keys.credential,
-            },
-            aad_prefix: keys.aad_prefix,
-            given: None,
-        };
+        let scan_keys =
+            ScanKeys::new(grant, &self.crypto).with_application(self.application_context());
         let factory = |scope: KeyScope| {
+            let mut keys = scan_keys.clone();
+            keys.grant.scope = scope;
             Arc::new(
-                DecryptingReaderFactory::new(
-                    Arc::clone(&store),
-                    ScanKeys {
-                        scope,
-                        ..scan_keys.clone()
-                    },
-                )
-                .with_file_prefix(prefix.clone()),
+                DecryptingReaderFactory::new(Arc::clone(&store), keys)
+                    .with_file_prefix(prefix.clone()),
             )
         };
-        let data_factory = factory(scan_keys.scope.clone());
-        let delete_factory = factory(widen(&scan_keys.scope, &delete_keys));
+        let data_factory = factory(scan_keys.grant.scope.clone());
+        let delete_factory = factory(widen(&scan_keys.grant.scope, &delete_keys));
         let predicate = match conjunction(filters.iter().cloned().map(unnormalize_col)) {
             Some(expr) if set_predicate => {
                 let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;

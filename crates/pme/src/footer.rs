@@ -231,7 +231,7 @@ impl DecryptingReader {
                 v.supply_aad_prefix,
             ),
         };
-        let prefix = match (&self.keys.aad_prefix, prefix) {
+        let prefix = match (&self.keys.grant.aad_prefix, prefix) {
             (Some(p), _) => p.clone(),
             (None, Some(p)) => p.clone(),
             (None, None) if supply == Some(true) => {
@@ -324,6 +324,7 @@ impl DecryptingReader {
                             let (field_id, name) =
                                 tops.get(col).map_or((None, "?"), |(f, n)| (*f, n.as_str()));
                             self.keys
+                                .grant
                                 .scope
                                 .check_column(field_id, name, id)
                                 .map(|()| k)

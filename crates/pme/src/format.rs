@@ -129,7 +129,7 @@ impl DecryptingParquetFormat {
                 })
             };
             if !d.aad_prefix_as_hex.is_empty() {
-                keys.aad_prefix = Some(hex("aad_prefix_as_hex", &d.aad_prefix_as_hex)?);
+                keys.grant.aad_prefix = Some(hex("aad_prefix_as_hex", &d.aad_prefix_as_hex)?);
             }
             let mut given = GivenKeys {
                 verify_signature: d.footer_signature_verification,

@@ -2,33 +2,65 @@
 //! for the scan ([`ColumnKey`]: scope check, then the provider), modules decrypted under one
 //! key, and the schema walks that bind each column to the key declared for it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use clearice_crypto::{
-    Algorithm, CallContext, KeyRef, KeyScope, Module, ModuleBatch, ModuleCipher, ModulePosition,
-    ProviderError, ProviderRef, SecretKey,
+    Algorithm, CallContext, KeyRef, Module, ModuleBatch, ModuleCipher, ModulePosition,
+    ProviderError, ProviderRef, ScanGrant, SecretKey,
 };
 use parquet::format::{ColumnChunk, ColumnCryptoMetaData, SchemaElement};
 
 use crate::reader::DecryptingReader;
 use crate::{DecryptError, Result};
 
-/// What a scan may decrypt, and as whom.
+/// A scan's [`ScanGrant`] where it is read: the grant as the access layer decided it, the
+/// provider it resolved to, and what the reader adds to every provider call.
 #[derive(Debug, Clone)]
 pub struct ScanKeys {
-    /// Does the cryptography.
+    /// What the scan may decrypt, and as whom (its scope, principal, token, AAD prefix).
+    pub grant: ScanGrant,
+    /// Does the cryptography: the grant's provider, else the catalog's.
     pub provider: ProviderRef,
-    /// Which keys may be requested.
-    pub scope: KeyScope,
-    /// Principal and application context sent with every provider call.
-    pub context: CallContext,
-    /// AAD prefix to use for files that do not store theirs (or to check against).
-    pub aad_prefix: Option<Vec<u8>>,
+    /// Application context sent with every provider call (`table`, `namespace`...).
+    pub application: BTreeMap<String, String>,
     /// Keys given with the table (DataFusion's `format.crypto.file_decryption.*`
     /// options): used as given, before the provider.
     pub given: Option<Arc<GivenKeys>>,
+}
+
+impl ScanKeys {
+    /// The keys of a scan under `grant`, through the grant's provider or else `fallback`
+    /// (the catalog's).
+    pub fn new(grant: ScanGrant, fallback: &ProviderRef) -> Self {
+        let provider = grant
+            .provider
+            .clone()
+            .unwrap_or_else(|| Arc::clone(fallback));
+        Self {
+            grant,
+            provider,
+            application: BTreeMap::new(),
+            given: None,
+        }
+    }
+
+    /// With `application` sent with every provider call.
+    pub fn with_application(mut self, application: BTreeMap<String, String>) -> Self {
+        self.application = application;
+        self
+    }
+
+    /// What a provider call about `file` carries: the grant's principal and token.
+    pub fn call_context(&self, file: &str) -> CallContext {
+        CallContext {
+            principal: self.grant.principal.clone(),
+            file: file.to_owned(),
+            application: self.application.clone(),
+            credential: self.grant.credential.clone(),
+        }
+    }
 }
 
 /// Keys a user gave for a table, as DataFusion's options name them: the footer key and
@@ -104,6 +136,7 @@ impl DecryptingReader {
         footer: bool,
     ) -> std::result::Result<Arc<ColumnKey>, ProviderError> {
         self.keys
+            .grant
             .scope
             .check_key(&key.key_id, footer, key.master_key)?;
         self.counters.provider_calls.add(1);

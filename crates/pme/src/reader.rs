@@ -102,9 +102,7 @@ impl DecryptingReader {
     }
 
     pub(crate) fn ctx(&self) -> CallContext {
-        let mut c = self.keys.context.clone();
-        c.file = self.file.clone();
-        c
+        self.keys.call_context(&self.file)
     }
 
     /// [`Self::fetch`], taking a prefetched buffer of exactly this range (so that it can be

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use clearice_crypto::{
-    CallContext, KeyResolver, KeyScope, KeyringKms, Kms, LocalProvider, SecretKey,
+    CallContext, KeyResolver, KeyScope, KeyringKms, Kms, LocalProvider, ScanGrant, SecretKey,
 };
 use clearice_pme::{DecryptingReaderFactory, ScanKeys};
 use datafusion::arrow::array::RecordBatch;
@@ -76,19 +76,17 @@ impl Keys {
     }
 
     pub fn scan(&self, scope: KeyScope) -> ScanKeys {
-        ScanKeys {
-            provider: Arc::new(LocalProvider::new(
-                Arc::clone(&self.resolver),
-                Some(local_side_file_reader()),
-            )),
+        let provider: clearice_crypto::ProviderRef = Arc::new(LocalProvider::new(
+            Arc::clone(&self.resolver),
+            Some(local_side_file_reader()),
+        ));
+        let grant = ScanGrant {
+            principal: "tester".into(),
             scope,
-            context: CallContext {
-                principal: "tester".into(),
-                ..Default::default()
-            },
             aad_prefix: self.aad_prefix.clone(),
-            given: None,
-        }
+            ..ScanGrant::unrestricted()
+        };
+        ScanKeys::new(grant, &provider)
     }
 }
 

@@ -1,0 +1,70 @@
+//! What one scan may decrypt, and as whom: decided once by the access layer, read as is
+//! by the decrypting reader, sent as is (serialized, then signed) to a worker.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{AccessToken, KeyScope, ProviderRef, Providers};
+
+/// One scan's grant: the principal, the keys it may request (per column), the AAD prefix
+/// of files that do not store theirs, and the crypto provider doing the work.
+///
+/// Key ids and decisions only, never key bytes. The principal's own provider token and
+/// the resolved provider never leave the process: a worker resolves [`ScanGrant::route`]
+/// with its own providers, and sessions with a token scan where they are.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ScanGrant {
+    /// The principal (sent to the crypto provider, shown in messages).
+    pub principal: String,
+    /// The principal's own provider token (a Flight client's `key_access_token`).
+    #[serde(skip)]
+    pub credential: Option<AccessToken>,
+    /// Keys the scan may request.
+    pub scope: KeyScope,
+    /// AAD prefix for files that do not store theirs (policy `aad_prefix`).
+    pub aad_prefix: Option<Vec<u8>>,
+    /// The table's provider by name, and keys routed elsewhere; `None`: the catalog's.
+    pub route: Option<ProviderRoute>,
+    /// The provider [`ScanGrant::route`] resolves to here; `None`: the catalog's.
+    #[serde(skip)]
+    pub provider: Option<ProviderRef>,
+    /// Master key of each protected column, by column name (the policy's): equality
+    /// deletes on a column need its key even where the query does not read it.
+    pub column_keys: BTreeMap<String, String>,
+}
+
+/// A table's crypto provider by name, with the master keys the policy routes to others.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderRoute {
+    /// The table's provider (policy `provider`).
+    pub name: String,
+    /// Master key id → provider name, for keys routed elsewhere.
+    pub routes: BTreeMap<String, String>,
+}
+
+impl ScanGrant {
+    /// The grant of a scan outside any policy: every key, no principal, the catalog's
+    /// provider.
+    pub fn unrestricted() -> Self {
+        Self::default()
+    }
+
+    /// The same grant, limited to `scope`.
+    pub fn with_scope(&self, scope: KeyScope) -> Self {
+        Self {
+            scope,
+            ..self.clone()
+        }
+    }
+
+    /// The grant with its provider resolved by `providers` (a worker's): the route's
+    /// provider, or none (the catalog's) without a route.
+    pub fn resolved(mut self, providers: &Providers) -> Self {
+        self.provider = self
+            .route
+            .as_ref()
+            .map(|r| providers.routed(&r.name, &r.routes));
+        self
+    }
+}
