@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clearice_benches::run;
-use clearice_engine::demo::{self, DemoOptions};
+use clearice_demo::{self as demo, DemoOptions};
 use clearice_engine::{Config, Engine, S3Options, Secret};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 

@@ -24,9 +24,7 @@ fn scan(c: &mut Criterion) {
     let fx = rt.block_on(Fixture::demo());
     for (name, sql) in QUERIES {
         let mut g = c.benchmark_group(*name);
-        g.throughput(Throughput::Elements(
-            clearice_engine::demo::CUSTOMERS as u64,
-        ));
+        g.throughput(Throughput::Elements(clearice_demo::CUSTOMERS as u64));
         g.sample_size(20);
         g.bench_function("plaintext", |b| {
             b.to_async(&rt).iter(|| run(&fx.plaintext, sql))

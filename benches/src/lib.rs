@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use clearice_engine::{Config, Engine, Session, demo};
+use clearice_demo as demo;
+use clearice_engine::{Config, Engine, Session};
 
 /// Two lakes with the same seeded data: PME-encrypted and plaintext.
 pub struct Fixture {

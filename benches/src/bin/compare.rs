@@ -219,7 +219,7 @@ fn main() -> anyhow::Result<()> {
         let users: Vec<&str> = args[1..].iter().map(String::as_str).collect();
         print!(
             "{}",
-            clearice_engine::demo::server_users(&users).map_err(|e| anyhow::anyhow!("{e}"))?
+            clearice_demo::server_users(&users).map_err(|e| anyhow::anyhow!("{e}"))?
         );
         return Ok(());
     }

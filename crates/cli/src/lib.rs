@@ -1,4 +1,5 @@
-//! The `clearice` binary: SQL shell (REPL, `-c`, `-f`), `demo init` and `slt`.
+//! The `clearice` binary: SQL shell (REPL, `-c`, `-f`), `demo init` and `slt`. The OS
+//! principal of local sessions ([`whoami`]) lives here, above the engine.
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]
@@ -7,6 +8,7 @@ pub mod exec;
 pub mod output;
 pub mod repl;
 pub mod serve;
+pub mod whoami;
 
 // The binary (main.rs) sets up logging with it.
 use std::path::{Path, PathBuf};
@@ -15,10 +17,10 @@ use tracing_subscriber as _;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use clearice_engine::whoami::{self, PrincipalSource};
 use clearice_engine::{Config, Engine};
 
 use crate::output::Format;
+use crate::whoami::PrincipalSource;
 
 /// ClearIce: SQL over Iceberg tables encrypted with Parquet Modular Encryption.
 #[derive(Debug, Parser)]
@@ -260,6 +262,15 @@ pub fn default_demo_dir() -> Result<PathBuf> {
         .join("demo"))
 }
 
+/// The demo lake's options as `clearice demo init` writes it: the OS account that runs
+/// it (not `--user`/`CLEARICE_USER`) becomes an admin, so the first query shows plaintext.
+fn demo_options() -> clearice_demo::DemoOptions {
+    clearice_demo::DemoOptions {
+        owner: whoami::default_principal().map(|(name, _)| name),
+        ..Default::default()
+    }
+}
+
 async fn config_or_demo(config: Option<&Path>, quiet: bool) -> Result<Config> {
     let path = match config {
         Some(p) => p.to_owned(),
@@ -270,7 +281,7 @@ async fn config_or_demo(config: Option<&Path>, quiet: bool) -> Result<Config> {
                 if !quiet {
                     eprintln!("Creating the demo lake in {} (first run)...", dir.display());
                 }
-                clearice_engine::demo::init(&dir).await?;
+                clearice_demo::init_with(&dir, demo_options()).await?;
             }
             path
         }
@@ -316,13 +327,13 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                 s3.secret_access_key = None;
                 s3.session_token = None;
             }
-            let options = clearice_engine::demo::DemoOptions {
+            let options = clearice_demo::DemoOptions {
                 remote: provider == "remote",
                 warehouse: warehouse.clone(),
                 s3,
-                ..Default::default()
+                ..demo_options()
             };
-            let path = clearice_engine::demo::init_with(dir, options).await?;
+            let path = clearice_demo::init_with(dir, options).await?;
             if provider == "remote" {
                 println!(
                     "Demo lake written; its PII key is held by the demo crypto service. Start it with:\n  clearice crypto-server --config {}\nthen query with:\n  clearice --config {}",

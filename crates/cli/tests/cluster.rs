@@ -9,7 +9,8 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use clearice_engine::{Config, Engine, demo};
+use clearice_demo as demo;
+use clearice_engine::{Config, Engine};
 use futures::StreamExt;
 
 use common::*;

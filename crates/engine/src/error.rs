@@ -32,7 +32,7 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// `demo init` failed.
+    /// `demo init` failed (`clearice_demo::init_with`).
     #[error("demo lake '{dir}': {reason}")]
     DemoInit {
         /// Target directory.

@@ -17,14 +17,12 @@
 
 mod audit;
 mod config;
-pub mod demo;
 mod error;
 mod executor;
 mod guard;
 mod rotate;
 mod route;
 mod session;
-pub mod whoami;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandGetTables, SqlInfo};
-use clearice_engine::{Config, Engine, demo};
+use clearice_demo as demo;
+use clearice_engine::{Config, Engine};
 use clearice_flight::ClearIceFlightSql;
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use futures::{StreamExt, TryStreamExt};

@@ -231,7 +231,7 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
             let config = if std::env::var_os("CLEARICE_DEMO_ON_S3").is_some() {
                 demo_on_s3(&dir).await
             } else {
-                clearice_engine::demo::init(&dir.join("lake"))
+                clearice_demo::init(&dir.join("lake"))
                     .await
                     .expect("demo init")
             };
@@ -246,7 +246,7 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
                 std::fs::write(&policy, text).expect("policy");
                 // The pipeline writer of policy_extra.toml logs in over Flight too.
                 let mut toml = std::fs::read_to_string(&config).expect("demo config");
-                toml.push_str(&clearice_engine::demo::server_users(&["etl"]).expect("etl user"));
+                toml.push_str(&clearice_demo::server_users(&["etl"]).expect("etl user"));
                 std::fs::write(&config, toml).expect("config");
             }
             let engine = Arc::new(
@@ -281,7 +281,7 @@ async fn make_engine(suite: &str, tmp: &Path) -> Option<Suite> {
                 l = l.display(),
                 i = i.display(),
                 p = root().join("spark/policy.toml").display(),
-                u = clearice_engine::demo::server_users(&["admin", "analyst"]).expect("users")
+                u = clearice_demo::server_users(&["admin", "analyst"]).expect("users")
             );
             Some((open(&dir, &toml).await, vec![]))
         }
@@ -359,9 +359,9 @@ async fn demo_on_s3(dir: &Path) -> PathBuf {
         secret_access_key: Some(clearice_engine::Secret::new("testing")),
         ..Default::default()
     };
-    let config = clearice_engine::demo::init_with(
+    let config = clearice_demo::init_with(
         &dir.join("lake"),
-        clearice_engine::demo::DemoOptions {
+        clearice_demo::DemoOptions {
             warehouse: Some("s3://demo/lake".into()),
             s3,
             ..Default::default()

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clearice_engine::{Config, Engine, demo};
+use clearice_demo as demo;
+use clearice_engine::{Config, Engine};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use serde_json::Value;
 

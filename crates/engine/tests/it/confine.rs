@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use clearice_engine::{Config, Engine, Refusal, demo, refusal_of};
+use clearice_demo as demo;
+use clearice_engine::{Config, Engine, Refusal, refusal_of};
 
 async fn lake(extra_config: &str) -> (tempfile::TempDir, Arc<Engine>, std::path::PathBuf) {
     let tmp = tempfile::tempdir().unwrap();

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use clearice_engine::{Config, Engine, demo};
+use clearice_demo as demo;
+use clearice_engine::{Config, Engine};
 use iceberg::spec::{ManifestList, PrimitiveType, Type};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};

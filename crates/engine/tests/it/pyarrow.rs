@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use clearice_engine::{Config, Engine, demo};
+use clearice_demo as demo;
+use clearice_engine::{Config, Engine};
 use serde_json::Value;
 
 use crate::common::*;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use clearice_engine::demo::{self, DemoOptions};
+use clearice_demo::{self as demo, DemoOptions};
 use clearice_engine::{Config, Engine, S3Options};
 use serde_json::Value;
 

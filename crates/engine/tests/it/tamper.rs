@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use crate::common::local_side_file_reader;
 use clearice_crypto::KeyScope;
-use clearice_engine::{Config, Engine, demo};
+use clearice_demo as demo;
+use clearice_engine::{Config, Engine};
 use datafusion::parquet::encryption::decrypt::FileDecryptionProperties;
 use datafusion::parquet::file::metadata::ParquetMetaDataReader;
 

@@ -1,5 +1,17 @@
-//! `clearice demo init DIR`: a demo lake written by ClearIce itself (SQLite Iceberg
-//! catalog, keyring, config), with PME per-column keys.
+//! The demo lake (`clearice demo init DIR`): a lake written by ClearIce itself (SQLite
+//! Iceberg catalog, keyring, config, policy), with PME per-column keys. It sits above the
+//! engine (which it only needs for [`Error`]); the CLI passes the OS account that runs it
+//! as [`DemoOptions::owner`].
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), clearice_engine::Error> {
+//! let config = clearice_demo::init("demo".as_ref()).await?;
+//! let engine = clearice_engine::Engine::open(clearice_engine::Config::load(&config)?).await?;
+//! # let _ = engine; Ok(()) }
+//! ```
+// Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
+#![deny(missing_docs)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,8 +22,8 @@ type Result<T, E = BoxError> = std::result::Result<T, E>;
 
 use clearice_policy::Policy;
 
-use crate::error::Error;
 use clearice_crypto::{KeyringKms, SecretKey};
+use clearice_engine::Error;
 use clearice_iceberg::write::{EncryptionSpec, WriteProviders, append_encrypted_with};
 use clearice_storage::{LakeStores, S3Options};
 use datafusion::arrow::array::{
@@ -42,9 +54,14 @@ pub struct DemoOptions {
     /// S3 options for an `s3://` warehouse (written to `[storage.s3]` without secrets:
     /// credentials come from the environment then too).
     pub s3: S3Options,
+    /// The account that will run the shell, made an admin in the policy (and in the
+    /// remote demo's service) so the first query shows plaintext; `clearice demo init`
+    /// passes the OS account. `None`: only `admin`, `analyst` and `support`.
+    pub owner: Option<String>,
 }
 
-/// Writes a demo lake into `dir` (absent or empty) and returns its config path.
+/// Writes a demo lake into `dir` (absent or empty) and returns its config path (no
+/// [`owner`](DemoOptions::owner): see [`init_with`]).
 pub async fn init(dir: &Path) -> Result<PathBuf, Error> {
     init_with(dir, DemoOptions::default()).await
 }
@@ -113,8 +130,8 @@ pub async fn init_with(dir: &Path, options: DemoOptions) -> Result<PathBuf, Erro
 async fn write_lake(dir: &Path, options: DemoOptions) -> Result<PathBuf> {
     let (encrypt, remote) = (!options.plaintext, options.remote);
     // The account that will run the shell becomes an admin, so the first query shows
-    // plaintext (the OS account, not only $USER: containers have none).
-    let owner = crate::whoami::default_principal().map(|(name, _)| name);
+    // plaintext (the CLI passes the OS account, not only $USER: containers have none).
+    let owner = options.owner.clone();
     std::fs::create_dir_all(dir)?;
     if options.warehouse.is_none() {
         std::fs::create_dir_all(dir.join("warehouse"))?;
@@ -607,7 +624,7 @@ fn batch_for(schema: &Schema, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
 }
 
 /// The demo policy: users `admin`, `analyst`, `support` in roles of the same names, plus
-/// the OS user who ran `demo init` as an admin (so the first run shows plaintext).
+/// `owner` (the OS user who ran `demo init`) as an admin (so the first run shows plaintext).
 pub fn demo_policy(owner: Option<&str>) -> String {
     let owner = match owner {
         Some(o) if !["admin", "analyst", "support"].contains(&o) && !o.contains('"') => {
