@@ -193,9 +193,9 @@ echo "== cargo test"
 if [ $# -gt 0 ]; then
   cargo test "$@"
 else
-  cargo test --workspace
+  cargo test --locked --workspace
   echo "== the demo, policy and writes suites (policy and writes over Flight SQL too) with the lakes on S3"
   # --workspace: the binary `cargo test --workspace` built (same features), not a rebuild.
-  CLEARICE_DEMO_ON_S3=1 cargo test --workspace --test sqllogictests -- demo/ policy/ writes/
+  CLEARICE_DEMO_ON_S3=1 cargo test --locked --workspace --test sqllogictests -- demo/ policy/ writes/
   fuzz
 fi

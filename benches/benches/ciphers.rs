@@ -3,6 +3,10 @@
 //! 256-bit keys, 64 KiB pages.
 //!
 //! `cargo bench -p clearice-benches --bench ciphers`
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented pub fn"
+)]
 
 use clearice_crypto::{Algorithm, ModuleCipher, ModuleType};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

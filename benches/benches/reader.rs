@@ -4,6 +4,10 @@
 //! row range read with the page index (page-range decryption).
 //!
 //! `cargo bench -p clearice-benches --bench reader`
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented pub fn"
+)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,10 @@
 //!
 //! `CLEARICE_PYTHON=.../venv/bin/python cargo bench -p clearice-benches --bench s3`
 //! (the venv of `scripts/test.sh`, which has `moto_server`; without it the bench skips).
-
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented pub fn"
+)]
 // A benchmark harness may block: it is not an async worker serving anyone.
 #![allow(clippy::disallowed_methods)]
 

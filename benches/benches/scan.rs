@@ -3,6 +3,10 @@
 //! vs plain (`admin`) on the encrypted lake, in one run.
 //!
 //! `cargo bench -p clearice-benches --bench scan`
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented pub fn"
+)]
 
 use clearice_benches::{Fixture, run};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

@@ -16,6 +16,7 @@
 //! The Iceberg code below (`clearice-iceberg`) never reads the policy: it gets a
 //! [`clearice_crypto::ScanGrant`] per scan and a [`clearice_iceberg::dml::WriteTarget`] per
 //! write, both decided here.
+#![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]

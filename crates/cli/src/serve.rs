@@ -79,6 +79,10 @@ pub async fn run(
     // After a burst, give freed memory back to the OS: every 10 s while no query holds
     // pool memory (the trim runs on a blocking thread and takes milliseconds).
     let idle = Arc::clone(&engine);
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a background timer of the server's IO runtime, aborted when the server stops"
+    )]
     let trimmer = tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

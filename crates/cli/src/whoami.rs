@@ -34,6 +34,7 @@ pub fn os_account() -> Option<String> {
     // SAFETY: getpwuid_r writes into `pwd` and `buf` (whose length we pass) and sets
     // `result` to `&pwd` on success or null; `pw_name` then points into `buf`, which
     // outlives its use here.
+    #[expect(unsafe_code, reason = "the user database has no safe binding in std")]
     unsafe {
         let mut pwd: libc::passwd = std::mem::zeroed();
         let mut result: *mut libc::passwd = std::ptr::null_mut();
@@ -58,7 +59,10 @@ pub fn os_account() -> Option<String> {
 #[cfg(unix)]
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    #[expect(unsafe_code, reason = "std has no safe binding for the effective uid")]
+    unsafe {
+        libc::geteuid()
+    }
 }
 
 /// The account name of the effective uid (not on Unix: none).

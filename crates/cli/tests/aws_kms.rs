@@ -2,7 +2,7 @@
 //! (`moto_server`, started here and stopped afterwards): PyArrow writes PME files whose
 //! keys AWS KMS wraps; ClearIce reads them, rotates the side file's wrapping through the
 //! KMS, and names the KMS when it is unreachable.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 

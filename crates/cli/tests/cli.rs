@@ -1,5 +1,5 @@
 //! The real `clearice` binary: demo init, `-c`/`-f`, formats, errors, `slt`.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 
@@ -655,6 +655,7 @@ fn rand_suffix() -> u32 {
 
 /// Peak RSS of a child, from `wait4` (per child, unlike RUSAGE_CHILDREN, which other tests'
 /// children would contaminate).
+#[expect(unsafe_code, reason = "std has no safe wait4 (a child's own peak RSS)")]
 fn wait_peak_rss_kib(child: std::process::Child) -> (i32, i64) {
     let pid = child.id() as libc::pid_t;
     std::mem::forget(child); // reaped by wait4 below

@@ -1,6 +1,6 @@
 //! Scale-out with real processes: three `clearice worker`s on loopback, one killed with
 //! SIGKILL in the middle of a query.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 

@@ -1,5 +1,5 @@
 //! `clearice serve` queried by the Python ADBC Flight SQL driver as three users.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 

@@ -3,7 +3,7 @@
 //! held by the service, read through the shell and over Flight SQL, with the service
 //! deciding per user and per token; its failures (frozen, stopped, wrong credentials)
 //! end in one clear error within the timeout.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 

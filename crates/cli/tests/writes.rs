@@ -3,7 +3,7 @@
 //! files' column keys and the
 //! manifests' bounds; a write killed before its commit; concurrent INSERTs; ADBC
 //! `executeUpdate` against `clearice serve`; the audit records of writes.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 

@@ -227,6 +227,10 @@ impl Workers {
         let weak = Arc::downgrade(&workers.live);
         let all = Arc::clone(&workers.all);
         let channels = workers.channels.clone();
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the background probe of the IO runtime; it ends when the last clone of the workers is dropped"
+        )]
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(PROBE_EVERY).await;
@@ -319,8 +323,12 @@ impl WorkerResolver for Workers {
 /// The coordinator's cluster: where scans go and how they are signed.
 #[derive(Debug, Clone)]
 pub struct Coordinator {
+    /// The configured workers, and which answer.
     pub workers: Workers,
+    /// Signs the scans sent to them.
     pub signer: Arc<TaskSigner>,
+    /// File groups per worker (`[cluster] partitions_per_worker`); `None`: the session's
+    /// target partitions.
     pub partitions_per_worker: Option<usize>,
 }
 

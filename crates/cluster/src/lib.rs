@@ -22,6 +22,9 @@
 //! secret in the call's `authorization` header, and the worker's server ([`serve`]) answers
 //! any other call `UNAUTHENTICATED` from its headers alone. Messages are bounded by
 //! [`MAX_MESSAGE_BYTES`] on both sides.
+// Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
+#![forbid(unsafe_code)]
 
 mod channels;
 mod codec;

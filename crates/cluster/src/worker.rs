@@ -28,7 +28,9 @@ use crate::signer::TaskSigner;
 /// Plans scans on a worker with its own catalogs and crypto providers.
 #[derive(Debug)]
 pub struct WorkerScans {
+    /// The worker's catalogs, by their names in SQL.
     pub catalogs: Vec<(String, Arc<IcebergCatalogProvider>)>,
+    /// The worker's crypto providers (a scan's provider route is resolved with them).
     pub providers: Arc<Providers>,
 }
 
@@ -94,7 +96,9 @@ impl ScanBuilder for WorkerScans {
 /// its own (decrypted footers do not outlive the query), and ClearIce's codec.
 #[derive(Clone)]
 pub struct WorkerSessions {
+    /// The engine's runtime: object stores, memory pool, disk manager.
     pub runtime: Arc<RuntimeEnv>,
+    /// Decodes stage plans (verifies signed scans, plans them with [`WorkerScans`]).
     pub codec: Arc<ClearIceCodec>,
 }
 

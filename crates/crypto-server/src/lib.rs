@@ -4,6 +4,7 @@
 //! and encrypts PME modules for permitted callers, and writes its own JSON-lines audit.
 //! Key bytes never leave it. The protocol is documented in
 //! [`clearice_crypto::protocol`].
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]
 

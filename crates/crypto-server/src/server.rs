@@ -561,6 +561,10 @@ pub async fn serve(
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 let watcher = graceful.watcher();
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "one task per connection, as hyper serves; graceful shutdown waits for it"
+                )]
                 tokio::spawn(async move {
                     let Ok(Ok(stream)) =
                         tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
@@ -577,6 +581,10 @@ pub async fn serve(
                     .serve_connection(TokioIo::new(stream), svc)
                     .into_owned();
                 let fut = graceful.watch(conn);
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "one task per connection, as hyper serves; graceful shutdown waits for it"
+                )]
                 tokio::spawn(async move {
                     let _ = fut.await;
                 });

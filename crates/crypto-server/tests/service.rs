@@ -2,7 +2,7 @@
 //! encrypted by the service under the key material's data key (checked with that key),
 //! decrypted back, refused for a key without a rule, a body over the size limit refused,
 //! and a graceful shutdown.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 

@@ -19,6 +19,7 @@
 //! let key = clearice_crypto::SecretKey::from_bytes(vec![0; 16]);
 //! println!("{key}");
 //! ```
+#![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]

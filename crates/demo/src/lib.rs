@@ -12,6 +12,7 @@
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -313,6 +314,10 @@ impl DemoService {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the demo crypto service's server task; stopped and awaited by its owner"
+        )]
         let task = tokio::spawn(clearice_crypto_server::serve(
             service,
             listener,

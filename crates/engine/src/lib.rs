@@ -406,6 +406,7 @@ impl Engine {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         // SAFETY: malloc_trim only walks and trims glibc's own free lists; it takes no
         // pointers and is thread-safe.
+        #[expect(unsafe_code, reason = "glibc's malloc_trim has no safe binding")]
         unsafe {
             libc::malloc_trim(0);
         }

@@ -23,6 +23,7 @@
 //! The authenticated user is the policy principal and, with the client address, is in
 //! every audit record. Results stream batch by batch; a client that disconnects drops
 //! the stream, which cancels the query.
+#![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]

@@ -1,5 +1,5 @@
 //! In-process Flight SQL server queried with arrow-flight's own Flight SQL client.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 

@@ -15,6 +15,7 @@
 //! decided by `clearice-access`, which alone reads the policy. Catalogs come from
 //! [`open_sql_catalog`], [`open_rest_catalog`] and [`open_hms_catalog`]; encrypted writes
 //! from [`mod@write`].
+#![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]

@@ -37,6 +37,9 @@
 //! pages     region plaintexts: whole column chunks, single pages (page index reads),
 //!           indexes and Bloom filters
 //! ```
+// Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
+#![forbid(unsafe_code)]
 #![allow(
     deprecated,
     reason = "parquet::format holds parquet 58's only public Thrift types (removed in 59)"

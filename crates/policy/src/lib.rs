@@ -15,6 +15,7 @@
 //! assert_eq!(p.decide("ann", "lake.sales.customers", "ssn").decision, Decision::Mask(Mask::ShowLast4));
 //! assert_eq!(p.decide("ann", "lake.sales.customers", "name").decision, Decision::Plaintext);
 //! ```
+#![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]

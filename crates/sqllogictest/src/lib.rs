@@ -8,6 +8,7 @@
 //! letters, `DataFusion error: ` messages (multi-line errors compared whole), EXPLAIN plans
 //! as numbered rows, `WORKSPACE_ROOT` path normalization, a fresh `scratch/<file stem>/`
 //! directory per file, and the labels `Datafusion` and `clearice` for `skipif`/`onlyif`.
+#![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]

@@ -11,7 +11,7 @@
 //! With `CLEARICE_DEMO_ON_S3=1` the demo lake is written to a bucket of an S3 server
 //! (`moto_server` next to `CLEARICE_PYTHON`, started here on a loopback port), so the
 //! demo and policy suites (and the policy suite over Flight SQL) run against S3.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 

@@ -16,6 +16,9 @@
 //! Iceberg data files are read through [`CATALOG_S3_SCHEME`] URLs (`clearice-s3://bucket`),
 //! which confined sessions cannot address; plain `s3://` is registered for the machine's
 //! own sessions only (standalone files in the shell).
+// Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::ops::Range;

@@ -40,6 +40,7 @@ impl Drop for Proc {
 /// Sends `sig` to our own child.
 pub fn signal(child: &Child, sig: i32) {
     // SAFETY: signalling a child this test started (and has not reaped).
+    #[expect(unsafe_code, reason = "std has no safe call to send a signal")]
     unsafe {
         libc::kill(child.id() as i32, sig);
     }

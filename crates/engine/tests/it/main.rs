@@ -1,6 +1,6 @@
 //! Integration tests of the engine against real files: the PyArrow/PyIceberg interop
 //! lake, parquet-testing's encrypted files, and demo lakes written by ClearIce.
-
+#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
 
