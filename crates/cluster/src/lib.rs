@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Policy decisions, masks and audit records are made once, on the coordinator, when the
-//! table is resolved. A worker receives a [`ScanRequest`]: table, pinned snapshot, columns,
+//! table is resolved. A worker receives a [`ScanRequest`](clearice_access::remote::ScanRequest): table, pinned snapshot, columns,
 //! filters, the master key ids the scan may use and the masks; it unwraps keys with its
 //! own KMS and masks before a batch leaves it. Plans carry no key bytes and no footer.
 //! Each scan is signed with the cluster secret (HMAC-SHA256) and stamped: a worker refuses
@@ -18,7 +18,7 @@
 //! worker's port cannot make it decrypt for a principal the coordinator did not admit.
 //!
 //! Every call to a worker is authenticated before its message is read: the coordinator's
-//! and the workers' own channels ([`ClusterChannels`]) put a credential made with the same
+//! and the workers' own channels (`ClusterChannels`) put a credential made with the same
 //! secret in the call's `authorization` header, and the worker's server ([`serve`]) answers
 //! any other call `UNAUTHENTICATED` from its headers alone. Messages are bounded by
 //! [`MAX_MESSAGE_BYTES`] on both sides.

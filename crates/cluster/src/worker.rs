@@ -139,7 +139,7 @@ impl WorkerSessionBuilder for WorkerSessionsOnChannels {
     }
 }
 
-/// A worker service for `sessions`; it runs only stage plans [`admitted`], and cuts result
+/// A worker service for `sessions`; it runs only stage plans `admitted` (leaves are signed scans), and cuts result
 /// batches so that each message stays under [`MAX_MESSAGE_BYTES`]. Serve it with [`serve`].
 pub fn worker(sessions: WorkerSessions) -> Worker {
     let channels = ClusterChannels::new(Arc::clone(&sessions.codec.signer));
@@ -151,7 +151,7 @@ pub fn worker(sessions: WorkerSessions) -> Worker {
 
 /// Serves `worker` (made by [`worker`]) on `listener` until `shutdown` completes. A call
 /// is authenticated with `signer` from its headers before its message is read
-/// ([`Authenticated`]), and a message over [`MAX_MESSAGE_BYTES`] is refused from its length
+/// (`Authenticated`), and a message over [`MAX_MESSAGE_BYTES`] is refused from its length
 /// prefix.
 pub async fn serve(
     worker: Worker,
