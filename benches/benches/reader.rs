@@ -69,7 +69,7 @@ fn schema() -> Arc<Schema> {
     ]))
 }
 
-fn write(path: &Path, encrypt: bool) {
+fn write(rt: &tokio::runtime::Runtime, path: &Path, encrypt: bool) {
     let mut props = WriterProperties::builder()
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_data_page_row_count_limit(8192)
@@ -77,9 +77,15 @@ fn write(path: &Path, encrypt: bool) {
     if encrypt {
         let kms = keyring();
         let mut material = KeyMaterialWriter::new(&kms);
-        let (footer, footer_md) = material.data_key("kf", true).expect("footer key");
-        let (pii, pii_md) = material.data_key("kc1", false).expect("pii key");
-        let (money, money_md) = material.data_key("kc2", false).expect("money key");
+        let (footer, footer_md) = rt
+            .block_on(material.data_key("kf", true))
+            .expect("footer key");
+        let (pii, pii_md) = rt
+            .block_on(material.data_key("kc1", false))
+            .expect("pii key");
+        let (money, money_md) = rt
+            .block_on(material.data_key("kc2", false))
+            .expect("money key");
         let fep = FileEncryptionProperties::builder(footer.expose().to_vec())
             .with_footer_key_metadata(footer_md)
             .with_column_key_and_metadata("ssn", pii.expose().to_vec(), pii_md.clone())
@@ -268,8 +274,8 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let enc: PathBuf = dir.path().join("encrypted.parquet");
     let plain: PathBuf = dir.path().join("plain.parquet");
-    write(&enc, true);
-    write(&plain, false);
+    write(&rt, &enc, true);
+    write(&rt, &plain, false);
     let resolver = resolver();
     let remote_provider = remote(&rt, dir.path());
     let remote: ProviderRef = remote_provider.clone();

@@ -1,5 +1,12 @@
 //! The `clearice` binary: SQL shell (REPL, `-c`, `-f`), `demo init` and `slt`. The OS
 //! principal of local sessions ([`whoami`]) lives here, above the engine.
+//!
+//! ```text
+//!  clearice [-c SQL | -f FILE | REPL] ─▶ whoami (the OS principal) ─▶ Engine::session
+//!  clearice serve ─▶ clearice-flight (Flight SQL, TLS, users)   clearice worker ─▶ cluster
+//!  clearice demo init / first run ─▶ clearice-demo (owner: the OS principal)
+//!  clearice slt, policy check, keys rotate, crypto-server
+//! ```
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]
@@ -378,11 +385,7 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             action: KeysAction::Rotate { master_key, paths },
         }) => {
             let config = config_or_demo(cli.config.as_deref(), true).await?;
-            let (id, paths) = (master_key.clone(), paths.clone());
-            let report = tokio::task::spawn_blocking(move || {
-                clearice_engine::rotate_master_key(&config, &id, &paths)
-            })
-            .await??;
+            let report = clearice_engine::rotate_master_key(&config, master_key, paths).await?;
             match report.keyring_version {
                 Some(v) => println!("master key '{master_key}': keyring version {v} added"),
                 None => println!("master key '{master_key}': versioned by the KMS"),

@@ -4,6 +4,13 @@
 //! and encrypts PME modules for permitted callers, and writes its own JSON-lines audit.
 //! Key bytes never leave it. The protocol is documented in
 //! [`clearice_crypto::protocol`].
+//!
+//! ```text
+//!  caller ──bearer JWT──▶ auth (issuer, audience, expiry; services by their own secret)
+//!         ──/access, /decrypt, /encrypt, /keys──▶ rules (user or role × key) ─▶ KMS
+//!         ◀── modules decrypted or encrypted here, key material; never key bytes
+//!  every call ─▶ the service's JSON-lines audit
+//! ```
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]

@@ -261,28 +261,21 @@ async fn new_key(State(service): State<Arc<Service>>, headers: HeaderMap, body: 
     };
     let is_footer = req.is_footer_key;
     let id = key_id.clone();
-    // KMS wrap calls may block (AWS KMS): off the async workers.
-    let made = tokio::task::spawn_blocking(move || {
-        clearice_crypto::KeyMaterialWriter::new(kms.as_ref()).data_key(&id, is_footer)
-    })
-    .await;
+    let made = clearice_crypto::KeyMaterialWriter::new(kms.as_ref())
+        .data_key(&id, is_footer)
+        .await;
     match made {
-        Ok(Ok((_dek, material))) => axum::Json(protocol::NewKeyResponse {
+        Ok((_dek, material)) => axum::Json(protocol::NewKeyResponse {
             access,
             key_metadata: BASE64_STANDARD.encode(material),
         })
         .into_response(),
-        Ok(Err(clearice_crypto::Error::UnknownMasterKey { .. })) => error(
+        Err(clearice_crypto::Error::UnknownMasterKey { .. }) => error(
             StatusCode::NOT_FOUND,
             "unknown_key",
             format!("no master key '{key_id}'"),
         ),
-        Ok(Err(e)) => error(StatusCode::BAD_GATEWAY, "kms_unavailable", e.to_string()),
-        Err(e) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("key task failed: {e}"),
-        ),
+        Err(e) => error(StatusCode::BAD_GATEWAY, "kms_unavailable", e.to_string()),
     }
 }
 

@@ -85,7 +85,7 @@ async fn service_encrypts_decrypts_refuses_limits_and_shuts_down() {
     // Key material as a writer makes it; the service alone unwraps it.
     let kms = KeyringKms::from_json(KEYRING).unwrap();
     let mut writer = KeyMaterialWriter::new(&kms);
-    let (dek, material) = writer.data_key("k", false).unwrap();
+    let (dek, material) = writer.data_key("k", false).await.unwrap();
     let key = remote
         .describe_key(&ctx, Bytes::from(material))
         .await
@@ -182,7 +182,7 @@ async fn service_encrypts_decrypts_refuses_limits_and_shuts_down() {
         }
         other => panic!("expected Denied, got {other:?}"),
     }
-    let (_, nobody) = writer.data_key("nobody", false).unwrap();
+    let (_, nobody) = writer.data_key("nobody", false).await.unwrap();
     let nobody = remote
         .describe_key(&ctx, Bytes::from(nobody))
         .await

@@ -49,6 +49,8 @@ pub struct AwsKms {
     endpoint: String,
     credentials: Credentials,
     timeout: Duration,
+    /// One pooled HTTP client for every call (its connections are reused).
+    client: reqwest::Client,
 }
 
 impl std::fmt::Debug for AwsKms {
@@ -217,11 +219,18 @@ impl AwsKms {
         if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
             return Err(err(format!("endpoint '{endpoint}' is not http(s)://")));
         }
+        let timeout = config.timeout.unwrap_or(Duration::from_secs(10));
+        let client = reqwest::Client::builder()
+            .use_rustls_tls()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| err(format!("HTTP client: {e}")))?;
         Ok(Self {
             region,
             endpoint,
             credentials,
-            timeout: config.timeout.unwrap_or(Duration::from_secs(10)),
+            timeout,
+            client,
         })
     }
 
@@ -273,9 +282,8 @@ impl AwsKms {
         headers
     }
 
-    /// One KMS API call (on a thread of its own: the [`Kms`] trait is synchronous and
-    /// may be called from anywhere, also inside a runtime).
-    fn call(
+    /// One KMS API call, through the pooled client.
+    async fn call(
         &self,
         target: &str,
         key_id: &str,
@@ -291,40 +299,23 @@ impl AwsKms {
         let headers = self.sign(target, &body, &amz_date);
         let url = format!("{}/", self.endpoint);
         let timeout = self.timeout;
-        let run = move || -> std::result::Result<(u16, Vec<u8>), String> {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            rt.block_on(async move {
-                let client = reqwest::Client::builder()
-                    .use_rustls_tls()
-                    .timeout(timeout)
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                let mut req = client.post(&url).body(body);
-                for (k, v) in headers {
-                    req = req.header(k, v);
+        let mut req = self.client.post(&url).body(body);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        let resp = req.send().await.map_err(|e| {
+            err(if e.is_timeout() {
+                format!("{url}: no answer within {:.1} s", timeout.as_secs_f64())
+            } else {
+                let mut s: &dyn std::error::Error = &e;
+                while let Some(next) = s.source() {
+                    s = next;
                 }
-                let resp = req.send().await.map_err(|e| {
-                    if e.is_timeout() {
-                        format!("{url}: no answer within {:.1} s", timeout.as_secs_f64())
-                    } else {
-                        let mut s: &dyn std::error::Error = &e;
-                        while let Some(next) = s.source() {
-                            s = next;
-                        }
-                        format!("{url}: {s}")
-                    }
-                })?;
-                let status = resp.status().as_u16();
-                let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
-                Ok((status, bytes.to_vec()))
+                format!("{url}: {s}")
             })
-        };
-        let (status, bytes) = std::thread::scope(|s| s.spawn(run).join())
-            .map_err(|_| err("KMS call thread panicked".into()))?
-            .map_err(err)?;
+        })?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(|e| err(e.to_string()))?;
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
         if status == 200 {
             return Ok(v);
@@ -354,17 +345,20 @@ impl AwsKms {
     }
 }
 
+#[async_trait::async_trait]
 impl Kms for AwsKms {
     fn name(&self) -> &str {
         "aws"
     }
 
-    fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String> {
-        let v = self.call(
-            "Encrypt",
-            master_key_id,
-            serde_json::json!({"KeyId": master_key_id, "Plaintext": BASE64_STANDARD.encode(key)}),
-        )?;
+    async fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String> {
+        let v = self
+            .call(
+                "Encrypt",
+                master_key_id,
+                serde_json::json!({"KeyId": master_key_id, "Plaintext": BASE64_STANDARD.encode(key)}),
+            )
+            .await?;
         v["CiphertextBlob"]
             .as_str()
             .map(str::to_owned)
@@ -374,12 +368,14 @@ impl Kms for AwsKms {
             })
     }
 
-    fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
-        let v = self.call(
-            "Decrypt",
-            master_key_id,
-            serde_json::json!({"KeyId": master_key_id, "CiphertextBlob": wrapped.trim()}),
-        )?;
+    async fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
+        let v = self
+            .call(
+                "Decrypt",
+                master_key_id,
+                serde_json::json!({"KeyId": master_key_id, "CiphertextBlob": wrapped.trim()}),
+            )
+            .await?;
         let plain = Zeroizing::new(v["Plaintext"].as_str().unwrap_or_default().to_owned());
         BASE64_STANDARD
             .decode(plain.as_bytes())

@@ -16,15 +16,17 @@ use crate::secret::SecretKey;
 
 /// A key management service that wraps and unwraps keys under master keys it holds.
 ///
-/// Implementations are synchronous: the embedded keyring is local. Remote KMS clients
-/// (later) sit behind the same cache, which asks once per master key and KEK.
+/// Asynchronous, as iceberg-rust's `KeyManagementClient` is: a remote KMS (AWS KMS) is an
+/// HTTP call on the caller's runtime, through one pooled client per KMS. The embedded
+/// keyring answers at once. The resolver's KEK cache asks once per master key and KEK.
+#[async_trait::async_trait]
 pub trait Kms: Send + Sync + std::fmt::Debug {
     /// Name used in error messages (e.g. `keyring`).
     fn name(&self) -> &str;
     /// Wraps `key` under master key `master_key_id`; the result is text (base64).
-    fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String>;
+    async fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String>;
     /// Unwraps a key wrapped by [`Kms::wrap_key`].
-    fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey>;
+    async fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey>;
     /// Whether the KMS holds `master_key_id`, when it can tell without a call
     /// (`None`: unknown until an unwrap is tried).
     fn has_master_key(&self, master_key_id: &str) -> Option<bool> {
@@ -167,12 +169,13 @@ impl KeyringKms {
     }
 }
 
+#[async_trait::async_trait]
 impl Kms for KeyringKms {
     fn name(&self) -> &str {
         "keyring"
     }
 
-    fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String> {
+    async fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String> {
         let master = self
             .versions(master_key_id)?
             .last()
@@ -194,7 +197,7 @@ impl Kms for KeyringKms {
         Some(self.keys.contains_key(master_key_id))
     }
 
-    fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
+    async fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
         let versions = self.versions(master_key_id)?;
         let err = || Error::Unwrap {
             kms: self.name().into(),
@@ -222,33 +225,37 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn wrap_then_unwrap_round_trips_for_128_and_192_bit_masters() {
+    #[tokio::test]
+    async fn wrap_then_unwrap_round_trips_for_128_and_192_bit_masters() {
         let kms = keyring();
         for id in ["k16", "k24"] {
-            let w = kms.wrap_key(b"0123456789abcdef", id).unwrap();
+            let w = kms.wrap_key(b"0123456789abcdef", id).await.unwrap();
             assert_eq!(
-                kms.unwrap_key(&w, id).unwrap().expose(),
+                kms.unwrap_key(&w, id).await.unwrap().expose(),
                 b"0123456789abcdef"
             );
         }
     }
 
-    #[test]
-    fn unwrap_under_other_master_key_id_fails() {
+    #[tokio::test]
+    async fn unwrap_under_other_master_key_id_fails() {
         let kms = KeyringKms::from_json(
             r#"{"a":"MDEyMzQ1Njc4OTAxMjM0NQ==","b":"MDEyMzQ1Njc4OTAxMjM0NQ=="}"#,
         )
         .unwrap();
-        let w = kms.wrap_key(b"0123456789abcdef", "a").unwrap();
+        let w = kms.wrap_key(b"0123456789abcdef", "a").await.unwrap();
         // same key bytes, different id: the AAD differs
-        assert!(matches!(kms.unwrap_key(&w, "b"), Err(Error::Unwrap { .. })));
+        assert!(matches!(
+            kms.unwrap_key(&w, "b").await,
+            Err(Error::Unwrap { .. })
+        ));
     }
 
-    #[test]
-    fn unknown_master_key_is_named() {
+    #[tokio::test]
+    async fn unknown_master_key_is_named() {
         let err = keyring()
             .unwrap_key("AAAA", "nope")
+            .await
             .unwrap_err()
             .to_string();
         assert!(err.contains("'nope'"), "{err}");
@@ -260,22 +267,22 @@ mod tests {
         assert!(err.contains("'short'") && !err.contains("MDEy"), "{err}");
     }
 
-    #[test]
-    fn rotation_wraps_with_the_new_version_and_unwraps_both() {
+    #[tokio::test]
+    async fn rotation_wraps_with_the_new_version_and_unwraps_both() {
         let mut kms = keyring();
-        let old = kms.wrap_key(b"0123456789abcdef", "k16").unwrap();
+        let old = kms.wrap_key(b"0123456789abcdef", "k16").await.unwrap();
         assert_eq!(kms.rotate("k16").unwrap(), 2);
-        let new = kms.wrap_key(b"0123456789abcdef", "k16").unwrap();
+        let new = kms.wrap_key(b"0123456789abcdef", "k16").await.unwrap();
         let reloaded = KeyringKms::from_json(&kms.to_json()).unwrap();
         for w in [&old, &new] {
             assert_eq!(
-                reloaded.unwrap_key(w, "k16").unwrap().expose(),
+                reloaded.unwrap_key(w, "k16").await.unwrap().expose(),
                 b"0123456789abcdef"
             );
         }
         // the new wrap is not under the old version
         let only_old = keyring();
-        assert!(only_old.unwrap_key(&new, "k16").is_err());
+        assert!(only_old.unwrap_key(&new, "k16").await.is_err());
     }
 
     #[test]

@@ -2,7 +2,16 @@
 //! interface and its [`LocalProvider`], module ciphers and AADs ([`modules`]), KMS
 //! clients, PME key material
 //! (PKMT1, double wrapping, internal and external storage) and a cached
-//! [`KeyResolver`] that hands parquet-rs data keys through its `KeyRetriever` hook.
+//! [`KeyResolver`] that turns a file's key metadata into data keys (KMS calls are
+//! asynchronous, behind a KEK cache).
+//!
+//! ```text
+//!  ScanGrant (what a scan may decrypt, as whom) ─▶ CryptoProvider (LocalProvider,
+//!    RemoteProvider, RoutedProvider by key) ─▶ describe_key / release_key / decrypt
+//!  LocalProvider ─▶ FileKeyRetriever (per file: scope check, DEK cache, side file)
+//!    ─▶ KeyResolver (KEK cache) ─▶ Kms (keyring, AWS KMS; async) ─▶ SecretKey
+//!  writers ─▶ KeyMaterialWriter (fresh DEKs, PKMT1 material, one KEK per master key)
+//! ```
 //!
 //! This crate sits below the table and engine crates and has no DataFusion
 //! dependency: it is the audit surface for key handling. Keys are [`SecretKey`]s:
@@ -10,9 +19,11 @@
 //!
 //! ```
 //! use clearice_crypto::{KeyringKms, Kms};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let kms = KeyringKms::from_json(r#"{"k":"MDEyMzQ1Njc4OTAxMjM0NQ=="}"#).unwrap();
-//! let wrapped = kms.wrap_key(b"0123456789abcdef", "k").unwrap();
-//! assert_eq!(kms.unwrap_key(&wrapped, "k").unwrap().expose(), b"0123456789abcdef");
+//! let wrapped = kms.wrap_key(b"0123456789abcdef", "k").await.unwrap();
+//! assert_eq!(kms.unwrap_key(&wrapped, "k").await.unwrap().expose(), b"0123456789abcdef");
+//! # }
 //! ```
 //! [`SecretKey`] has no `Display`, so it cannot reach a log line:
 //! ```compile_fail

@@ -60,13 +60,13 @@ impl LocalProvider {
     async fn key(&self, ctx: &CallContext, key: &KeyRef) -> Result<SecretKey, ProviderError> {
         let retriever = self.retriever(&ctx.file);
         let metadata = key.key_metadata.clone();
-        // Cached and explicit keys resolve in place; KMS calls and side files go to the
-        // blocking pool.
-        if !retriever.may_block(&metadata, true) {
-            return Ok(retriever.resolve(&metadata)?);
+        // A side file is read on the blocking pool (once per file); the KMS is called on
+        // this task, asynchronously.
+        if retriever.may_block(&metadata) {
+            let (r, m) = (Arc::clone(&retriever), metadata.clone());
+            self.blocking(move || Ok(r.describe(&m).map(drop)?)).await?;
         }
-        self.blocking(move || Ok(retriever.resolve(&metadata)?))
-            .await
+        Ok(retriever.resolve(&metadata).await?)
     }
 }
 
@@ -84,7 +84,7 @@ impl CryptoProvider for LocalProvider {
         let retriever = self.retriever(&ctx.file);
         // Internal key material and explicit keys are described in place; a side file to
         // read goes to the blocking pool.
-        let in_place = !retriever.may_block(&key_metadata, false);
+        let in_place = !retriever.may_block(&key_metadata);
         let describe = move || {
             let info = retriever.describe(&key_metadata)?;
             Ok(KeyRef {

@@ -515,7 +515,7 @@ impl CryptoProvider for RemoteProvider {
         key_metadata: Bytes,
     ) -> Result<KeyRef, ProviderError> {
         let retriever = self.retrievers.get(&ctx.file);
-        let in_place = !retriever.may_block(&key_metadata, false);
+        let in_place = !retriever.may_block(&key_metadata);
         let describe = move || -> Result<KeyRef, ProviderError> {
             let info = retriever.describe(&key_metadata)?;
             // The service cannot read side files: external material goes inline.

@@ -2,7 +2,7 @@
 //! local DEK decryption, external (side file) key material and explicit keys.
 //!
 //! ```text
-//!  parquet-rs ──key metadata──▶ FileKeyRetriever ──▶ KeyResolver ──unwrap KEK──▶ Kms
+//!  reader ──key metadata──▶ FileKeyRetriever ──▶ KeyResolver ──unwrap KEK──▶ Kms (async)
 //!                                 (per file: DEK      (process: KEK cache,
 //!                                  cache, side file)   explicit keys)
 //! ```
@@ -128,7 +128,7 @@ impl KeyResolver {
         self.kms.as_ref()
     }
 
-    fn kms_unwrap(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
+    async fn kms_unwrap(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
         let kms = self.kms.as_ref().ok_or_else(|| Error::UnknownMasterKey {
             kms: "none configured".into(),
             key_id: master_key_id.into(),
@@ -146,7 +146,7 @@ impl KeyResolver {
             .expect("counts")
             .entry(master_key_id.to_owned())
             .or_default() += 1;
-        let key = kms.unwrap_key(wrapped, master_key_id)?;
+        let key = kms.unwrap_key(wrapped, master_key_id).await?;
         tracing::debug!(master_key_id, "KMS unwrapped a key");
         self.keks
             .lock()
@@ -155,32 +155,16 @@ impl KeyResolver {
         Ok(key)
     }
 
-    /// Whether unwrapping `m`'s data key needs the KMS (its KEK, or its DEK when single
-    /// wrapped, is not in the cache): the call may block on the network.
-    pub fn needs_kms(&self, m: &KeyMaterial) -> bool {
-        let wrapped = if m.double_wrapping {
-            m.wrapped_kek.as_deref().unwrap_or_default()
-        } else {
-            &m.wrapped_dek
-        };
-        let cache_key = (m.master_key_id.clone(), wrapped.to_owned());
-        self.keks
-            .lock()
-            .expect("kek cache")
-            .get(&cache_key)
-            .is_none_or(|(_, at)| at.elapsed() >= self.ttl)
-    }
-
     /// Resolves one key material record to its data key.
-    pub fn data_key(&self, m: &KeyMaterial, file: Option<&str>) -> Result<SecretKey> {
+    pub async fn data_key(&self, m: &KeyMaterial, file: Option<&str>) -> Result<SecretKey> {
         m.check_complete(file)?;
         if !m.double_wrapping {
-            return self.kms_unwrap(&m.wrapped_dek, &m.master_key_id);
+            return self.kms_unwrap(&m.wrapped_dek, &m.master_key_id).await;
         }
         let (Some(kek_id), Some(wrapped_kek)) = (&m.kek_id, &m.wrapped_kek) else {
             unreachable!("checked by check_complete")
         };
-        let kek = self.kms_unwrap(wrapped_kek, &m.master_key_id)?;
+        let kek = self.kms_unwrap(wrapped_kek, &m.master_key_id).await?;
         let bad = |reason: &str| Error::KeyMaterial {
             file: file.map(Into::into),
             reason: reason.into(),
@@ -365,28 +349,19 @@ impl FileKeyRetriever {
         self.external_material(&reference)
     }
 
-    /// Whether [`Self::describe`] or [`Self::resolve`] of this key metadata may block (a
-    /// side file to read, a KMS to ask); `false` when everything is at hand or cached.
-    pub fn may_block(&self, key_metadata: &[u8], resolve: bool) -> bool {
-        if resolve
-            && self
-                .deks
-                .lock()
-                .expect("dek cache")
-                .contains_key(key_metadata)
-        {
-            return false;
-        }
+    /// Whether [`Self::describe`] (and so [`Self::resolve`]) of this key metadata reads a
+    /// side file (blocking: do it on a blocking thread first, it is read once per file);
+    /// `false` when everything is at hand. KMS calls are asynchronous and never block.
+    pub fn may_block(&self, key_metadata: &[u8]) -> bool {
         match KeyMaterial::parse(key_metadata, Some(&self.file)) {
-            Ok(Some(m)) if !m.internal_storage => self.external.get().is_none() || resolve,
-            Ok(Some(m)) => resolve && self.resolver.needs_kms(&m),
-            // Explicit keys and malformed material: no IO.
-            Ok(None) | Err(_) => false,
+            Ok(Some(m)) if !m.internal_storage => self.external.get().is_none(),
+            // Internal material, explicit keys and malformed material: no IO.
+            Ok(_) | Err(_) => false,
         }
     }
 
-    /// Resolves key metadata to a key.
-    pub fn resolve(&self, key_metadata: &[u8]) -> Result<SecretKey> {
+    /// Resolves key metadata to a key (describing it in place: see [`Self::may_block`]).
+    pub async fn resolve(&self, key_metadata: &[u8]) -> Result<SecretKey> {
         if let Some(k) = self.deks.lock().expect("dek cache").get(key_metadata) {
             return Ok(k.clone());
         }
@@ -398,7 +373,7 @@ impl FileKeyRetriever {
         }
         let info = self.describe(key_metadata)?;
         self.scope.check(&info)?;
-        let key = self.resolve_described(&info)?;
+        let key = self.resolve_described(&info).await?;
         self.deks
             .lock()
             .expect("dek cache")
@@ -407,9 +382,9 @@ impl FileKeyRetriever {
     }
 
     /// Resolves a described key (no scope check: the caller made it).
-    pub fn resolve_described(&self, info: &KeyInfo) -> Result<SecretKey> {
+    pub async fn resolve_described(&self, info: &KeyInfo) -> Result<SecretKey> {
         match &info.material {
-            Some(m) => self.resolver.data_key(m, Some(&self.file)),
+            Some(m) => self.resolver.data_key(m, Some(&self.file)).await,
             None => self
                 .resolver
                 .explicit
@@ -495,11 +470,28 @@ impl KeyScope {
     }
 }
 
+/// parquet-rs's own, synchronous key hook, for its reader as an oracle (tests and
+/// benchmarks compare ClearIce's reader with it). ClearIce's reader never goes through it.
+/// A key not yet cached is resolved on a runtime of its own on another thread, so the
+/// caller's runtime is never blocked on itself.
 impl KeyRetriever for FileKeyRetriever {
     fn retrieve_key(&self, key_metadata: &[u8]) -> parquet::errors::Result<Vec<u8>> {
-        self.resolve(key_metadata)
+        let named = |e: String| ParquetError::General(format!("file '{}': {e}", self.file));
+        if let Some(k) = self.deks.lock().expect("dek cache").get(key_metadata) {
+            return Ok(k.expose().to_vec());
+        }
+        let resolve = || -> std::result::Result<SecretKey, String> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(self.resolve(key_metadata))
+                .map_err(|e| e.to_string())
+        };
+        std::thread::scope(|s| s.spawn(resolve).join())
+            .map_err(|_| named("key resolution panicked".into()))?
             .map(|k| k.expose().to_vec())
-            .map_err(|e| ParquetError::General(format!("file '{}': {e}", self.file)))
+            .map_err(named)
     }
 }
 
@@ -518,10 +510,10 @@ mod tests {
         ))
     }
 
-    fn material(r: &KeyResolver, dek: &[u8]) -> String {
+    async fn material(r: &KeyResolver, dek: &[u8]) -> String {
         let kek = [9u8; 16];
         let kek_id = [3u8; 16];
-        let wrapped_kek = r.kms().unwrap().wrap_key(&kek, "m").unwrap();
+        let wrapped_kek = r.kms().unwrap().wrap_key(&kek, "m").await.unwrap();
         let wrapped_dek = aes::encrypt(&kek, &aes::random_nonce(), dek, &kek_id).unwrap();
         format!(
             r#"{{"keyMaterialType":"PKMT1","internalStorage":true,"isFooterKey":false,"masterKeyID":"m","wrappedDEK":"{}","doubleWrapping":true,"keyEncryptionKeyID":"{}","wrappedKEK":"{}"}}"#,
@@ -531,22 +523,31 @@ mod tests {
         )
     }
 
-    #[test]
-    fn double_wrapped_key_resolves_and_kms_is_asked_once() {
+    #[tokio::test]
+    async fn double_wrapped_key_resolves_and_kms_is_asked_once() {
         let r = resolver();
-        let m = material(&r, b"fedcba9876543210");
+        let m = material(&r, b"fedcba9876543210").await;
         let a = r.retriever_for_file("a.parquet", None);
         let b = r.retriever_for_file("b.parquet", None);
-        assert_eq!(a.retrieve_key(m.as_bytes()).unwrap(), b"fedcba9876543210");
-        assert_eq!(a.retrieve_key(m.as_bytes()).unwrap(), b"fedcba9876543210");
-        assert_eq!(b.retrieve_key(m.as_bytes()).unwrap(), b"fedcba9876543210");
+        assert_eq!(
+            a.resolve(m.as_bytes()).await.unwrap().expose(),
+            b"fedcba9876543210"
+        );
+        assert_eq!(
+            a.resolve(m.as_bytes()).await.unwrap().expose(),
+            b"fedcba9876543210"
+        );
+        assert_eq!(
+            b.resolve(m.as_bytes()).await.unwrap().expose(),
+            b"fedcba9876543210"
+        );
         assert_eq!(r.kms_unwrap_count(), 1);
     }
 
-    #[test]
-    fn external_material_is_read_from_the_side_file() {
+    #[tokio::test]
+    async fn external_material_is_read_from_the_side_file() {
         let r = resolver();
-        let m = material(&r, b"fedcba9876543210");
+        let m = material(&r, b"fedcba9876543210").await;
         let side = serde_json::to_vec(&HashMap::from([("columnKey0".to_string(), m)])).unwrap();
         let reader: SideFileReader = Arc::new(move |p: &str| {
             assert_eq!(p, "/d/_KEY_MATERIAL_FOR_x.parquet.json");
@@ -554,18 +555,20 @@ mod tests {
         });
         let ret = r.retriever_for_file("/d/x.parquet", Some(reader));
         let key = ret
-            .retrieve_key(br#"{"keyMaterialType":"PKMT1","internalStorage":false,"keyReference":"columnKey0"}"#)
+            .resolve(br#"{"keyMaterialType":"PKMT1","internalStorage":false,"keyReference":"columnKey0"}"#)
+            .await
             .unwrap();
-        assert_eq!(key, b"fedcba9876543210");
+        assert_eq!(key.expose(), b"fedcba9876543210");
     }
 
-    #[test]
-    fn missing_side_file_is_a_clear_error() {
+    #[tokio::test]
+    async fn missing_side_file_is_a_clear_error() {
         let r = resolver();
         let reader: SideFileReader = Arc::new(|_: &str| Ok(None));
         let e = r
             .retriever_for_file("/d/x.parquet", Some(reader))
             .resolve(br#"{"keyMaterialType":"PKMT1","internalStorage":false,"keyReference":"k"}"#)
+            .await
             .unwrap_err()
             .to_string();
         assert!(
@@ -574,15 +577,16 @@ mod tests {
         );
     }
 
-    #[test]
-    fn scoped_retriever_refuses_other_master_keys_without_asking_the_kms() {
+    #[tokio::test]
+    async fn scoped_retriever_refuses_other_master_keys_without_asking_the_kms() {
         let r = resolver();
-        let m = material(&r, b"fedcba9876543210");
+        let m = material(&r, b"fedcba9876543210").await;
         let before = r.kms_unwrap_count();
         let scope = KeyScope::MasterKeys(["other".to_string()].into());
         let e = r
             .scoped_retriever("f", None, scope)
             .resolve(m.as_bytes())
+            .await
             .unwrap_err()
             .to_string();
         assert!(e.contains("'m'") && e.contains("not requested"), "{e}");
@@ -591,6 +595,7 @@ mod tests {
         assert!(
             r.scoped_retriever("f", None, scope)
                 .resolve(m.as_bytes())
+                .await
                 .is_ok()
         );
         assert_eq!(r.kms_unwrap_count_for("m"), before + 1);
@@ -624,8 +629,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn explicit_key_ids_resolve_and_unknown_ids_are_named() {
+    #[tokio::test]
+    async fn explicit_key_ids_resolve_and_unknown_ids_are_named() {
         let r = Arc::new(KeyResolver::new(
             None,
             HashMap::from([(
@@ -635,8 +640,11 @@ mod tests {
             DEFAULT_KEY_CACHE_TTL,
         ));
         let ret = r.retriever_for_file("f", None);
-        assert_eq!(ret.retrieve_key(b"kf").unwrap(), b"0123456789012345");
-        let e = ret.resolve(b"kc9").unwrap_err().to_string();
+        assert_eq!(
+            ret.resolve(b"kf").await.unwrap().expose(),
+            b"0123456789012345"
+        );
+        let e = ret.resolve(b"kc9").await.unwrap_err().to_string();
         assert!(e.contains("'kc9'"), "{e}");
     }
 }

@@ -19,7 +19,7 @@ use crate::resolver::KeyResolver;
 /// Re-wraps the records of `side_file` (a side file's JSON text) that name
 /// `master_key_id`; returns the new text and how many records changed (`0`: leave the
 /// file alone). `path` names the file in errors.
-pub fn rotate_side_file(
+pub async fn rotate_side_file(
     side_file: &str,
     path: &str,
     master_key_id: &str,
@@ -45,13 +45,13 @@ pub fn rotate_side_file(
             out.insert(reference, text);
             continue;
         }
-        let dek = resolver.data_key(&material, Some(path))?;
+        let dek = resolver.data_key(&material, Some(path)).await?;
         let mut v: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(&text).map_err(|e| bad(format!("entry '{reference}': {e}")))?;
         if material.double_wrapping {
             let wk = match &wrapped_kek {
                 Some(w) => w,
-                None => wrapped_kek.insert(kms.wrap_key(&kek, master_key_id)?),
+                None => wrapped_kek.insert(kms.wrap_key(&kek, master_key_id).await?),
             };
             let aad = BASE64_STANDARD.decode(&kek_id).expect("own base64");
             let wrapped_dek = aes::encrypt(&kek, &aes::random_nonce(), dek.expose(), &aad)
@@ -68,7 +68,7 @@ pub fn rotate_side_file(
         } else {
             v.insert(
                 "wrappedDEK".into(),
-                kms.wrap_key(dek.expose(), master_key_id)?.into(),
+                kms.wrap_key(dek.expose(), master_key_id).await?.into(),
             );
         }
         out.insert(

@@ -41,14 +41,14 @@ impl<'a> KeyMaterialWriter<'a> {
     }
 
     /// A fresh 128-bit DEK under `master_key_id`, and its key material (JSON bytes).
-    pub fn data_key(
+    pub async fn data_key(
         &mut self,
         master_key_id: &str,
         is_footer_key: bool,
     ) -> Result<(SecretKey, Vec<u8>)> {
         if !self.keks.contains_key(master_key_id) {
             let key = SecretKey::from_bytes(rand::random::<[u8; 16]>().to_vec());
-            let wrapped = self.kms.wrap_key(key.expose(), master_key_id)?;
+            let wrapped = self.kms.wrap_key(key.expose(), master_key_id).await?;
             let id_b64 = BASE64_STANDARD.encode(rand::random::<[u8; 16]>());
             self.keks.insert(
                 master_key_id.to_owned(),
@@ -94,12 +94,12 @@ mod tests {
     use crate::{KeyResolver, KeyringKms};
     use std::sync::Arc;
 
-    #[test]
-    fn written_material_resolves_back_to_the_same_key_with_one_kek_per_master_key() {
+    #[tokio::test]
+    async fn written_material_resolves_back_to_the_same_key_with_one_kek_per_master_key() {
         let kms = KeyringKms::from_json(r#"{"m":"MDEyMzQ1Njc4OTAxMjM0NQ=="}"#).unwrap();
         let mut w = KeyMaterialWriter::new(&kms);
-        let (k1, m1) = w.data_key("m", false).unwrap();
-        let (k2, m2) = w.data_key("m", true).unwrap();
+        let (k1, m1) = w.data_key("m", false).await.unwrap();
+        let (k2, m2) = w.data_key("m", true).await.unwrap();
         assert_ne!(k1, k2);
         let r = Arc::new(KeyResolver::new(
             Some(Arc::new(kms)),
@@ -107,8 +107,8 @@ mod tests {
             crate::DEFAULT_KEY_CACHE_TTL,
         ));
         let f = r.retriever_for_file("f", None);
-        assert_eq!(f.resolve(&m1).unwrap(), k1);
-        assert_eq!(f.resolve(&m2).unwrap(), k2);
+        assert_eq!(f.resolve(&m1).await.unwrap(), k1);
+        assert_eq!(f.resolve(&m2).await.unwrap(), k2);
         assert_eq!(r.kms_unwrap_count(), 1);
     }
 }

@@ -3,6 +3,12 @@
 //! engine (which it only needs for [`Error`]); the CLI passes the OS account that runs it
 //! as [`DemoOptions::owner`].
 //!
+//! ```text
+//!  init_with(DIR, DemoOptions) ─▶ keyring.json, policy.toml, clearice.toml
+//!    ─▶ SQLite Iceberg catalog ─▶ seeded rows ─▶ clearice-iceberg's encrypted writes
+//!       (PME per column: pii_key, finance_key; footer_key) ─▶ DIR/warehouse or S3
+//! ```
+//!
 //! ```no_run
 //! # async fn f() -> Result<(), clearice_engine::Error> {
 //! let config = clearice_demo::init("demo".as_ref()).await?;

@@ -2,6 +2,16 @@
 //! sets up key resolution, and builds DataFusion sessions in which encrypted Iceberg
 //! tables and standalone PME Parquet files decrypt transparently.
 //!
+//! ```text
+//!  Config::load ─▶ Engine::open: catalogs (SQL, REST, Hive), KeyResolver and crypto
+//!                  providers, policy, audit log, [cluster] signer
+//!  Engine::session_as(Caller) ─▶ Session::sql / sql_stream / execute
+//!    parse ─▶ route (every DataFusion statement kind, no wildcard) ─▶ clearice-access
+//!    checks (named columns, write rules, confinement) ─▶ execute on the CpuExecutor
+//!    ─▶ AuditedStream ─▶ one audit record per table access, with the outcome
+//!  Engine::distribute ─▶ clearice-cluster's coordinator; Engine::serve_worker ─▶ worker
+//! ```
+//!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = clearice_engine::Config::load("clearice.toml".as_ref())?;

@@ -25,12 +25,9 @@ pub struct RotationReport {
 /// Rotates `master_key_id`: a new keyring version (the keyring KMS; AWS KMS rotates its
 /// key material itself), then every external key material side file under `roots`
 /// (default: the catalogs' `file://` warehouses) re-wrapped under it. The keyring is
-/// written first (atomically), so a failure midway leaves every file readable. Blocking.
-#[expect(
-    clippy::disallowed_methods,
-    reason = "a one-off admin command run on a blocking thread"
-)]
-pub fn rotate_master_key(
+/// written first (atomically), so a failure midway leaves every file readable. File IO
+/// runs on blocking threads; the KMS is called asynchronously.
+pub async fn rotate_master_key(
     config: &Config,
     master_key_id: &str,
     roots: &[PathBuf],
@@ -47,12 +44,21 @@ pub fn rotate_master_key(
     let (kms, keyring_version): (Arc<dyn Kms>, Option<usize>) = match kms_config.kind {
         KmsKind::Keyring => {
             let path = config.resolve(kms_config.path.as_ref().expect("validated at load"));
-            let mut keyring = KeyringKms::from_file(&path)?;
-            let version = keyring.rotate(master_key_id)?;
-            write_atomically(&path, keyring.to_json().as_bytes(), true)?;
+            let id = master_key_id.to_owned();
+            let (keyring, version) = blocking(config, move || {
+                let mut keyring = KeyringKms::from_file(&path)?;
+                let version = keyring.rotate(&id)?;
+                write_atomically(&path, keyring.to_json().as_bytes(), true)?;
+                Ok((keyring, version))
+            })
+            .await?;
             (Arc::new(keyring), Some(version))
         }
-        KmsKind::Aws => (Arc::new(AwsKms::new(&kms_config.aws())?), None),
+        KmsKind::Aws => {
+            let aws = kms_config.aws();
+            let kms = blocking(config, move || Ok(AwsKms::new(&aws)?)).await?;
+            (Arc::new(kms), None)
+        }
     };
     let resolver = KeyResolver::new(
         Some(Arc::clone(&kms)),
@@ -71,14 +77,18 @@ pub fn rotate_master_key(
             }
         }
     }
-    let mut side_files = Vec::new();
-    for r in &roots {
-        collect_side_files(r, &mut side_files).map_err(|e| Error::ConfigValue {
-            path: r.display().to_string(),
-            key: "keys rotate".into(),
-            reason: e.to_string(),
-        })?;
-    }
+    let side_files = blocking(config, move || {
+        let mut side_files = Vec::new();
+        for r in &roots {
+            collect_side_files(r, &mut side_files).map_err(|e| Error::ConfigValue {
+                path: r.display().to_string(),
+                key: "keys rotate".into(),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(side_files)
+    })
+    .await?;
     let mut report = RotationReport {
         keyring_version,
         side_files: 0,
@@ -86,21 +96,41 @@ pub fn rotate_master_key(
     };
     for f in side_files {
         let shown = f.display().to_string();
-        let text = std::fs::read_to_string(&f).map_err(|e| {
-            clearice_crypto::Error::ExternalKeyMaterial {
-                path: shown.clone(),
-                reason: e.to_string(),
-            }
-        })?;
+        let (file, path) = (f.clone(), shown.clone());
+        let text = blocking(config, move || {
+            #[expect(clippy::disallowed_methods, reason = "on a blocking thread")]
+            let text = std::fs::read_to_string(&file).map_err(|e| {
+                clearice_crypto::Error::ExternalKeyMaterial {
+                    path,
+                    reason: e.to_string(),
+                }
+            })?;
+            Ok(text)
+        })
+        .await?;
         let (new, changed) =
-            rotate_side_file(&text, &shown, master_key_id, &resolver, kms.as_ref())?;
+            rotate_side_file(&text, &shown, master_key_id, &resolver, kms.as_ref()).await?;
         if changed > 0 {
-            write_atomically(&f, new.as_bytes(), false)?;
+            blocking(config, move || write_atomically(&f, new.as_bytes(), false)).await?;
             report.side_files += 1;
             report.keys += changed;
         }
     }
     Ok(report)
+}
+
+/// Runs `f` (file IO) on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    config: &Config,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::ConfigValue {
+            path: config.source.clone(),
+            key: "keys rotate".into(),
+            reason: format!("rotation task failed: {e}"),
+        })?
 }
 
 fn collect_side_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {

@@ -254,18 +254,18 @@ impl FileWriter {
                 },
             );
         }
-        // Encoding, encryption, key wrapping (a KMS call) and metrics: a blocking thread.
-        let (schema, spec, kms) = (
-            Arc::clone(&self.schema),
-            Arc::clone(&self.spec),
-            self.kms.clone(),
-        );
+        // The file's data keys (the KMS wraps them, asynchronously), then encoding,
+        // encryption and metrics on a blocking thread.
+        let keys = file_keys(&self.spec, self.kms.as_deref(), &stand_ins)
+            .await
+            .map_err(&werr)?;
+        let (schema, spec) = (Arc::clone(&self.schema), Arc::clone(&self.spec));
         let ischema = Arc::clone(self.table.metadata().current_schema());
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let (encoded, stand_ins) =
             datafusion::common::runtime::SpawnedTask::spawn_blocking(move || {
-                let encoded = write_file(&schema, &batches, &spec, kms.as_deref(), &stand_ins)
-                    .and_then(|(bytes, footer)| {
+                let encoded =
+                    write_file(&schema, &batches, &spec, keys).and_then(|(bytes, footer)| {
                         let metrics = plaintext_metrics(&ischema, &batches, &spec)?;
                         Ok((bytes, footer, metrics))
                     });
@@ -369,13 +369,56 @@ pub async fn commit_append(
     }
 }
 
-/// Encodes and encrypts one data file in memory (CPU work: run on a blocking thread).
+/// The keys of one data file: its footer key and each encrypted column's key, with their
+/// key material.
+struct FileKeys {
+    footer: SecretKey,
+    footer_metadata: Vec<u8>,
+    columns: Vec<(String, SecretKey, Vec<u8>)>,
+}
+
+/// Fresh data keys for one file under `spec` (the KMS wraps them: asynchronous), or none
+/// for a plaintext file; provider-held columns get their stand-in keys.
+async fn file_keys(
+    spec: &EncryptionSpec,
+    kms: Option<&dyn Kms>,
+    stand_ins: &HashMap<String, ProviderColumnKey>,
+) -> std::result::Result<Option<FileKeys>, String> {
+    if spec.footer_key_id.is_empty() {
+        return Ok(None);
+    }
+    let kms = kms.ok_or("no KMS for the footer key")?;
+    let mut keys = KeyMaterialWriter::new(kms);
+    let (footer, footer_metadata) = keys
+        .data_key(&spec.footer_key_id, true)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut columns = Vec::with_capacity(spec.column_keys.len());
+    for (column, master) in &spec.column_keys {
+        if let Some(s) = stand_ins.get(master) {
+            columns.push((column.clone(), s.stand_in.clone(), s.key_metadata.to_vec()));
+            continue;
+        }
+        let (k, md) = keys
+            .data_key(master, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        columns.push((column.clone(), k, md));
+    }
+    Ok(Some(FileKeys {
+        footer,
+        footer_metadata,
+        columns,
+    }))
+}
+
+/// Encodes and encrypts one data file in memory with `keys` (CPU work: run on a
+/// blocking thread).
 fn write_file(
     schema: &SchemaRef,
     batches: &[RecordBatch],
     spec: &EncryptionSpec,
-    kms: Option<&dyn Kms>,
-    stand_ins: &HashMap<String, ProviderColumnKey>,
+    keys: Option<FileKeys>,
 ) -> std::result::Result<(Vec<u8>, Option<SecretKey>), String> {
     let mut footer_key = None;
     // Page statistics: the column and offset index (encrypted with each column's key)
@@ -385,32 +428,18 @@ fn write_file(
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_data_page_row_count_limit(8192)
         .set_bloom_filter_enabled(false);
-    if !spec.footer_key_id.is_empty() {
-        let kms = kms.ok_or("no KMS for the footer key")?;
-        let mut keys = KeyMaterialWriter::new(kms);
-        let (footer, footer_md) = keys
-            .data_key(&spec.footer_key_id, true)
-            .map_err(|e| e.to_string())?;
-        footer_key = Some(footer.clone());
-        let mut b = FileEncryptionProperties::builder(footer.expose().to_vec())
-            .with_footer_key_metadata(footer_md)
+    if let Some(keys) = keys {
+        footer_key = Some(keys.footer.clone());
+        let mut b = FileEncryptionProperties::builder(keys.footer.expose().to_vec())
+            .with_footer_key_metadata(keys.footer_metadata)
             .with_plaintext_footer(spec.plaintext_footer);
         if let Some(prefix) = &spec.aad_prefix {
             b = b
                 .with_aad_prefix(prefix.clone())
                 .with_aad_prefix_storage(false);
         }
-        for (column, master) in &spec.column_keys {
-            if let Some(s) = stand_ins.get(master) {
-                b = b.with_column_key_and_metadata(
-                    column,
-                    s.stand_in.expose().to_vec(),
-                    s.key_metadata.to_vec(),
-                );
-                continue;
-            }
-            let (k, md) = keys.data_key(master, false).map_err(|e| e.to_string())?;
-            b = b.with_column_key_and_metadata(column, k.expose().to_vec(), md);
+        for (column, key, metadata) in keys.columns {
+            b = b.with_column_key_and_metadata(&column, key.expose().to_vec(), metadata);
         }
         props = props.with_file_encryption_properties(b.build().map_err(|e| e.to_string())?);
     }

@@ -1,6 +1,13 @@
 //! The ClearIce column policy: who sees what of each encrypted column, and how columns
 //! are protected on write. Pure: no IO, no async, no DataFusion.
 //!
+//! ```text
+//!  policy.toml ─▶ Policy::parse (validated: roles, users, tables, columns, masks, areas)
+//!  (principal, table, column) ─▶ Policy::decide ─▶ Decision (plaintext, mask, hide, deny)
+//!                                                  + the rule that decided, for the audit
+//!  (principal, table, column) ─▶ may_write_table / may_write_column / may_export ─▶ bool
+//! ```
+//!
 //! ```
 //! use clearice_policy::{Decision, Mask, Policy};
 //! let p = Policy::parse(r#"

@@ -3,6 +3,12 @@
 //! (its own session); the default connection runs as the runner's default principal.
 //! Principals are never settable from SQL.
 //!
+//! ```text
+//!  file.slt ─▶ records ─▶ connection NAME ─▶ Session of principal NAME (fresh per file)
+//!                       ─▶ statement / query ─▶ Session::sql ─▶ DataFusion-formatted rows
+//!                          compared with the expected block (or the error, whole)
+//! ```
+//!
 //! Files follow DataFusion's sqllogictest conventions ([`conventions`]), so `.slt` files
 //! written for DataFusion's runner run unchanged: its value formatting, column type
 //! letters, `DataFusion error: ` messages (multi-line errors compared whole), EXPLAIN plans

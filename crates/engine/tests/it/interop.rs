@@ -50,8 +50,8 @@ async fn plain_twin_matches_expected_json() {
     check_expected(&format!("'{}/plain.parquet'", dir.display())).await;
 }
 
-#[test]
-fn keyring_kms_passes_the_shared_vectors() {
+#[tokio::test]
+async fn keyring_kms_passes_the_shared_vectors() {
     let Some(dir) = interop_dir() else { return };
     let kms = KeyringKms::from_file(&dir.join("keyring.json")).unwrap();
     let v: Value =
@@ -73,13 +73,13 @@ fn keyring_kms_passes_the_shared_vectors() {
             .unwrap();
         let wrapped = t["wrapped"].as_str().unwrap();
         assert_eq!(
-            kms.unwrap_key(wrapped, id).unwrap().expose(),
+            kms.unwrap_key(wrapped, id).await.unwrap().expose(),
             key.as_slice(),
             "vector for {id}"
         );
         if let Some(bad) = t.get("tampered_wrapped_must_fail").and_then(Value::as_str) {
             assert!(
-                kms.unwrap_key(bad, id).is_err(),
+                kms.unwrap_key(bad, id).await.is_err(),
                 "tampered vector for {id} must fail"
             );
         }
@@ -95,8 +95,11 @@ fn keyring_kms_passes_the_shared_vectors() {
         let ours = clearice_crypto::aes::encrypt(&master, &nonce, &key, id.as_bytes()).unwrap();
         assert_eq!(BASE64_STANDARD.encode(ours), wrapped);
         // our own wrap round-trips under the same id
-        let ours = kms.wrap_key(&key, id).unwrap();
-        assert_eq!(kms.unwrap_key(&ours, id).unwrap().expose(), key.as_slice());
+        let ours = kms.wrap_key(&key, id).await.unwrap();
+        assert_eq!(
+            kms.unwrap_key(&ours, id).await.unwrap().expose(),
+            key.as_slice()
+        );
     }
 }
 

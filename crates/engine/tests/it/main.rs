@@ -11,8 +11,6 @@ mod demo;
 mod hms;
 mod interop;
 mod parquet_testing;
-mod pme_reader;
-mod pme_tamper;
 mod policy;
 mod postgres;
 mod pyarrow;

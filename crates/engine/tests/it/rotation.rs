@@ -68,7 +68,9 @@ async fn rotation_rewraps_side_files_and_old_and_new_files_read() {
 
     std::fs::write(dir.join("clearice.toml"), &config_text).unwrap();
     let config = Config::load(&dir.join("clearice.toml")).unwrap();
-    let report = rotate_master_key(&config, "kc1", std::slice::from_ref(&ext)).unwrap();
+    let report = rotate_master_key(&config, "kc1", std::slice::from_ref(&ext))
+        .await
+        .unwrap();
     assert_eq!(report.keyring_version, Some(2));
     assert_eq!((report.side_files, report.keys), (1, 1));
     // Data untouched; the old wrapping of kc1 is gone from the side file.

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use clearice_crypto::modules::GCM_OVERHEAD;
 use clearice_crypto::{KeyScope, ModuleType};
-use datafusion::parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 
-use crate::pme_reader::{Keys, Read, open_reader, pme_fixtures, read_new};
+use crate::reader::{Keys, Read, open_reader, pme_fixtures, read_new};
 
 /// A module of a file: its type, column and bytes (length prefix included).
 #[derive(Debug, Clone)]
@@ -28,8 +28,8 @@ struct At {
 /// The file's metadata as ClearIce's reader presents it (chunk offsets are the file's;
 /// index lengths are plaintext lengths). parquet-rs cannot read CTR files to tell.
 async fn metadata(path: &Path, keys: &Keys) -> Arc<ParquetMetaData> {
-    use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
-    use datafusion::parquet::arrow::async_reader::AsyncFileReader;
+    use parquet::arrow::arrow_reader::ArrowReaderOptions;
+    use parquet::arrow::async_reader::AsyncFileReader;
     let mut reader = open_reader(
         path,
         keys.scan(KeyScope::All),

@@ -16,20 +16,20 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::ParquetFileReaderFactory;
-use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
-use datafusion::parquet::arrow::arrow_reader::{
-    ArrowReaderBuilder, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
-    RowSelector,
-};
-use datafusion::parquet::arrow::async_reader::AsyncFileReader;
-use datafusion::parquet::encryption::decrypt::FileDecryptionProperties;
-use datafusion::parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use object_store::local::LocalFileSystem;
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderBuilder, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
+};
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::encryption::decrypt::FileDecryptionProperties;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 
-use crate::common::*;
+use clearice_testkit::{KEYS_128, KEYS_256, local_side_file_reader, parquet_testing_dir, python};
 
 /// Keys of one fixture set: explicit keys and/or a KMS.
 pub struct Keys {
@@ -141,7 +141,7 @@ impl Read {
             b = b.with_row_selection(RowSelection::from(s.clone()));
         }
         if let Some(c) = &self.columns {
-            let mask = datafusion::parquet::arrow::ProjectionMask::roots(
+            let mask = parquet::arrow::ProjectionMask::roots(
                 b.metadata().file_metadata().schema_descr(),
                 c.iter().copied(),
             );
@@ -167,21 +167,21 @@ impl AsyncFileReader for Boxed {
     fn get_bytes(
         &mut self,
         range: std::ops::Range<u64>,
-    ) -> BoxFuture<'_, datafusion::parquet::errors::Result<Bytes>> {
+    ) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
         self.0.get_bytes(range)
     }
 
     fn get_byte_ranges(
         &mut self,
         ranges: Vec<std::ops::Range<u64>>,
-    ) -> BoxFuture<'_, datafusion::parquet::errors::Result<Vec<Bytes>>> {
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         self.0.get_byte_ranges(ranges)
     }
 
     fn get_metadata<'a>(
         &'a mut self,
         options: Option<&'a ArrowReaderOptions>,
-    ) -> BoxFuture<'a, datafusion::parquet::errors::Result<Arc<ParquetMetaData>>> {
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         self.0.get_metadata(options)
     }
 }
@@ -201,7 +201,7 @@ pub async fn read_new(
     path: &Path,
     keys: ScanKeys,
     how: &Read,
-) -> datafusion::parquet::errors::Result<RecordBatch> {
+) -> parquet::errors::Result<RecordBatch> {
     read_new_counted(path, keys, how, &ExecutionPlanMetricsSet::new()).await
 }
 
@@ -211,7 +211,7 @@ pub async fn read_new_counted(
     keys: ScanKeys,
     how: &Read,
     metrics: &ExecutionPlanMetricsSet,
-) -> datafusion::parquet::errors::Result<RecordBatch> {
+) -> parquet::errors::Result<RecordBatch> {
     let reader = open_reader(path, keys, metrics);
     let options = ArrowReaderOptions::new().with_page_index_policy(how.policy());
     let b = ParquetRecordBatchStreamBuilder::new_with_options(reader, options).await?;
@@ -540,7 +540,7 @@ async fn pyarrow_files_read_like_their_plaintext_twins() {
 async fn bloom_of(
     path: &Path,
     keys: &Keys,
-) -> datafusion::parquet::errors::Result<datafusion::parquet::bloom_filter::Sbbf> {
+) -> parquet::errors::Result<parquet::bloom_filter::Sbbf> {
     let reader = open_reader(
         path,
         keys.scan(KeyScope::All),
@@ -586,7 +586,7 @@ async fn bloom_filters_of_encrypted_columns_hold_every_value_and_detect_tamperin
         let props = FileDecryptionProperties::with_key_retriever(retriever)
             .build()
             .unwrap();
-        datafusion::parquet::file::metadata::ParquetMetaDataReader::new()
+        parquet::file::metadata::ParquetMetaDataReader::new()
             .with_decryption_properties(Some(props))
             .parse_and_finish(&Bytes::from(bytes.clone()))
             .unwrap()
