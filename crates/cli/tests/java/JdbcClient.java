@@ -1,5 +1,5 @@
 // The Arrow Flight SQL JDBC driver (the one DBeaver loads) against a real `clearice serve`,
-// run by crates/cli/tests/flight.rs with the JDK's single-file launcher:
+// run by crates/cli/tests/it/flight.rs with the JDK's single-file launcher:
 //   java --add-opens=java.base/java.nio=ALL-UNNAMED -cp flight-sql-jdbc-driver.jar JdbcClient.java URL
 // Prints one line per check, `name<TAB>value`; the Rust test asserts on them.
 import java.sql.*;

@@ -1,4 +1,4 @@
-"""ADBC Flight SQL client run by crates/cli/tests/flight.rs against a real `clearice serve`.
+"""ADBC Flight SQL client run by crates/cli/tests/it/flight.rs against a real `clearice serve`.
 
 usage: adbc_client.py ADDR -> prints one JSON object with what each user saw.
 """

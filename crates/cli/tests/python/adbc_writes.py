@@ -1,6 +1,6 @@
 """ADBC (Flight SQL) writes against a real `clearice serve`: executeUpdate row counts,
 a prepared INSERT with bound parameters, and a refused write. Used by
-crates/cli/tests/writes.rs.
+crates/cli/tests/it/writes.rs.
 
 usage: adbc_writes.py ADDR -> prints JSON
 """

@@ -1,4 +1,4 @@
-"""The attack suite, run by crates/cli/tests/flight.rs against a real `clearice serve`.
+"""The attack suite, run by crates/cli/tests/it/flight.rs against a real `clearice serve`.
 
 usage: attack_client.py ADDR PATHS_JSON -> prints one JSON object: for each user and each
 attack, None (the statement ran) or the error text; plus limits and login measurements.

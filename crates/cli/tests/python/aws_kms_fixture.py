@@ -1,5 +1,5 @@
 """PME files whose keys are wrapped by AWS KMS (an AWS-compatible endpoint, moto_server),
-written by PyArrow, for crates/cli/tests/aws_kms.rs.
+written by PyArrow, for crates/cli/tests/it/aws_kms.rs.
 
 usage: aws_kms_fixture.py ENDPOINT OUTDIR -> OUTDIR/aws.parquet (internal key material),
 OUTDIR/ext/aws_ext.parquet (external key material, a side file); prints the key ids.

@@ -11,7 +11,7 @@ The answers must be equal (rows compared sorted, or in order under an ORDER BY t
 total order), or both sides must refuse: a query naming a denied column must fail with a
 denial, one naming a hidden column with a not-found error. No plaintext value of a column
 a principal sees masked, hidden or denied may appear in a ClearIce result, error message or
-in the audit lines written for that principal. Used by crates/cli/tests/policy_differential.rs.
+in the audit lines written for that principal. Used by crates/cli/tests/it/policy_differential.rs.
 
 usage: differential_policy.py ADDR LAKE_DIR SEED[,SEED...] QUERIES_PER_SEED -> prints JSON
 """

@@ -3,7 +3,7 @@ EXISTS, NOT EXISTS and scalar subqueries, NULLs, CASE, AND/OR/NOT) run against a
 `clearice serve` over ADBC (Flight SQL) and against DuckDB on the same rows. After every
 statement the reported row count and the table's contents must be equal, or ClearIce
 refused the statement in one line ("refused before any change") and left the table as it
-was. Used by crates/cli/tests/writes.rs.
+was. Used by crates/cli/tests/it/writes.rs.
 
 usage: differential_writes.py ADDR SEED[,SEED...] STATEMENTS_PER_SEED -> prints JSON
 """

@@ -1,6 +1,6 @@
 """Reads a table ClearIce wrote through SQL with PyIceberg (catalog, manifests) and
 PyArrow's own PME implementation (CryptoFactory, the keyring KMS): what a Python
-consumer of the lake sees. Used by crates/cli/tests/writes.rs.
+consumer of the lake sees. Used by crates/cli/tests/it/writes.rs.
 
 usage: read_written.py CATALOG_DB WAREHOUSE KEYRING.json NAMESPACE.TABLE
 prints JSON: {"rows": [[id, name, ssn, salary_cents, dept], ...] sorted by id,

@@ -1,6 +1,6 @@
 """Registers an existing table's current metadata under other names with PyIceberg's
 `register_table`, as a pipeline adds tables the policy does not name. Used by
-crates/cli/tests/writes.rs.
+crates/cli/tests/it/writes.rs.
 
 usage: register_table.py CATALOG_DB WAREHOUSE SOURCE NEW [NEW ...]   (names namespace.table)
 """

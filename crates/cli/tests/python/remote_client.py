@@ -1,4 +1,4 @@
-"""Identity provider and Flight SQL client for crates/cli/tests/remote.rs.
+"""Identity provider and Flight SQL client for crates/cli/tests/it/remote.rs.
 
 usage:
   remote_client.py keygen DIR          -> DIR/idp.key (PKCS#8) and DIR/idp.pub (SPKI), ES256

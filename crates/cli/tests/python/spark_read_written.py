@@ -1,6 +1,6 @@
 """Spark (local mode, pyspark) reads data files ClearIce wrote, decrypting them with
 parquet-java's key tools (PropertiesDrivenCryptoFactory and a KMS client over the same
-keyring). Used by crates/cli/tests/writes.rs.
+keyring). Used by crates/cli/tests/it/writes.rs.
 
 usage: spark_read_written.py KMS_CLIENT_JAR KEYRING.json FILE.parquet...
 prints JSON: {"rows": [[id, name, ssn, salary_cents, dept], ...] sorted by id}

@@ -1,6 +1,6 @@
 """What Superset does with a Flight SQL database, through the same SQLAlchemy dialect
 (flightsql-dbapi's `datafusion://`): test the connection, list schemas, tables and columns
-(SQL Lab's browser), run a query. Run by crates/cli/tests/flight.rs.
+(SQL Lab's browser), run a query. Run by crates/cli/tests/it/flight.rs.
 
 usage: superset_client.py ADDR -> one JSON object per user.
 """

@@ -2,9 +2,6 @@
 //! (`moto_server`, started here and stopped afterwards): PyArrow writes PME files whose
 //! keys AWS KMS wraps; ClearIce reads them, rotates the side file's wrapping through the
 //! KMS, and names the KMS when it is unreachable.
-#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
-// Tests may block: they are not async workers serving anyone.
-#![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -12,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
-use common::{python, run_ok};
+use crate::common::{python, run_ok};
 
 struct Moto(Child);
 

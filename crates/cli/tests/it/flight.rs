@@ -1,7 +1,4 @@
 //! `clearice serve` queried by the Python ADBC Flight SQL driver as three users.
-#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
-// Tests may block: they are not async workers serving anyone.
-#![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
-use common::python;
+use crate::common::python;
 
 /// The servers of these tests run one at a time: the attack suite measures that a point
 /// query is not starved by a runaway one, which another test's server (or JVM) on the

@@ -3,9 +3,6 @@
 //! held by the service, read through the shell and over Flight SQL, with the service
 //! deciding per user and per token; its failures (frozen, stopped, wrong credentials)
 //! end in one clear error within the timeout.
-#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
-// Tests may block: they are not async workers serving anyone.
-#![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -13,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
-use common::{python, run_ok, signal, start};
+use crate::common::{python, run_ok, signal, start};
 
 fn clearice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_clearice"))

@@ -1,10 +1,5 @@
 //! Scale-out with real processes: three `clearice worker`s on loopback, one killed with
 //! SIGKILL in the middle of a query.
-#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
-// Tests may block: they are not async workers serving anyone.
-#![allow(clippy::disallowed_methods)]
-
-mod common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,7 +8,7 @@ use clearice_demo as demo;
 use clearice_engine::{Config, Engine};
 use futures::StreamExt;
 
-use common::*;
+use crate::common::*;
 
 const SECRET: &str = "0c5e2a7f19d84b36a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8";
 

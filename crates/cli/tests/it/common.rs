@@ -1,5 +1,4 @@
-//! Helpers shared by the CLI's integration tests (each test file includes what it uses).
-#![allow(dead_code)]
+//! Helpers shared by the CLI's integration tests: the binary, its processes, the test venv.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

@@ -1,17 +1,13 @@
 //! The policy differential fuzz test: random SELECTs run over ADBC against a real
 //! `clearice serve` as each demo principal, and in DuckDB over views that apply that
 //! principal's policy to the admin's plaintext (tests/python/differential_policy.py).
-#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
-// Tests may block: they are not async workers serving anyone.
-#![allow(clippy::disallowed_methods)]
 
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-mod common;
-use common::{python, run_ok, start};
+use crate::common::{python, run_ok, start};
 
 /// Generated SELECTs (projections, filters, joins, aggregates, windows, ORDER BY + LIMIT,
 /// subqueries, functions over masked columns, time travel) as admin, analyst and support

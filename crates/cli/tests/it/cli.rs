@@ -1,7 +1,4 @@
 //! The real `clearice` binary: demo init, `-c`/`-f`, formats, errors, `slt`.
-#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
-// Tests may block: they are not async workers serving anyone.
-#![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,9 +3,6 @@
 //! files' column keys and the
 //! manifests' bounds; a write killed before its commit; concurrent INSERTs; ADBC
 //! `executeUpdate` against `clearice serve`; the audit records of writes.
-#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
-// Tests may block: they are not async workers serving anyone.
-#![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -13,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
-use common::{python, run_ok, start};
+use crate::common::{python, run_ok, start};
 
 /// The policy of the table the pipeline builds (appended to the demo policy).
 const PEOPLE_POLICY: &str = r#"

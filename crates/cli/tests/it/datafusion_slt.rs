@@ -6,9 +6,6 @@
 //! `./scripts/test.sh` fetches the crate (checked against its crates.io SHA-256) and sets
 //! `CLEARICE_DATAFUSION_SLT_DIR` to it; without it the test is skipped, unless
 //! `CLEARICE_REQUIRE_FIXTURES` is set.
-#![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
-// Tests may block: they are not async workers serving anyone.
-#![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
