@@ -73,7 +73,15 @@ impl ScanBuilder for WorkerScans {
         }
         let table = table
             .ok_or_else(|| refused(format!("table {name} is not in this worker's catalog")))?;
-        let grant = request.grant.clone().resolved(&self.providers);
+        let grant = request
+            .grant
+            .clone()
+            .resolved(&self.providers)
+            .map_err(|p| {
+                refused(format!(
+                    "table {name}: crypto provider '{p}' is not configured on this worker"
+                ))
+            })?;
         let state = SessionStateBuilder::new()
             .with_config(ctx.session_config().clone())
             .with_runtime_env(ctx.runtime_env())

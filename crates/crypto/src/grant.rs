@@ -59,12 +59,72 @@ impl ScanGrant {
     }
 
     /// The grant with its provider resolved by `providers` (a worker's): the route's
-    /// provider, or none (the catalog's) without a route.
-    pub fn resolved(mut self, providers: &Providers) -> Self {
-        self.provider = self
-            .route
-            .as_ref()
-            .map(|r| providers.routed(&r.name, &r.routes));
-        self
+    /// provider, or none (the catalog's) without a route. `Err(name)` when the route
+    /// names a provider `providers` does not have (a worker configured apart from its
+    /// coordinator): the scan fails rather than ask another provider for the keys.
+    pub fn resolved(mut self, providers: &Providers) -> Result<Self, String> {
+        if let Some(r) = &self.route {
+            if let Some(missing) = std::iter::once(&r.name)
+                .chain(r.routes.values())
+                .find(|n| providers.get(n).is_none())
+            {
+                return Err(missing.clone());
+            }
+            self.provider = Some(providers.routed(&r.name, &r.routes));
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{DEFAULT_KEY_CACHE_TTL, KeyResolver, LocalProvider};
+
+    #[test]
+    fn a_route_to_a_provider_this_side_does_not_have_is_refused() {
+        let resolver = Arc::new(KeyResolver::new(
+            None,
+            Default::default(),
+            DEFAULT_KEY_CACHE_TTL,
+        ));
+        let providers = Providers::new(Arc::new(LocalProvider::new(resolver, None)), []);
+        let grant = |name: &str, routes: &[(&str, &str)]| ScanGrant {
+            route: Some(ProviderRoute {
+                name: name.into(),
+                routes: routes
+                    .iter()
+                    .map(|(k, p)| ((*k).to_owned(), (*p).to_owned()))
+                    .collect(),
+            }),
+            ..ScanGrant::unrestricted()
+        };
+        assert!(
+            grant("local", &[])
+                .resolved(&providers)
+                .unwrap()
+                .provider
+                .is_some()
+        );
+        assert_eq!(
+            grant("vault", &[]).resolved(&providers).unwrap_err(),
+            "vault"
+        );
+        assert_eq!(
+            grant("local", &[("pii_key", "vault")])
+                .resolved(&providers)
+                .unwrap_err(),
+            "vault"
+        );
+        // No route: the catalog's provider, decided where the scan runs.
+        assert!(
+            ScanGrant::unrestricted()
+                .resolved(&providers)
+                .unwrap()
+                .provider
+                .is_none()
+        );
     }
 }
