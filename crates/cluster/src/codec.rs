@@ -14,7 +14,7 @@ use crate::error::refused;
 use crate::signer::{TaskSigner, now_s};
 use crate::wire::WireScan;
 
-pub(crate) const SCAN_MAGIC: &[u8; 8] = b"CLRSCAN1";
+pub(crate) const SCAN_MAGIC: &[u8; 8] = b"CLRSCAN2";
 
 pub(crate) const YIELD_MAGIC: &[u8; 8] = b"CLRYLD01";
 

@@ -73,6 +73,11 @@ impl ScanBuilder for WorkerScans {
         }
         let table = table
             .ok_or_else(|| refused(format!("table {name} is not in this worker's catalog")))?;
+        if request.grant.route.is_none() {
+            return Err(refused(format!(
+                "table {name}: the scan names no crypto provider"
+            )));
+        }
         let grant = request
             .grant
             .clone()
@@ -157,18 +162,18 @@ pub fn worker(sessions: WorkerSessions) -> Worker {
     worker
 }
 
-/// Serves `worker` (made by [`worker`]) on `listener` until `shutdown` completes. A call
-/// is authenticated with `signer` from its headers before its message is read
-/// (`Authenticated`), and a message over [`MAX_MESSAGE_BYTES`] is refused from its length
-/// prefix.
+/// Serves the [`worker`] of `sessions` on `listener` until `shutdown` completes: only
+/// stage plans whose leaves are signed scans run, a call is authenticated with the
+/// codec's signer from its headers before its message is read (`Authenticated`), and a
+/// message over [`MAX_MESSAGE_BYTES`] is refused from its length prefix.
 pub async fn serve(
-    worker: Worker,
-    signer: Arc<TaskSigner>,
+    sessions: WorkerSessions,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    let signer = Arc::clone(&sessions.codec.signer);
     let service = Authenticated {
-        inner: worker
+        inner: worker(sessions)
             .into_worker_server()
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),

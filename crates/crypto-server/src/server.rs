@@ -485,7 +485,8 @@ async fn run(
         column: req.column_reference.name.clone(),
         modules,
     };
-    // AES over a whole batch is CPU work: off the async workers.
+    // AES over a whole batch is CPU work (and an unwrap may wait on the KMS): off the
+    // async workers.
     let out = tokio::task::block_in_place(|| {
         tokio::runtime::Handle::current().block_on(async {
             if encrypt {

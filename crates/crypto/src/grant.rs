@@ -13,7 +13,7 @@ use crate::{AccessToken, KeyScope, ProviderRef, Providers};
 /// Key ids and decisions only, never key bytes. The principal's own provider token and
 /// the resolved provider never leave the process: a worker resolves [`ScanGrant::route`]
 /// with its own providers, and sessions with a token scan where they are.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScanGrant {
     /// The principal (sent to the crypto provider, shown in messages).
     pub principal: String,
@@ -45,9 +45,18 @@ pub struct ProviderRoute {
 
 impl ScanGrant {
     /// The grant of a scan outside any policy: every key, no principal, the catalog's
-    /// provider.
+    /// provider. Spelled out (there is no `Default`), so no grant widens to every key by
+    /// a forgotten field.
     pub fn unrestricted() -> Self {
-        Self::default()
+        Self {
+            principal: String::new(),
+            credential: None,
+            scope: KeyScope::All,
+            aad_prefix: None,
+            route: None,
+            provider: None,
+            column_keys: BTreeMap::new(),
+        }
     }
 
     /// The same grant, limited to `scope`.

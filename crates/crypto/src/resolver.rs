@@ -473,7 +473,8 @@ impl KeyScope {
 /// parquet-rs's own, synchronous key hook, for its reader as an oracle (tests and
 /// benchmarks compare ClearIce's reader with it). ClearIce's reader never goes through it.
 /// A key not yet cached is resolved on a runtime of its own on another thread, so the
-/// caller's runtime is never blocked on itself.
+/// caller's runtime is never blocked on itself; its side files must be readable there
+/// (a plain file reader: an object-store reader that blocks on its own runtime is not).
 impl KeyRetriever for FileKeyRetriever {
     fn retrieve_key(&self, key_metadata: &[u8]) -> parquet::errors::Result<Vec<u8>> {
         let named = |e: String| ParquetError::General(format!("file '{}': {e}", self.file));

@@ -273,6 +273,11 @@ impl Engine {
     /// The worker service of `clearice worker`: runs the stages coordinators of the same
     /// cluster (same secret) send, planning scans with this engine's catalogs and keys.
     pub fn worker_service(&self) -> Result<datafusion_distributed::Worker> {
+        Ok(clearice_cluster::worker(self.worker_sessions()?))
+    }
+
+    /// How this engine's worker builds each query's session (its stores, memory, codec).
+    fn worker_sessions(&self) -> Result<clearice_cluster::WorkerSessions> {
         let Some(signer) = &self.signer else {
             return Err(Error::ConfigValue {
                 path: self.config.source.clone(),
@@ -280,10 +285,10 @@ impl Engine {
                 reason: "a worker needs [cluster] secret_file".into(),
             });
         };
-        Ok(clearice_cluster::worker(clearice_cluster::WorkerSessions {
+        Ok(clearice_cluster::WorkerSessions {
             runtime: Arc::clone(&self.runtime),
             codec: Arc::new(self.worker_codec(Arc::clone(signer))),
-        }))
+        })
     }
 
     /// Serves [`Engine::worker_service`] on `listener` until `shutdown` completes; a call
@@ -293,12 +298,7 @@ impl Engine {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<()> {
-        let worker = self.worker_service()?;
-        let signer = self
-            .signer
-            .clone()
-            .ok_or_else(|| Error::Worker("no cluster secret".into()))?;
-        clearice_cluster::serve(worker, signer, listener, shutdown)
+        clearice_cluster::serve(self.worker_sessions()?, listener, shutdown)
             .await
             .map_err(|e| Error::Worker(e.to_string()))
     }

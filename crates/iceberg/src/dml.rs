@@ -735,11 +735,10 @@ async fn row_level(
         .await
 }
 
-/// The table as a row-level write reads it: every column decrypted, as the principal
-/// (their provider, token and AAD prefix).
+/// The rows of a table a row-level write reads back to rewrite: its scans run with the
+/// write's own [`ScanGrant`] (the principal's provider, token and AAD prefix; the keys
+/// the policy declares for the table's columns).
 #[derive(Debug)]
-/// The rows of a table a row-level write reads back to rewrite (its scans run with the
-/// write's own [`ScanGrant`]).
 pub struct RewriteSource {
     inner: IcebergTableProvider,
     keys: ScanGrant,
