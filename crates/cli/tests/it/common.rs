@@ -4,21 +4,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The test venv's Python (`CLEARICE_PYTHON`); `None` (and a loud SKIPPED line) outside
-/// `scripts/test.sh`, a failure when fixtures are required.
-pub fn python() -> Option<String> {
-    let p = std::env::var("CLEARICE_PYTHON").ok();
-    if p.is_none() {
-        assert!(
-            std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
-            "CLEARICE_PYTHON is not set"
-        );
-        eprintln!(
-            "\n*** SKIPPED: CLEARICE_PYTHON not set; run ./scripts/test.sh to run this test ***\n"
-        );
-    }
-    p
-}
+/// The test venv's python (`CLEARICE_PYTHON`), from the workspace's test support.
+pub use clearice_testkit::python;
 
 /// A child process killed (and resumed first, if frozen) when dropped.
 pub struct Proc {
