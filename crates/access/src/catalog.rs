@@ -5,6 +5,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use clearice_iceberg::AsOf;
 use clearice_iceberg::travel::split_name;
 use clearice_iceberg::{IcebergCatalogProvider, IcebergSchemaProvider, metadata_table, unreadable};
 use clearice_policy::TableDecision;
@@ -25,6 +26,25 @@ impl SessionCatalogProvider {
     /// Wraps a shared catalog for one session.
     pub fn new(inner: Arc<IcebergCatalogProvider>, access: Arc<SessionAccess>) -> Self {
         Self { inner, access }
+    }
+
+    /// The table `schema.name` (`t$files`: a metadata table) as of a snapshot, as the
+    /// session's principal sees it; `None`: no such table, or hidden from the principal.
+    pub async fn table_as_of(
+        &self,
+        schema: &str,
+        name: &str,
+        as_of: &AsOf,
+    ) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(inner) = self.inner.schema_provider(schema) else {
+            return Ok(None);
+        };
+        SessionSchemaProvider {
+            inner,
+            access: Arc::clone(&self.access),
+        }
+        .open(name, Some(as_of))
+        .await
     }
 }
 
@@ -72,6 +92,22 @@ impl SchemaProvider for SessionSchemaProvider {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        self.open(name, None).await
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.inner.table_exist(name) && !self.is_hidden(name)
+    }
+}
+
+impl SessionSchemaProvider {
+    /// The table `name` (`t$files`: a metadata table of `t`) as the principal sees it, as
+    /// of a snapshot if `as_of` says so; `None` if it does not exist or is hidden.
+    pub async fn open(
+        &self,
+        name: &str,
+        as_of: Option<&AsOf>,
+    ) -> DfResult<Option<Arc<dyn TableProvider>>> {
         if self.is_hidden(name) {
             // As for a table that does not exist, so the name leaks nothing; audited.
             if self.inner.table_exist(name) {
@@ -91,14 +127,14 @@ impl SchemaProvider for SessionSchemaProvider {
             }
             return Ok(None);
         }
-        let (base, suffix) = split_name(name);
-        let t = match self.inner.load(name).await {
+        let (base, metadata) = split_name(name);
+        let t = match self.inner.load(name, as_of).await {
             Err(e) => return unreadable(e),
             Ok(None) => return Ok(None),
             Ok(Some(t)) => t,
         };
         let policy = PolicyTableProvider::try_new(t, Arc::clone(&self.access)).await?;
-        if let Some(kind) = suffix.metadata() {
+        if let Some(kind) = metadata {
             // A metadata table shows what the table's columns would: nothing of a denied
             // table, no statistics of a column not readable in plaintext.
             policy.check_readable(&self.inner.full_name(base))?;
@@ -118,12 +154,6 @@ impl SchemaProvider for SessionSchemaProvider {
         Ok(Some(Arc::new(policy)))
     }
 
-    fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name) && !self.is_hidden(name)
-    }
-}
-
-impl SessionSchemaProvider {
     fn is_hidden(&self, name: &str) -> bool {
         let table = self.inner.full_name(split_name(name).0);
         self.access
@@ -133,3 +163,4 @@ impl SessionSchemaProvider {
             == TableDecision::Hide
     }
 }
+

@@ -13,7 +13,7 @@ use iceberg::spec::{Transform, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use clearice_iceberg::ddl::{
-    AlterColumn, iceberg_compatible, iceberg_compatible_type, parse_partitioning,
+    AlterColumn, PartitionTerm, iceberg_compatible, iceberg_compatible_type,
 };
 use clearice_iceberg::{Error, IcebergCatalogProvider, WriteAudit};
 
@@ -179,14 +179,14 @@ impl Ddl<'_> {
         Ok(())
     }
 
-    /// `CREATE TABLE catalog.ns.name` with `schema` (`partitioning`: a `PARTITIONED BY`
-    /// clause). Returns `false` if it existed and `if_not_exists` was given.
+    /// `CREATE TABLE catalog.ns.name` with `schema` (`partitioning`: the terms of a
+    /// `PARTITIONED BY` clause). Returns `false` if it existed and `if_not_exists` was given.
     pub async fn create_table(
         &self,
         ns: &str,
         name: &str,
         schema: &ArrowSchema,
-        partitioning: Option<&str>,
+        partitioning: &[PartitionTerm],
         properties: Vec<(String, String)>,
         if_not_exists: bool,
     ) -> Result<bool> {
@@ -276,15 +276,7 @@ impl Ddl<'_> {
             .flat_map(|t| t.split(','))
             .filter_map(|t| t.split_whitespace().next())
             .map(str::to_lowercase)
-            .chain(
-                partitioning
-                    .map(parse_partitioning)
-                    .transpose()
-                    .map_err(&invalid)?
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|t| t.column),
-            );
+            .chain(partitioning.iter().map(|t| t.column.clone()));
         for c in layout_columns {
             if protected(&c) {
                 return Err(Error::WriteDenied {
@@ -346,8 +338,8 @@ impl Ddl<'_> {
                     .map_err(|e| invalid(e.to_string()))?,
             );
         }
-        if let Some(text) = partitioning {
-            let terms = parse_partitioning(text).map_err(&invalid)?;
+        if !partitioning.is_empty() {
+            let terms = partitioning;
             // The spec id is sent too: Iceberg's REST server requires it.
             let mut spec = UnboundPartitionSpec::builder().with_spec_id(0);
             for t in terms {

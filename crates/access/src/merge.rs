@@ -123,8 +123,9 @@ pub async fn merge(
         ));
     }
     // The source, under the policy.
+    // Planned from the source's AST (a version clause on it stays typed).
     let source_plan = state
-        .create_logical_plan(&format!("SELECT * FROM {}", m.source))
+        .statement_to_plan(clearice_iceberg::sql::select_star_from(m.source.clone())?)
         .await?;
     // Denials follow what the source names, not what its optimized plan reads.
     crate::named::check_named_columns(&source_plan)?;

@@ -6,7 +6,7 @@ use anyhow::{Result, anyhow};
 use clearice_engine::{QueryOutput, Session};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::sql::parser::{DFParser, Statement};
+use datafusion::sql::parser::Statement;
 
 use crate::output::{BatchWriter, Format, render};
 
@@ -33,9 +33,12 @@ impl StatementResult {
 /// Splits SQL text into statements with DataFusion's parser (`;`-separated).
 pub fn split_statements(sql: &str) -> Result<Vec<Statement>> {
     // Kept typed (DataFusionError::SQL): the exit code is decided by it.
-    // Time travel clauses (FOR VERSION AS OF...) become table names first.
-    let sql = clearice_engine::rewrite_time_travel(sql)?;
-    Ok(DFParser::parse_sql(&sql)?.into())
+    // ClearIce's parser: time travel and PARTITIONED BY become typed AST nodes.
+    Ok(clearice_engine::parse_statements(
+        sql,
+        &datafusion::sql::sqlparser::dialect::GenericDialect {},
+        50,
+    )?)
 }
 
 /// Runs one SQL statement to completion (audited).

@@ -65,7 +65,7 @@ impl ScanBuilder for WorkerScans {
                 && let Some(s) = schema
                     .as_any()
                     .downcast_ref::<clearice_iceberg::IcebergSchemaProvider>()
-                && let Some(t) = s.load(&request.table).await?
+                && let Some(t) = s.load(&request.table, None).await?
             {
                 table = Some(t);
                 break;

@@ -66,7 +66,7 @@ pub use clearice_access::{Caller, FrontEnd, cause_of, one_line};
 pub use clearice_cluster::{ClearIceCodec, ClusterError, MIN_SECRET_BYTES, TaskSigner};
 pub use clearice_crypto::AccessToken;
 pub use clearice_iceberg::Error as TableError;
-pub use clearice_iceberg::travel::rewrite_sql as rewrite_time_travel;
+pub use clearice_iceberg::sql::parse_statements;
 pub use clearice_storage::{Requests as StorageRequests, S3Options, Secret};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, ClusterConfig, Config, ExplicitKeysConfig, KmsConfig,
@@ -550,6 +550,11 @@ impl Engine {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            // A table read as of a snapshot is planned only from what the session opened
+            // for the statement; DataFusion's own planner would ignore the clause.
+            .with_relation_planners(vec![Arc::new(
+                clearice_iceberg::travel::TravelPlanner::default(),
+            )])
             .build();
         if confined {
             state = SessionStateBuilder::new_from_existing(state)

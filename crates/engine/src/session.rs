@@ -26,7 +26,17 @@ mod ddl;
 mod ingest;
 
 use audit::{AuditedStream, event_of};
-use ddl::{alter_of, merge_of, take_table_properties};
+use ddl::{CreateOptions, alter_of, merge_of, take_table_options};
+
+/// What a statement is planned for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// To run it.
+    Run,
+    /// For its result schema only (Flight plans every statement before running it):
+    /// catalog changes, MERGE and ALTER TABLE, which run when planned, do not run.
+    Describe,
+}
 
 /// A query's result.
 #[derive(Debug)]
@@ -109,75 +119,152 @@ impl Session {
         sql: &str,
         params: Option<datafusion::common::ParamValues>,
     ) -> Result<datafusion::dataframe::DataFrame> {
-        let sql = clearice_iceberg::travel::rewrite_sql(sql)?;
-        let state = self.ctx.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let stmt = state.sql_to_statement(&sql, &dialect)?;
-        self.statement_plan(stmt, params).await
+        self.statement_plan(self.parse(sql)?, params, Purpose::Run)
+            .await
     }
 
-    /// Plans a parsed statement (MERGE runs here: DataFusion does not plan it), with its
-    /// `$1..$n` values bound before any check (the checks see the values that run).
+    /// Plans SQL for its result schema only ([`Purpose::Describe`]).
+    async fn describe(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
+        self.statement_plan(self.parse(sql)?, None, Purpose::Describe)
+            .await
+    }
+
+    /// Parses one statement with the session's dialect, through ClearIce's parser: time
+    /// travel and `PARTITIONED BY` become typed AST nodes (`clearice_iceberg::sql`).
+    fn parse(&self, sql: &str) -> Result<Statement> {
+        let (dialect, recursion_limit) = {
+            let state = self.ctx.state_ref();
+            let state = state.read();
+            let o = &state.config().options().sql_parser;
+            (o.dialect, o.recursion_limit)
+        };
+        let d = datafusion::sql::sqlparser::dialect::dialect_from_str(dialect).ok_or_else(|| {
+            DataFusionError::Plan(format!("Unsupported SQL dialect: {dialect}"))
+        })?;
+        let mut statements =
+            clearice_iceberg::sql::parse_statements(sql, d.as_ref(), recursion_limit)?;
+        match statements.len() {
+            1 => Ok(statements.remove(0)),
+            0 => Err(DataFusionError::Plan(
+                "No SQL statements were provided in the query string".into(),
+            )),
+            _ => Err(DataFusionError::NotImplemented(
+                "The context currently only supports a single SQL statement".into(),
+            )),
+        }
+    }
+
+    /// The state to plan `stmt` in: the tables it reads as of a snapshot are opened first
+    /// (under the policy, as any table is), for the travel planner to plan.
+    async fn planning_state(
+        &self,
+        stmt: &Statement,
+    ) -> Result<datafusion::execution::SessionState> {
+        let mut state = self.ctx.state();
+        let versioned = clearice_iceberg::travel::versioned_tables(stmt);
+        if versioned.is_empty() {
+            return Ok(state);
+        }
+        let (normalize, catalog, schema) = {
+            let o = state.config().options();
+            (
+                o.sql_parser.enable_ident_normalization,
+                o.catalog.default_catalog.clone(),
+                o.catalog.default_schema.clone(),
+            )
+        };
+        let mut planner = clearice_iceberg::travel::TravelPlanner::default();
+        let mut opened = Vec::new();
+        for (name, version) in versioned {
+            let as_of = clearice_iceberg::travel::as_of(&version)?;
+            let reference =
+                datafusion::sql::planner::object_name_to_table_reference(name, normalize)?;
+            if opened.contains(&(reference.clone(), as_of.clone())) {
+                continue;
+            }
+            let resolved = reference.clone().resolve(&catalog, &schema);
+            let provider = match self.iceberg_catalog(Some(&resolved.catalog)) {
+                Some(cat) => {
+                    clearice_access::SessionCatalogProvider::new(
+                        Arc::clone(cat),
+                        Arc::clone(&self.access),
+                    )
+                    .table_as_of(&resolved.schema, &resolved.table, &as_of)
+                    .await?
+                }
+                None if self.ctx.table_exist(reference.clone())? => {
+                    return Err(DataFusionError::Plan(format!(
+                        "time travel ({as_of}) reads Iceberg catalog tables; '{reference}' is not one"
+                    )));
+                }
+                None => None,
+            }
+            .ok_or_else(|| DataFusionError::Plan(format!("table '{reference}' not found")))?;
+            planner.add(reference.clone(), as_of.clone(), provider);
+            opened.push((reference, as_of));
+        }
+        state.register_relation_planner(Arc::new(planner))?;
+        Ok(state)
+    }
+
+    /// The one router of statements: every front end's statement is planned here, to run
+    /// it or only for its result schema. MERGE and ALTER TABLE of catalog tables run here
+    /// (DataFusion does not plan them); the rest is checked by [`Session::checked`].
     async fn statement_plan(
         &self,
         stmt: Statement,
         params: Option<datafusion::common::ParamValues>,
+        purpose: Purpose,
     ) -> Result<datafusion::dataframe::DataFrame> {
-        if let Some(a) = alter_of(&stmt)
-            && let Some(df) = self.alter_table(a).await?
-        {
-            return Ok(df);
+        // Boxed: opening tables and planning are large futures, and front ends nest
+        // this deep.
+        let state = Box::pin(self.planning_state(&stmt)).await?;
+        if let Some(a) = alter_of(&stmt) {
+            match purpose {
+                Purpose::Run => {
+                    if let Some(df) = self.alter_table(a).await? {
+                        return Ok(df);
+                    }
+                }
+                Purpose::Describe => {
+                    let name = datafusion::common::TableReference::parse_str(&a.name.to_string());
+                    if self.iceberg_table(&name).is_some() {
+                        return self.schema_only(false);
+                    }
+                }
+            }
         }
         if let Some(m) = merge_of(&stmt) {
+            if purpose == Purpose::Describe {
+                return self.schema_only(true);
+            }
             // Boxed: a MERGE's future is large, and front ends nest it deep.
-            let rows = Box::pin(self.merge(m)).await?;
+            let rows = Box::pin(self.merge(&state, m)).await?;
             return self
                 .ctx
                 .read_batch(clearice_iceberg::dml::count_batch(rows)?);
         }
-        let (stmt, properties) = take_table_properties(stmt)?;
-        let mut plan = self.ctx.state().statement_to_plan(stmt).await?;
+        let (stmt, options) = take_table_options(stmt)?;
+        let mut plan = Box::pin(state.statement_to_plan(stmt)).await?;
         if let Some(p) = params {
             plan = plan.with_param_values(p)?;
         }
+        if purpose == Purpose::Describe
+            && let Some(rows) = self.reports_rows(&plan)
+        {
+            return self.schema_only(rows);
+        }
         // Boxed: checking and planning a statement (DDL, row-level writes) is a large
         // future, and front ends nest it deep.
-        Box::pin(self.checked_with(plan, properties)).await
+        Box::pin(self.checked(plan, options)).await
     }
 
-    /// Plans a statement for its result schema only: Iceberg catalog changes, which
-    /// run when planned, are not run (Flight plans every statement before running it).
-    async fn plan_for_schema(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
-        use datafusion::logical_expr::{DdlStatement, EmptyRelation, LogicalPlan};
-        let text = clearice_iceberg::travel::rewrite_sql(sql)?;
-        let state = self.ctx.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let stmt = state.sql_to_statement(&text, &dialect)?;
-        let merging = merge_of(&stmt).is_some();
-        if let Some(a) = alter_of(&stmt)
-            && self
-                .iceberg_table(&datafusion::common::TableReference::parse_str(
-                    &a.name.to_string(),
-                ))
-                .is_some()
-        {
-            return Ok(datafusion::dataframe::DataFrame::new(
-                self.ctx.state(),
-                datafusion::logical_expr::LogicalPlanBuilder::empty(false).build()?,
-            ));
-        }
-        let plan = if merging {
-            LogicalPlan::EmptyRelation(EmptyRelation {
-                produce_one_row: false,
-                schema: Arc::new(datafusion::common::DFSchema::empty()),
-            })
-        } else {
-            state
-                .statement_to_plan(take_table_properties(stmt)?.0)
-                .await?
-        };
-        let reports_rows = match &plan {
-            _ if merging => Some(true),
+    /// For a statement that runs when planned or runs its own way (catalog changes,
+    /// row-level writes), whether its result is a row count (`None`: planning it is
+    /// harmless, and its plan gives the schema).
+    fn reports_rows(&self, plan: &datafusion::logical_expr::LogicalPlan) -> Option<bool> {
+        use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+        match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c))
                 if self.iceberg_table(&c.name).is_some() =>
             {
@@ -204,51 +291,52 @@ impl Session {
                 DdlStatement::CreateCatalogSchema(_) | DdlStatement::DropCatalogSchema(_),
             ) if !self.catalogs.is_empty() => Some(false),
             _ => None,
-        };
-        match reports_rows {
-            Some(rows) => {
-                let schema = if rows {
-                    clearice_iceberg::dml::count_schema()
-                } else {
-                    Arc::new(datafusion::arrow::datatypes::Schema::empty())
-                };
-                let empty = LogicalPlan::EmptyRelation(EmptyRelation {
-                    produce_one_row: false,
-                    schema: Arc::new(datafusion::common::DFSchema::try_from(
-                        schema.as_ref().clone(),
-                    )?),
-                });
-                Ok(datafusion::dataframe::DataFrame::new(
-                    self.ctx.state(),
-                    empty,
-                ))
-            }
-            None => self.checked(plan).await,
         }
     }
 
+    /// An empty result with the schema of a row count (`rows`) or no columns.
+    fn schema_only(&self, rows: bool) -> Result<datafusion::dataframe::DataFrame> {
+        let schema = if rows {
+            clearice_iceberg::dml::count_schema()
+        } else {
+            Arc::new(datafusion::arrow::datatypes::Schema::empty())
+        };
+        let empty = datafusion::logical_expr::LogicalPlan::EmptyRelation(
+            datafusion::logical_expr::EmptyRelation {
+                produce_one_row: false,
+                schema: Arc::new(datafusion::common::DFSchema::try_from(
+                    schema.as_ref().clone(),
+                )?),
+            },
+        );
+        Ok(datafusion::dataframe::DataFrame::new(
+            self.ctx.state(),
+            empty,
+        ))
+    }
+
+    /// Checks a planned statement (setup, confinement, copy formats, write rules, named
+    /// columns) and sends it down its [`crate::route::Route`]; `options` are a CREATE
+    /// TABLE's properties and partition terms.
     async fn checked(
         &self,
         plan: datafusion::logical_expr::LogicalPlan,
-    ) -> Result<datafusion::dataframe::DataFrame> {
-        self.checked_with(plan, vec![]).await
-    }
-
-    /// [`Session::checked`], with the table properties of a CREATE TABLE.
-    async fn checked_with(
-        &self,
-        plan: datafusion::logical_expr::LogicalPlan,
-        properties: Vec<(String, String)>,
+        options: CreateOptions,
     ) -> Result<datafusion::dataframe::DataFrame> {
         if let Some(e) = &self.setup_error {
             return Err(DataFusionError::Execution(e.clone()));
         }
-        if let Some(df) = self.iceberg_ddl(&plan, properties.clone()).await? {
+        if let Some(df) = self.iceberg_ddl(&plan, options.clone()).await? {
             return Ok(df);
         }
-        if !properties.is_empty() {
+        if !options.properties.is_empty() {
             return Err(DataFusionError::Plan(
                 "table properties (WITH (...) / TBLPROPERTIES) apply to Iceberg catalog tables only".into(),
+            ));
+        }
+        if !options.partitioning.is_empty() {
+            return Err(DataFusionError::Plan(
+                "PARTITIONED BY applies to Iceberg catalog tables only".into(),
             ));
         }
         if let Some(c) = &self.confine {
@@ -400,7 +488,7 @@ impl Session {
         let text = stmt.to_string();
         self.audited(&text, async move {
             let _permit = self.permit()?;
-            collect(self.statement_plan(stmt, None).await?).await
+            collect(self.statement_plan(stmt, None, Purpose::Run).await?).await
         })
         .await
     }
@@ -438,7 +526,7 @@ impl Session {
             .scope(async {
                 match self.timeout() {
                     Some(limit) => {
-                        tokio::time::timeout(limit, contained(self.plan_for_schema(sql)))
+                        tokio::time::timeout(limit, contained(self.describe(sql)))
                             .await
                             .unwrap_or_else(|_| {
                                 Err(DataFusionError::External(Box::new(
@@ -446,7 +534,7 @@ impl Session {
                                 )))
                             })
                     }
-                    None => contained(self.plan_for_schema(sql)).await,
+                    None => contained(self.describe(sql)).await,
                 }
             })
             .await;
@@ -484,7 +572,9 @@ impl Session {
     /// [`Session::sql_stream`]): results of any size in bounded memory.
     pub async fn execute_stream(&self, stmt: Statement) -> Result<SendableRecordBatchStream> {
         let text = stmt.to_string();
-        self.start_stream(&text, async { self.statement_plan(stmt, None).await })
+        self.start_stream(&text, async {
+            self.statement_plan(stmt, None, Purpose::Run).await
+        })
             .await
     }
 

@@ -17,7 +17,7 @@ use iceberg_catalog_sql::SqlCatalogBuilder;
 use crate::commit::Committer;
 use crate::error::{Error, Result};
 use crate::metadata::metadata_table;
-use crate::provider::IcebergTableProvider;
+use crate::provider::{AsOf, IcebergTableProvider};
 use crate::travel::split_name;
 use clearice_storage::{LakeStorageFactory, LakeStores};
 
@@ -336,13 +336,13 @@ impl SchemaProvider for IcebergSchemaProvider {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        if let Some(kind) = split_name(name).1.metadata() {
-            let Some(t) = self.load(name).await? else {
+        if let Some(kind) = split_name(name).1 {
+            let Some(t) = self.load(name, None).await? else {
                 return Ok(None);
             };
             return Ok(Some(metadata_table(&t, kind, &|_| true).await?));
         }
-        match self.load(name).await {
+        match self.load(name, None).await {
             Err(e) => unreadable(e),
             Ok(t) => Ok(t.map(|t| Arc::new(t) as _)),
         }
@@ -360,10 +360,14 @@ impl IcebergSchemaProvider {
         format!("{}.{}.{table}", self.catalog_name, self.schema_name)
     }
 
-    /// Loads a table fresh from the catalog; `t@version=…` (a rewritten time travel
-    /// clause) loads it as of that snapshot.
-    pub async fn load(&self, name: &str) -> DfResult<Option<IcebergTableProvider>> {
-        let (name, suffix) = split_name(name);
+    /// Loads a table fresh from the catalog (`t$files`: the table `t`), as of a
+    /// snapshot if `as_of` says so.
+    pub async fn load(
+        &self,
+        name: &str,
+        as_of: Option<&AsOf>,
+    ) -> DfResult<Option<IcebergTableProvider>> {
+        let name = split_name(name).0;
         if !self.tables.iter().any(|t| t == name) {
             return Ok(None);
         }
@@ -394,7 +398,7 @@ impl IcebergSchemaProvider {
             self.stores.clone(),
         )?
         .with_catalog(Arc::clone(&self.catalog), self.committer.clone());
-        Ok(Some(match suffix.as_of() {
+        Ok(Some(match as_of {
             Some(as_of) => provider.as_of(as_of.clone())?,
             None => provider,
         }))

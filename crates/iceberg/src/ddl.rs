@@ -2,207 +2,12 @@
 //! compatible column types, `ALTER TABLE` column operations. The policy's write rules
 //! over them live in `clearice-access`.
 //!
-//! DataFusion's parser has no `PARTITIONED BY` with transforms (Spark's and Trino's
-//! syntax), so the clause is rewritten into the table name before parsing, as time
-//! travel is:
-//!
-//! ```text
-//!  CREATE TABLE t PARTITIONED BY (region, days(ts)) AS SELECT …
-//!      ─▶ CREATE TABLE "t@partitioned_by=region, days(ts)" AS SELECT …
-//! ```
-
-use std::borrow::Cow;
+//! `PARTITIONED BY` arrives typed: [`crate::sql`] parses Spark's and Trino's clause into
+//! the CreateTable's partition expression, and [`partition_terms`] reads it.
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, TimeUnit};
-use datafusion::error::{DataFusionError, Result};
-use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
+use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value};
 use iceberg::spec::Transform;
-
-/// The table-name suffix carrying a `PARTITIONED BY` clause.
-const PARTITIONED_BY: &str = "@partitioned_by=";
-
-/// Splits `t@partitioned_by=…` into the table name and the clause's terms.
-pub fn split_partitioned(name: &str) -> (&str, Option<&str>) {
-    match name.split_once(PARTITIONED_BY) {
-        Some((t, terms)) => (t, Some(terms)),
-        None => (name, None),
-    }
-}
-
-fn is_kw(t: &Token, k: Keyword) -> bool {
-    matches!(t, Token::Word(w) if w.keyword == k && w.quote_style.is_none())
-}
-
-fn significant(tokens: &[Token]) -> Vec<usize> {
-    tokens
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !matches!(t, Token::Whitespace(_)))
-        .map(|(i, _)| i)
-        .collect()
-}
-
-/// Rewrites `CREATE TABLE name … [USING iceberg] PARTITIONED BY (terms) …` into
-/// `CREATE TABLE "name@partitioned_by=terms" …` (see the module docs); `USING iceberg`
-/// (Spark) is dropped. Other SQL is returned as is.
-pub fn rewrite_create(sql: &str) -> Result<Cow<'_, str>> {
-    let upper = sql.to_ascii_uppercase();
-    if !upper.contains("CREATE") || !(upper.contains("PARTITIONED") || upper.contains("USING")) {
-        return Ok(Cow::Borrowed(sql));
-    }
-    let Ok(all) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
-        return Ok(Cow::Borrowed(sql));
-    };
-    // Statement by statement (a script has several).
-    let mut out = String::with_capacity(sql.len() + 32);
-    let mut changed = false;
-    for stmt in all.split_inclusive(|t| matches!(t, Token::SemiColon)) {
-        match rewrite_statement(stmt)? {
-            Some(s) => {
-                out.push_str(&s);
-                changed = true;
-            }
-            None => out.extend(stmt.iter().map(|t| t.to_string())),
-        }
-    }
-    Ok(if changed {
-        Cow::Owned(out)
-    } else {
-        Cow::Borrowed(sql)
-    })
-}
-
-/// [`rewrite_create`] of one statement's tokens; `None` if unchanged.
-fn rewrite_statement(tokens: &[Token]) -> Result<Option<String>> {
-    let sig = significant(tokens);
-    let at = |k: usize| sig.get(k).map(|&i| &tokens[i]);
-    // CREATE [OR REPLACE] TABLE [IF NOT EXISTS] name
-    let mut k = 0;
-    if !at(k).is_some_and(|t| is_kw(t, Keyword::CREATE)) {
-        return Ok(None);
-    }
-    k += 1;
-    if at(k).is_some_and(|t| is_kw(t, Keyword::OR)) {
-        k += 2;
-    }
-    if !at(k).is_some_and(|t| is_kw(t, Keyword::TABLE)) {
-        return Ok(None);
-    }
-    k += 1;
-    if at(k).is_some_and(|t| is_kw(t, Keyword::IF)) {
-        k += 3;
-    }
-    // The name: words joined by periods; its last word gets the suffix.
-    let mut name_last = None;
-    while let Some(Token::Word(_)) = at(k) {
-        name_last = Some(sig[k]);
-        if matches!(at(k + 1), Some(Token::Period)) {
-            k += 2;
-        } else {
-            k += 1;
-            break;
-        }
-    }
-    let Some(name_last) = name_last else {
-        return Ok(None);
-    };
-    // Find the clauses at parenthesis depth 0.
-    let mut depth = 0i32;
-    let mut remove: Vec<(usize, usize)> = Vec::new();
-    let mut terms: Option<String> = None;
-    let mut j = k;
-    while j < sig.len() {
-        let t = &tokens[sig[j]];
-        match t {
-            Token::LParen => depth += 1,
-            Token::RParen => depth -= 1,
-            _ if depth == 0 && is_kw(t, Keyword::AS) => break,
-            _ if depth == 0
-                && is_kw(t, Keyword::USING)
-                && matches!(at(j + 1), Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("iceberg")) =>
-            {
-                remove.push((sig[j], sig[j + 1]));
-                j += 2;
-                continue;
-            }
-            _ if depth == 0
-                && is_kw(t, Keyword::PARTITIONED)
-                && at(j + 1).is_some_and(|t| is_kw(t, Keyword::BY))
-                && matches!(at(j + 2), Some(Token::LParen)) =>
-            {
-                // The balanced parentheses after BY.
-                let open = j + 2;
-                let mut d = 0i32;
-                let mut close = None;
-                for (m, &i) in sig.iter().enumerate().skip(open) {
-                    match tokens[i] {
-                        Token::LParen => d += 1,
-                        Token::RParen => {
-                            d -= 1;
-                            if d == 0 {
-                                close = Some(m);
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                let Some(close) = close else {
-                    return Err(DataFusionError::Plan(
-                        "PARTITIONED BY: unbalanced parentheses".into(),
-                    ));
-                };
-                let text: String = tokens[sig[open] + 1..sig[close]]
-                    .iter()
-                    .map(|t| t.to_string())
-                    .collect();
-                if text.contains('"') {
-                    return Err(DataFusionError::Plan(
-                        "PARTITIONED BY: quoted column names are not supported here; name the columns without quotes".into(),
-                    ));
-                }
-                terms = Some(text.trim().to_owned());
-                remove.push((sig[j], sig[close]));
-                j = close + 1;
-                continue;
-            }
-            _ => {}
-        }
-        j += 1;
-    }
-    if remove.is_empty() {
-        return Ok(None);
-    }
-    let mut out = String::new();
-    for (i, t) in tokens.iter().enumerate() {
-        if remove.iter().any(|(a, b)| (*a..=*b).contains(&i)) {
-            continue;
-        }
-        if i == name_last
-            && let Some(terms) = &terms
-            && let Token::Word(w) = t
-        {
-            let base = if w.quote_style.is_some() {
-                w.value.clone()
-            } else {
-                w.value.to_lowercase()
-            };
-            out.push_str(
-                &Token::Word(Word {
-                    value: format!("{base}{PARTITIONED_BY}{terms}"),
-                    quote_style: Some('"'),
-                    keyword: Keyword::NoKeyword,
-                })
-                .to_string(),
-            );
-            continue;
-        }
-        out.push_str(&t.to_string());
-    }
-    Ok(Some(out))
-}
 
 /// One change of `ALTER TABLE`.
 #[derive(Debug, Clone)]
@@ -241,91 +46,105 @@ pub struct PartitionTerm {
     pub transform: Transform,
 }
 
-/// Parses `region, days(ts), bucket(16, id), truncate(id, 4)` (Spark's and Trino's
-/// names: `year`/`years`, `month`/`months`, `day`/`days`, `hour`/`hours`, `bucket`,
-/// `truncate`, with the number first or last).
-pub fn parse_partitioning(text: &str) -> Result<Vec<PartitionTerm>, String> {
-    let mut out = Vec::new();
-    let mut depth = 0;
-    let mut start = 0;
-    let mut parts = Vec::new();
-    for (i, c) in text.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
+/// One argument of a partition transform.
+enum Arg {
+    Column(String),
+    Number(u32),
+}
+
+/// The terms of a `PARTITIONED BY (region, days(ts), bucket(16, id), truncate(id, 4))`
+/// clause (Spark's and Trino's names: `year`/`years`, `month`/`months`, `day`/`days`,
+/// `hour`/`hours`, `bucket`, `truncate`, with the number first or last). Unquoted column
+/// names are lower-cased, as DataFusion does.
+pub fn partition_terms(clause: &Expr) -> Result<Vec<PartitionTerm>, String> {
+    let items: Vec<&Expr> = match clause {
+        Expr::Tuple(items) => items.iter().collect(),
+        Expr::Nested(e) => vec![e.as_ref()],
+        e => vec![e],
+    };
+    if items.is_empty() {
+        return Err("PARTITIONED BY has no terms".into());
     }
-    parts.push(&text[start..]);
-    for p in parts {
-        let p = p.trim();
-        if p.is_empty() {
-            return Err("PARTITIONED BY has an empty term".into());
-        }
-        let Some((func, rest)) = p.split_once('(') else {
-            out.push(PartitionTerm {
-                column: p.to_lowercase(),
-                transform: Transform::Identity,
-            });
-            continue;
-        };
-        let args: Vec<&str> = rest
-            .trim_end()
-            .strip_suffix(')')
-            .ok_or_else(|| format!("PARTITIONED BY term '{p}' is not closed"))?
-            .split(',')
-            .map(str::trim)
-            .collect();
-        let func = func.trim().to_lowercase();
-        let one = |t: Transform| -> Result<PartitionTerm, String> {
-            match args.as_slice() {
-                [c] => Ok(PartitionTerm {
-                    column: c.to_lowercase(),
-                    transform: t,
-                }),
-                _ => Err(format!("PARTITIONED BY {func}(column) takes one column")),
-            }
-        };
-        let with_n = |make: fn(u32) -> Transform| -> Result<PartitionTerm, String> {
-            let (n, c) = match args.as_slice() {
-                [a, b] if a.parse::<u32>().is_ok() => (a.parse::<u32>().expect("number"), b),
-                [a, b] if b.parse::<u32>().is_ok() => (b.parse::<u32>().expect("number"), a),
-                _ => {
-                    return Err(format!(
-                        "PARTITIONED BY {func}(n, column) takes a number and a column"
-                    ));
-                }
-            };
-            if n == 0 {
-                return Err(format!(
-                    "PARTITIONED BY {func}: the number must be positive"
-                ));
-            }
-            Ok(PartitionTerm {
-                column: c.to_lowercase(),
-                transform: make(n),
-            })
-        };
-        out.push(match func.as_str() {
-            "identity" => one(Transform::Identity)?,
-            "year" | "years" => one(Transform::Year)?,
-            "month" | "months" => one(Transform::Month)?,
-            "day" | "days" | "date" => one(Transform::Day)?,
-            "hour" | "hours" | "date_hour" => one(Transform::Hour)?,
-            "bucket" => with_n(Transform::Bucket)?,
-            "truncate" => with_n(Transform::Truncate)?,
-            other => {
-                return Err(format!(
-                    "PARTITIONED BY: unknown transform '{other}' (identity, year, month, day, hour, bucket, truncate)"
-                ));
-            }
+    items.into_iter().map(term).collect()
+}
+
+fn column_of(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Identifier(i) if i.quote_style.is_some() => Some(i.value.clone()),
+        Expr::Identifier(i) => Some(i.value.to_lowercase()),
+        _ => None,
+    }
+}
+
+fn term(e: &Expr) -> Result<PartitionTerm, String> {
+    if let Some(column) = column_of(e) {
+        return Ok(PartitionTerm {
+            column,
+            transform: Transform::Identity,
         });
     }
-    Ok(out)
+    let Expr::Function(f) = e else {
+        return Err(format!(
+            "PARTITIONED BY term '{e}' is neither a column nor a transform of one"
+        ));
+    };
+    let func = f.name.to_string().to_lowercase();
+    let FunctionArguments::List(list) = &f.args else {
+        return Err(format!("PARTITIONED BY {func} needs arguments"));
+    };
+    let args = list
+        .args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => match &v.value {
+                Value::Number(n, _) => n.parse::<u32>().map(Arg::Number).ok(),
+                _ => None,
+            },
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => column_of(e).map(Arg::Column),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| format!("PARTITIONED BY {e}: arguments are a column and a number"))?;
+    let one = |t: Transform| -> Result<PartitionTerm, String> {
+        match args.as_slice() {
+            [Arg::Column(c)] => Ok(PartitionTerm {
+                column: c.clone(),
+                transform: t,
+            }),
+            _ => Err(format!("PARTITIONED BY {func}(column) takes one column")),
+        }
+    };
+    let with_n = |make: fn(u32) -> Transform| -> Result<PartitionTerm, String> {
+        let (n, c) = match args.as_slice() {
+            [Arg::Number(n), Arg::Column(c)] | [Arg::Column(c), Arg::Number(n)] => (*n, c),
+            _ => {
+                return Err(format!(
+                    "PARTITIONED BY {func}(n, column) takes a number and a column"
+                ));
+            }
+        };
+        if n == 0 {
+            return Err(format!(
+                "PARTITIONED BY {func}: the number must be positive"
+            ));
+        }
+        Ok(PartitionTerm {
+            column: c.clone(),
+            transform: make(n),
+        })
+    };
+    match func.as_str() {
+        "identity" => one(Transform::Identity),
+        "year" | "years" => one(Transform::Year),
+        "month" | "months" => one(Transform::Month),
+        "day" | "days" | "date" => one(Transform::Day),
+        "hour" | "hours" | "date_hour" => one(Transform::Hour),
+        "bucket" => with_n(Transform::Bucket),
+        "truncate" => with_n(Transform::Truncate),
+        other => Err(format!(
+            "PARTITIONED BY: unknown transform '{other}' (identity, year, month, day, hour, bucket, truncate)"
+        )),
+    }
 }
 
 /// An Arrow type Iceberg can hold (see [`iceberg_compatible`]).
@@ -368,27 +187,20 @@ pub fn iceberg_compatible(schema: &ArrowSchema) -> ArrowSchema {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
 
-    #[test]
-    fn partitioned_by_moves_into_the_name() {
-        let sql = "CREATE TABLE lake.s.t PARTITIONED BY (region, days(ts)) AS SELECT 1";
-        assert_eq!(
-            rewrite_create(sql).unwrap(),
-            "CREATE TABLE lake.s.\"t@partitioned_by=region, days(ts)\"  AS SELECT 1"
-        );
-        let spark = "create table if not exists t (id bigint, ts timestamp) using iceberg partitioned by (bucket(16, id))";
-        let out = rewrite_create(spark).unwrap();
-        assert!(out.contains("\"t@partitioned_by=bucket(16, id)\""), "{out}");
-        assert!(!out.to_lowercase().contains("iceberg"), "{out}");
-        // untouched: no clause, or the words inside the query
-        let q = "CREATE TABLE t AS SELECT 'PARTITIONED BY (x)' AS c";
-        assert_eq!(rewrite_create(q).unwrap(), q);
-        assert_eq!(rewrite_create("SELECT 1").unwrap(), "SELECT 1");
+    fn terms(text: &str) -> Result<Vec<PartitionTerm>, String> {
+        let e = Parser::new(&GenericDialect {})
+            .try_with_sql(text)
+            .and_then(|mut p| p.parse_expr())
+            .unwrap();
+        partition_terms(&e)
     }
 
     #[test]
     fn partition_terms_parse_spark_and_trino_forms() {
-        let t = parse_partitioning("region, days(ts), bucket(16, id), truncate(name, 4), year(d)")
+        let t = terms("(region, days(ts), bucket(16, id), truncate(Name, 4), year(d), \"Q\")")
             .unwrap();
         assert_eq!(
             t.iter().map(|t| t.transform).collect::<Vec<_>>(),
@@ -397,15 +209,16 @@ mod tests {
                 Transform::Day,
                 Transform::Bucket(16),
                 Transform::Truncate(4),
-                Transform::Year
+                Transform::Year,
+                Transform::Identity,
             ]
         );
         assert_eq!(t[3].column, "name");
-        assert!(
-            parse_partitioning("zorder(a)")
-                .unwrap_err()
-                .contains("unknown transform")
-        );
-        assert!(parse_partitioning("bucket(id)").is_err());
+        assert_eq!(t[5].column, "Q");
+        assert_eq!(terms("(id)").unwrap()[0].column, "id");
+        assert!(terms("(zorder(a))").unwrap_err().contains("unknown transform"));
+        assert!(terms("(bucket(id))").is_err());
+        assert!(terms("(bucket(0, id))").unwrap_err().contains("positive"));
+        assert!(terms("(a + 1)").unwrap_err().contains("neither a column"));
     }
 }

@@ -33,6 +33,7 @@ pub mod metadata;
 mod provider;
 mod report;
 mod schema;
+pub mod sql;
 pub mod travel;
 pub mod write;
 

@@ -75,7 +75,11 @@ impl Session {
     }
 
     /// `MERGE INTO` an Iceberg table (copy-on-write, under the policy).
-    pub(super) async fn merge(&self, m: &datafusion::sql::sqlparser::ast::Merge) -> Result<u64> {
+    pub(super) async fn merge(
+        &self,
+        state: &datafusion::execution::SessionState,
+        m: &datafusion::sql::sqlparser::ast::Merge,
+    ) -> Result<u64> {
         use datafusion::sql::sqlparser::ast::TableFactor;
         if let Some(e) = &self.setup_error {
             return Err(DataFusionError::Execution(e.clone()));
@@ -92,9 +96,8 @@ impl Session {
             )));
         };
         // The source reads what a SELECT would: confined sessions check its paths.
-        let state = self.ctx.state();
         let source = state
-            .create_logical_plan(&format!("SELECT * FROM {}", m.source))
+            .statement_to_plan(clearice_iceberg::sql::select_star_from(m.source.clone())?)
             .await?;
         if let Some(c) = &self.confine {
             c.check_plan(&source).await?;
@@ -107,7 +110,7 @@ impl Session {
             .ok_or_else(|| {
                 DataFusionError::Plan(format!("table '{full}' cannot be merged into"))
             })?;
-        Box::pin(clearice_access::merge::merge(&state, target, m)).await
+        Box::pin(clearice_access::merge::merge(state, target, m)).await
     }
 
     /// The Iceberg catalog named `name` (`None`: the default catalog), if it is one.
@@ -139,10 +142,9 @@ impl Session {
     pub(super) async fn iceberg_ddl(
         &self,
         plan: &datafusion::logical_expr::LogicalPlan,
-        properties: Vec<(String, String)>,
+        options: CreateOptions,
     ) -> Result<Option<datafusion::dataframe::DataFrame>> {
         use clearice_access::ddl::Ddl;
-        use clearice_iceberg::ddl::split_partitioned;
         use datafusion::common::SchemaReference;
         use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
         let LogicalPlan::Ddl(ddl) = plan else {
@@ -200,7 +202,7 @@ impl Session {
                 let Some((cat, ns, table)) = self.iceberg_table(&c.name) else {
                     return Ok(None);
                 };
-                let (table, partitioning) = split_partitioned(&table);
+                let table = table.as_str();
                 // What the query names is checked before the table is created.
                 clearice_access::named::check_named_columns(&c.input)?;
                 if c.or_replace {
@@ -232,8 +234,8 @@ impl Session {
                         &ns,
                         table,
                         &arrow,
-                        partitioning,
-                        properties,
+                        &options.partitioning,
+                        options.properties,
                         c.if_not_exists,
                     )
                     .await?;
@@ -282,20 +284,32 @@ impl Session {
     }
 }
 
-/// A CREATE TABLE without its `WITH (k = v, ...)` / `TBLPROPERTIES (...)` (DataFusion
-/// plans none), and those properties.
-pub(super) fn take_table_properties(
-    mut stmt: Statement,
-) -> Result<(Statement, Vec<(String, String)>)> {
+/// What a CREATE TABLE says besides its columns and query, for Iceberg tables.
+#[derive(Debug, Default, Clone)]
+pub(super) struct CreateOptions {
+    /// `WITH (name = 'value', ...)` / `TBLPROPERTIES`.
+    pub(super) properties: Vec<(String, String)>,
+    /// `PARTITIONED BY (...)` terms.
+    pub(super) partitioning: Vec<clearice_iceberg::ddl::PartitionTerm>,
+}
+
+/// Takes the table properties and `PARTITIONED BY` terms out of a CREATE TABLE
+/// (DataFusion's planner refuses both).
+pub(super) fn take_table_options(mut stmt: Statement) -> Result<(Statement, CreateOptions)> {
     use datafusion::sql::sqlparser::ast::{self, CreateTableOptions, SqlOption};
     let Statement::Statement(s) = &mut stmt else {
-        return Ok((stmt, vec![]));
+        return Ok((stmt, CreateOptions::default()));
     };
     let ast::Statement::CreateTable(ct) = s.as_mut() else {
-        return Ok((stmt, vec![]));
+        return Ok((stmt, CreateOptions::default()));
+    };
+    let partitioning = match ct.partition_by.take() {
+        Some(clause) => clearice_iceberg::ddl::partition_terms(&clause)
+            .map_err(|e| DataFusionError::Plan(format!("CREATE TABLE {}: {e}", ct.name)))?,
+        None => vec![],
     };
     let options = match std::mem::take(&mut ct.table_options) {
-        CreateTableOptions::None => return Ok((stmt, vec![])),
+        CreateTableOptions::None => vec![],
         CreateTableOptions::With(o) | CreateTableOptions::TableProperties(o) => o,
         other => {
             return Err(DataFusionError::NotImplemented(format!(
@@ -303,7 +317,7 @@ pub(super) fn take_table_properties(
             )));
         }
     };
-    let mut out = Vec::new();
+    let mut properties = Vec::new();
     for o in options {
         let SqlOption::KeyValue { key, value } = o else {
             return Err(DataFusionError::Plan(format!(
@@ -320,9 +334,15 @@ pub(super) fn take_table_properties(
             ast::Expr::Identifier(i) => i.value,
             other => other.to_string(),
         };
-        out.push((key.value, value));
+        properties.push((key.value, value));
     }
-    Ok((stmt, out))
+    Ok((
+        stmt,
+        CreateOptions {
+            properties,
+            partitioning,
+        },
+    ))
 }
 
 /// The ALTER TABLE statement `stmt` is, if it is one.

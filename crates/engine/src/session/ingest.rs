@@ -104,7 +104,7 @@ impl Session {
                             catalog: cat.as_ref(),
                             access: &self.access,
                         }
-                        .create_table(&ns, &name, &nullable, None, vec![], false)
+                        .create_table(&ns, &name, &nullable, &[], vec![], false)
                         .await?;
                     }
                     (true, _, true) => {}
@@ -124,7 +124,7 @@ impl Session {
                     datafusion::logical_expr::dml::InsertOp::Append,
                 )?
                 .build()?;
-                collect(self.checked(insert).await?).await
+                collect(self.checked(insert, CreateOptions::default()).await?).await
             })
             .await?;
         Ok(reported_count(&out))
