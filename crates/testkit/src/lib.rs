@@ -10,6 +10,8 @@
     reason = "test support: a panic is how a test fails, and tests may block"
 )]
 
+pub mod matrix;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

@@ -1,15 +1,14 @@
-//! Column policy end to end: the decision matrix over the demo lake (written by
-//! ClearIce) and the interop lake (written by PyArrow/PyIceberg), key requests, missing
-//! keys, audit records, EXPLAIN and standalone files.
+//! Column policy end to end, through the engine: the decision matrix over the demo lake
+//! (written by ClearIce), page pruning, missing keys, audit records, EXPLAIN and standalone
+//! files. The policy provider's own tests (the matrix over the PyArrow lake, which keys a
+//! scan asks for) are `clearice-access`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use clearice_demo as demo;
 use clearice_engine::Engine;
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::array::RecordBatch;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -21,23 +20,6 @@ struct Lake {
     dir: PathBuf,
     config: String,
     table: &'static str,
-}
-
-const COLUMNS: [(&str, Kind); 5] = [
-    ("ssn", Kind::String),
-    ("balance", Kind::Decimal),
-    ("birth_date", Kind::Date),
-    ("signup_ts", Kind::Timestamp),
-    ("tags", Kind::Nested),
-];
-
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Kind {
-    String,
-    Decimal,
-    Date,
-    Timestamp,
-    Nested,
 }
 
 async fn demo_lake() -> Lake {
@@ -57,66 +39,6 @@ async fn demo_lake() -> Lake {
     }
 }
 
-fn interop_lake(interop: &Path) -> Lake {
-    let tmp = tempfile::tempdir().unwrap();
-    Lake {
-        dir: tmp.path().to_owned(),
-        config: interop_config(interop, &interop.join("keyring.json")),
-        _tmp: tmp,
-        table: "lake.sales.customers",
-    }
-}
-
-const PROTECTION: &str = r#"
-[tables."lake.sales.customers".columns.ssn]
-master_key = "pii_key"
-ACCESS_ssn
-[tables."lake.sales.customers".columns.email]
-master_key = "pii_key"
-access = { a = "plaintext", b = "plaintext" }
-[tables."lake.sales.customers".columns.phone]
-master_key = "pii_key"
-access = { a = "plaintext", b = "plaintext" }
-[tables."lake.sales.customers".columns.balance]
-master_key = "finance_key"
-ACCESS_balance
-[tables."lake.sales.customers".columns.birth_date]
-ACCESS_birth_date
-[tables."lake.sales.customers".columns.signup_ts]
-ACCESS_signup_ts
-[tables."lake.sales.customers".columns.tags]
-ACCESS_tags
-"#;
-
-/// A policy where role `a` gets `decision` on every column it applies to and role `b`
-/// sees plaintext; users `ua` and `ub`.
-fn matrix_policy(decision: &str) -> String {
-    let mut p = String::from(
-        "[roles]\na = {}\nb = {}\n[users]\nua = { roles = [\"a\"] }\nub = { roles = [\"b\"] }\n",
-    );
-    let mut t = PROTECTION.to_owned();
-    for (col, kind) in COLUMNS {
-        let applies = match decision {
-            "show_last_4" | "show_first_4" => kind == Kind::String,
-            "truncate_to_year" | "truncate_to_month" => {
-                matches!(kind, Kind::Date | Kind::Timestamp)
-            }
-            _ => true,
-        };
-        let a = if applies {
-            format!("a = \"{decision}\", ")
-        } else {
-            String::new()
-        };
-        t = t.replace(
-            &format!("ACCESS_{col}\n"),
-            &format!("access = {{ {a}b = \"plaintext\" }}\n"),
-        );
-    }
-    p.push_str(&t);
-    p
-}
-
 async fn open_with_policy(lake: &Lake, policy: &str, name: &str) -> Arc<Engine> {
     let dir = lake.dir.join(name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -128,180 +50,28 @@ async fn open_with_policy(lake: &Lake, policy: &str, name: &str) -> Arc<Engine> 
     engine(&dir, &config).await
 }
 
-fn text(a: &ArrayRef, i: usize) -> Option<String> {
-    if a.is_null(i) {
-        return None;
-    }
-    let s = cast(&a.slice(i, 1), &DataType::Utf8).unwrap();
-    Some(s.as_string::<i32>().value(0).to_owned())
-}
+/// An engine session, as the matrix runs it.
+struct Principal(clearice_engine::Session);
 
-fn expect_masked(decision: &str, kind: Kind, plain: &ArrayRef, masked: &ArrayRef, col: &str) {
-    assert_eq!(plain.len(), masked.len());
-    for i in 0..plain.len() {
-        let (p, m) = (text(plain, i), text(masked, i));
-        let ctx = format!("{decision} on {col} row {i}: plain {p:?} masked {m:?}");
-        match decision {
-            "plaintext" => assert_eq!(p, m, "{ctx}"),
-            "null" => assert_eq!(m, None, "{ctx}"),
-            "fixed" => {
-                let want = match kind {
-                    Kind::String => "****",
-                    Kind::Decimal => "0.00",
-                    Kind::Date => "1970-01-01",
-                    Kind::Timestamp => "1970-01-01T00:00:00Z",
-                    Kind::Nested => "[]",
-                };
-                assert_eq!(m.as_deref(), Some(want), "{ctx}");
-            }
-            "show_last_4" | "show_first_4" => {
-                let p = p.clone().map(|s| {
-                    let n = s.chars().count();
-                    s.chars()
-                        .enumerate()
-                        .map(|(j, c)| {
-                            let kept = if decision == "show_first_4" {
-                                j < 4
-                            } else {
-                                j + 4 >= n
-                            };
-                            if kept || !c.is_alphanumeric() { c } else { 'X' }
-                        })
-                        .collect::<String>()
-                });
-                assert_eq!(m, p, "{ctx}");
-            }
-            "sha256" => assert_eq!(
-                m,
-                p.map(|s| hex::encode(Sha256::digest(s.as_bytes()))),
-                "{ctx}"
-            ),
-            "truncate_to_year" | "truncate_to_month" => {
-                let p = p.map(|s| {
-                    let (y, rest) = s.split_at(4);
-                    let month = if decision == "truncate_to_month" {
-                        &rest[1..3]
-                    } else {
-                        "01"
-                    };
-                    match kind {
-                        Kind::Date => format!("{y}-{month}-01"),
-                        _ => format!("{y}-{month}-01T00:00:00Z"),
-                    }
-                });
-                assert_eq!(m, p, "{ctx}");
-            }
-            other => panic!("no expectation for {other}"),
-        }
+impl matrix::Principal for Principal {
+    async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>, String> {
+        query(&self.0, sql).await.map_err(|e| e.to_string())
     }
 }
 
-fn column(batches: &[RecordBatch], i: usize) -> ArrayRef {
-    let parts: Vec<ArrayRef> = batches.iter().map(|b| Arc::clone(b.column(i))).collect();
-    let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
-    datafusion::arrow::compute::concat(&refs).unwrap()
-}
-
-const DECISIONS: [&str; 10] = [
-    "plaintext",
-    "null",
-    "fixed",
-    "show_last_4",
-    "show_first_4",
-    "sha256",
-    "truncate_to_year",
-    "truncate_to_month",
-    "hide",
-    "deny",
-];
-
-async fn run_matrix(lake: &Lake) {
-    for decision in DECISIONS {
-        let engine = open_with_policy(lake, &matrix_policy(decision), decision).await;
-        let (a, b) = (engine.session("ua"), engine.session("ub"));
-        for (col, kind) in COLUMNS {
-            let applies = match decision {
-                "show_last_4" | "show_first_4" => kind == Kind::String,
-                "truncate_to_year" | "truncate_to_month" => {
-                    matches!(kind, Kind::Date | Kind::Timestamp)
-                }
-                _ => true,
-            };
-            let sql = format!("SELECT id, {col} FROM {} ORDER BY id LIMIT 500", lake.table);
-            let plain = query(&b, &sql)
-                .await
-                .unwrap_or_else(|e| panic!("{decision}/{col} as ub: {e}"));
-            if !applies {
-                // role a has no rule here: protected columns deny, others stay plaintext
-                let r = query(&a, &sql).await;
-                if col == "ssn" || col == "balance" {
-                    assert!(
-                        r.unwrap_err().to_string().contains("access denied"),
-                        "{decision}/{col}"
-                    );
-                } else {
-                    assert_eq!(
-                        json_rows(&r.unwrap()),
-                        json_rows(&plain),
-                        "{decision}/{col}"
-                    );
-                }
-                continue;
-            }
-            match decision {
-                "hide" => {
-                    let e = query_err(&a, &sql).await;
-                    assert!(
-                        e.contains(&format!("No field named {col}")),
-                        "{decision}/{col}: {e}"
-                    );
-                    let star = query(&a, &format!("SELECT * FROM {} LIMIT 1", lake.table))
-                        .await
-                        .unwrap();
-                    assert!(
-                        star[0].schema().field_with_name(col).is_err(),
-                        "{col} hidden from SELECT *"
-                    );
-                }
-                "deny" => {
-                    for q in [
-                        sql.clone(),
-                        format!("SELECT count(*) FROM {} WHERE {col} IS NULL", lake.table),
-                        format!("SELECT * FROM {}", lake.table),
-                    ] {
-                        let e = query_err(&a, &q).await;
-                        let named =
-                            q.starts_with("SELECT *") || e.contains(&format!("column '{col}'"));
-                        assert!(
-                            named
-                                && e.contains("access denied")
-                                && e.contains("'ua'")
-                                && e.contains("role:a"),
-                            "{decision}/{col}: {e}"
-                        );
-                    }
-                }
-                _ => {
-                    let masked = query(&a, &sql)
-                        .await
-                        .unwrap_or_else(|e| panic!("{decision}/{col} as ua: {e}"));
-                    assert_eq!(column(&masked, 0).len(), 500.min(column(&plain, 0).len()));
-                    expect_masked(decision, kind, &column(&plain, 1), &column(&masked, 1), col);
-                }
-            }
-        }
+impl matrix::Lake for Lake {
+    type Session = Principal;
+    async fn open(&self, policy: &str, name: &str) -> (Principal, Principal) {
+        let engine = open_with_policy(self, policy, name).await;
+        (Principal(engine.session("ua")), Principal(engine.session("ub")))
     }
 }
 
+/// The matrix over the lake ClearIce wrote (over the PyArrow lake: clearice-access's tests).
 #[tokio::test]
 async fn decision_matrix_over_the_demo_lake() {
-    run_matrix(&demo_lake().await).await;
-}
-
-#[tokio::test]
-async fn decision_matrix_over_the_pyarrow_interop_lake() {
-    let Some(dir) = interop_dir() else { return };
-    run_matrix(&interop_lake(&dir)).await;
+    let lake = demo_lake().await;
+    matrix::run_matrix(&lake, lake.table).await;
 }
 
 const NULL_PII: &str = r#"
@@ -324,49 +94,6 @@ access = { a = "hide", admin = "plaintext" }
 master_key = "finance_key"
 access = { a = "plaintext", admin = "plaintext" }
 "#;
-
-#[tokio::test]
-async fn keys_of_columns_not_needed_are_never_requested() {
-    let lake = demo_lake().await;
-    let engine = open_with_policy(&lake, NULL_PII, "keys").await;
-    let r = engine.key_resolver();
-    let a = engine.session("ua");
-    // count(*) is answered from Iceberg row counts: no IO, no key at all
-    let n = json_rows(
-        &query(&a, "SELECT count(*) FROM lake.sales.customers")
-            .await
-            .unwrap(),
-    );
-    assert_eq!(n, vec![vec![Value::from(100_000)]]);
-    assert_eq!(r.kms_unwrap_count(), 0);
-    // only constant masks of pii_key columns: pii_key is never unwrapped
-    let rows = query(
-        &a,
-        "SELECT id, ssn, email FROM lake.sales.customers WHERE id < 1000010",
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        json_rows(&rows)[0],
-        vec![Value::from(1_000_000), Value::Null, Value::from("****")]
-    );
-    assert_eq!(r.kms_unwrap_count_for("pii_key"), 0);
-    assert_eq!(r.kms_unwrap_count_for("finance_key"), 0);
-    assert!(r.kms_unwrap_count_for("footer_key") > 0);
-    query(&a, "SELECT sum(balance) FROM lake.sales.customers")
-        .await
-        .unwrap();
-    assert!(r.kms_unwrap_count_for("finance_key") > 0);
-    assert_eq!(r.kms_unwrap_count_for("pii_key"), 0);
-    // the admin's plaintext read does need it
-    query(
-        &engine.session("root"),
-        "SELECT ssn FROM lake.sales.customers",
-    )
-    .await
-    .unwrap();
-    assert!(r.kms_unwrap_count_for("pii_key") > 0);
-}
 
 #[tokio::test]
 async fn selective_queries_prune_pages_of_encrypted_files_without_other_keys() {
@@ -844,57 +571,4 @@ async fn concurrent_queries_in_one_session_are_audited_separately() {
             other => panic!("unexpected table {other}"),
         }
     }
-}
-
-/// Fail closed per column: `email` is encrypted under `pii_key` in the demo's files, as
-/// `ssn` is; a policy that declares only `ssn` under that key does not let `email` be
-/// decrypted with it (before, any column under a key the scan may use was decrypted).
-#[tokio::test]
-async fn an_undeclared_column_sharing_a_declared_key_stays_encrypted() {
-    let lake = demo_lake().await;
-    let policy = "[roles]\na = {}\n[users]\nua = { roles = [\"a\"] }\n\
-                  [tables.\"lake.sales.customers\".columns.ssn]\nmaster_key = \"pii_key\"\n\
-                  access = { a = \"plaintext\" }\n";
-    let engine = open_with_policy(&lake, policy, "undeclared").await;
-    let s = engine.session("ua");
-    let ssn = json_rows(
-        &query(
-            &s,
-            "SELECT ssn FROM lake.sales.customers WHERE ssn IS NOT NULL LIMIT 3",
-        )
-        .await
-        .unwrap(),
-    );
-    assert_eq!(ssn.len(), 3);
-    assert!(
-        ssn.iter()
-            .all(|r| r[0].as_str().is_some_and(|v| v.len() == 11)),
-        "{ssn:?}"
-    );
-    for sql in [
-        "SELECT email FROM lake.sales.customers LIMIT 1",
-        "SELECT ssn, email FROM lake.sales.customers LIMIT 1",
-        "SELECT count(*) FROM lake.sales.customers WHERE email LIKE '%@example.com'",
-    ] {
-        let e = query_err(&s, sql).await;
-        assert!(e.contains("email") && e.contains("pii_key"), "{sql}: {e}");
-    }
-    // The same table with `email` declared reads it.
-    let declared = format!(
-        "{policy}[tables.\"lake.sales.customers\".columns.email]\nmaster_key = \"pii_key\"\n\
-         access = {{ a = \"plaintext\" }}\n"
-    );
-    let engine = open_with_policy(&lake, &declared, "declared").await;
-    let rows = json_rows(
-        &query(
-            &engine.session("ua"),
-            "SELECT email FROM lake.sales.customers WHERE email IS NOT NULL LIMIT 2",
-        )
-        .await
-        .unwrap(),
-    );
-    assert!(
-        rows.iter()
-            .all(|r| r[0].as_str().unwrap().ends_with("@example.com"))
-    );
 }
