@@ -49,6 +49,29 @@ pub const DECISIONS: [&str; 10] = [
     "deny",
 ];
 
+/// Constant masks on the `pii_key` columns for role `a` (null, fixed, hide), plaintext
+/// `balance`; `root` (role `admin`) reads everything.
+pub const NULL_PII: &str = r#"
+[roles]
+a = {}
+admin = {}
+[users]
+ua = { roles = ["a"] }
+root = { roles = ["admin"] }
+[tables."lake.sales.customers".columns.ssn]
+master_key = "pii_key"
+access = { a = "null", admin = "plaintext" }
+[tables."lake.sales.customers".columns.email]
+master_key = "pii_key"
+access = { a = "fixed", admin = "plaintext" }
+[tables."lake.sales.customers".columns.phone]
+master_key = "pii_key"
+access = { a = "hide", admin = "plaintext" }
+[tables."lake.sales.customers".columns.balance]
+master_key = "finance_key"
+access = { a = "plaintext", admin = "plaintext" }
+"#;
+
 const PROTECTION: &str = r#"
 [tables."lake.sales.customers".columns.ssn]
 master_key = "pii_key"

@@ -4,23 +4,7 @@
 
 use crate::lake::interop;
 
-const CONSTANT_MASKS: &str = r#"
-[roles]
-a = {}
-admin = {}
-[users]
-ua = { roles = ["a"] }
-root = { roles = ["admin"] }
-[tables."lake.sales.customers".columns.ssn]
-master_key = "pii_key"
-access = { a = "null", admin = "plaintext" }
-[tables."lake.sales.customers".columns.email]
-master_key = "pii_key"
-access = { a = "fixed", admin = "plaintext" }
-[tables."lake.sales.customers".columns.balance]
-master_key = "finance_key"
-access = { a = "plaintext", admin = "plaintext" }
-"#;
+use clearice_testkit::matrix::NULL_PII as CONSTANT_MASKS;
 
 #[tokio::test]
 async fn keys_of_columns_not_needed_are_never_requested() {

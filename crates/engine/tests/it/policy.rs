@@ -74,26 +74,7 @@ async fn decision_matrix_over_the_demo_lake() {
     matrix::run_matrix(&lake, lake.table).await;
 }
 
-const NULL_PII: &str = r#"
-[roles]
-a = {}
-admin = {}
-[users]
-ua = { roles = ["a"] }
-root = { roles = ["admin"] }
-[tables."lake.sales.customers".columns.ssn]
-master_key = "pii_key"
-access = { a = "null", admin = "plaintext" }
-[tables."lake.sales.customers".columns.email]
-master_key = "pii_key"
-access = { a = "fixed", admin = "plaintext" }
-[tables."lake.sales.customers".columns.phone]
-master_key = "pii_key"
-access = { a = "hide", admin = "plaintext" }
-[tables."lake.sales.customers".columns.balance]
-master_key = "finance_key"
-access = { a = "plaintext", admin = "plaintext" }
-"#;
+use matrix::NULL_PII;
 
 #[tokio::test]
 async fn selective_queries_prune_pages_of_encrypted_files_without_other_keys() {
