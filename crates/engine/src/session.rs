@@ -138,9 +138,8 @@ impl Session {
             let o = &state.config().options().sql_parser;
             (o.dialect, o.recursion_limit)
         };
-        let d = datafusion::sql::sqlparser::dialect::dialect_from_str(dialect).ok_or_else(|| {
-            DataFusionError::Plan(format!("Unsupported SQL dialect: {dialect}"))
-        })?;
+        let d = datafusion::sql::sqlparser::dialect::dialect_from_str(dialect)
+            .ok_or_else(|| DataFusionError::Plan(format!("Unsupported SQL dialect: {dialect}")))?;
         let mut statements =
             clearice_iceberg::sql::parse_statements(sql, d.as_ref(), recursion_limit)?;
         match statements.len() {
@@ -525,15 +524,13 @@ impl Session {
         let planned = query
             .scope(async {
                 match self.timeout() {
-                    Some(limit) => {
-                        tokio::time::timeout(limit, contained(self.describe(sql)))
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err(DataFusionError::External(Box::new(
-                                    LimitExceeded::Timeout { limit },
-                                )))
-                            })
-                    }
+                    Some(limit) => tokio::time::timeout(limit, contained(self.describe(sql)))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(DataFusionError::External(Box::new(
+                                LimitExceeded::Timeout { limit },
+                            )))
+                        }),
                     None => contained(self.describe(sql)).await,
                 }
             })
@@ -575,7 +572,7 @@ impl Session {
         self.start_stream(&text, async {
             self.statement_plan(stmt, None, Purpose::Run).await
         })
-            .await
+        .await
     }
 
     async fn start_stream(

@@ -6,7 +6,9 @@
 //! the CreateTable's partition expression, and [`partition_terms`] reads it.
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, TimeUnit};
-use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value};
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value,
+};
 use iceberg::spec::Transform;
 
 /// One change of `ALTER TABLE`.
@@ -200,8 +202,8 @@ mod tests {
 
     #[test]
     fn partition_terms_parse_spark_and_trino_forms() {
-        let t = terms("(region, days(ts), bucket(16, id), truncate(Name, 4), year(d), \"Q\")")
-            .unwrap();
+        let t =
+            terms("(region, days(ts), bucket(16, id), truncate(Name, 4), year(d), \"Q\")").unwrap();
         assert_eq!(
             t.iter().map(|t| t.transform).collect::<Vec<_>>(),
             vec![
@@ -216,7 +218,11 @@ mod tests {
         assert_eq!(t[3].column, "name");
         assert_eq!(t[5].column, "Q");
         assert_eq!(terms("(id)").unwrap()[0].column, "id");
-        assert!(terms("(zorder(a))").unwrap_err().contains("unknown transform"));
+        assert!(
+            terms("(zorder(a))")
+                .unwrap_err()
+                .contains("unknown transform")
+        );
         assert!(terms("(bucket(id))").is_err());
         assert!(terms("(bucket(0, id))").unwrap_err().contains("positive"));
         assert!(terms("(a + 1)").unwrap_err().contains("neither a column"));

@@ -122,10 +122,8 @@ impl Clauses {
                 && let Token::Word(w) = &plain[name_at]
                 && (w.keyword != Keyword::AS || w.quote_style.is_some())
             {
-                self.versions.insert(
-                    key(tokens[name_at].span.start),
-                    (w.value.clone(), version),
-                );
+                self.versions
+                    .insert(key(tokens[name_at].span.start), (w.value.clone(), version));
                 removed[i..end].iter_mut().for_each(|r| *r = true);
                 i = end;
                 continue;
@@ -302,7 +300,11 @@ impl VisitorMut for Clauses {
                 last_ident_start(name),
                 alias.as_ref().map(|a| key(a.name.span.start)),
             ];
-            if let Some((_, v)) = at.into_iter().flatten().find_map(|k| self.versions.remove(&k)) {
+            if let Some((_, v)) = at
+                .into_iter()
+                .flatten()
+                .find_map(|k| self.versions.remove(&k))
+            {
                 *version = Some(v);
             }
         }
@@ -559,10 +561,7 @@ mod tests {
                 "SELECT * FROM t FOR TIMESTAMP AS OF 'yesterday'",
                 "cannot read time travel timestamp 'yesterday'",
             ),
-            (
-                "SELECT * FROM t FOR VERSION AS OF now()",
-                "needs a literal",
-            ),
+            ("SELECT * FROM t FOR VERSION AS OF now()", "needs a literal"),
         ] {
             let e = parse(sql).unwrap_err().to_string();
             assert!(e.contains(says), "{sql}: {e}");
@@ -590,7 +589,11 @@ mod tests {
         let script = "SELECT 1; CREATE TABLE u PARTITIONED BY (days(ts)) AS SELECT now() AS ts";
         let stmts = parse(script).unwrap();
         assert_eq!(stmts.len(), 2);
-        assert!(stmts[1].to_string().contains("PARTITION BY (days(ts))"), "{}", stmts[1]);
+        assert!(
+            stmts[1].to_string().contains("PARTITION BY (days(ts))"),
+            "{}",
+            stmts[1]
+        );
         // Printed, it parses back the same.
         let again = parse(&stmts[1].to_string()).unwrap();
         assert_eq!(again[0].to_string(), stmts[1].to_string());

@@ -169,7 +169,12 @@ pub struct TravelPlanner {
 
 impl TravelPlanner {
     /// Adds `reference` as of `as_of`, opened as `provider`.
-    pub fn add(&mut self, reference: TableReference, as_of: AsOf, provider: Arc<dyn TableProvider>) {
+    pub fn add(
+        &mut self,
+        reference: TableReference,
+        as_of: AsOf,
+        provider: Arc<dyn TableProvider>,
+    ) {
         self.tables.push((reference, as_of, provider));
     }
 }
@@ -218,8 +223,9 @@ impl RelationPlanner for TravelPlanner {
                 "time travel on '{name}' ({version}) cannot be planned here (the table was not opened as of that snapshot)"
             )));
         };
-        let plan = LogicalPlanBuilder::scan(reference, provider_as_source(Arc::clone(provider)), None)?
-            .build()?;
+        let plan =
+            LogicalPlanBuilder::scan(reference, provider_as_source(Arc::clone(provider)), None)?
+                .build()?;
         Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
             plan, alias,
         ))))
@@ -279,7 +285,10 @@ mod tests {
     fn clauses_read_as_snapshots() {
         let n = |s: &str| Expr::value(Value::Number(s.into(), false));
         let q = |s: &str| Expr::value(Value::SingleQuotedString(s.into()));
-        assert_eq!(as_of(&TableVersion::VersionAsOf(n("5"))).unwrap(), AsOf::Version(5));
+        assert_eq!(
+            as_of(&TableVersion::VersionAsOf(n("5"))).unwrap(),
+            AsOf::Version(5)
+        );
         assert_eq!(
             as_of(&TableVersion::VersionAsOf(q("a@b"))).unwrap(),
             AsOf::Ref("a@b".into())
@@ -291,6 +300,10 @@ mod tests {
         assert!(as_of(&TableVersion::VersionAsOf(q(""))).is_err());
         assert!(as_of(&TableVersion::VersionAsOf(n("1.5"))).is_err());
         let e = as_of(&TableVersion::TimestampAsOf(q("yesterday"))).unwrap_err();
-        assert!(e.to_string().contains("cannot read time travel timestamp 'yesterday'"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("cannot read time travel timestamp 'yesterday'"),
+            "{e}"
+        );
     }
 }

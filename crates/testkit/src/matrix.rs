@@ -157,7 +157,11 @@ pub async fn run_matrix(lake: &impl Lake, table: &str) {
                     assert!(e.contains("access denied"), "{decision}/{col}: {e}");
                 } else {
                     let got = r.unwrap_or_else(|e| panic!("{decision}/{col}: {e}"));
-                    assert_eq!(column(&got, 1).to_data(), column(&plain, 1).to_data(), "{decision}/{col}");
+                    assert_eq!(
+                        column(&got, 1).to_data(),
+                        column(&plain, 1).to_data(),
+                        "{decision}/{col}"
+                    );
                 }
                 continue;
             }

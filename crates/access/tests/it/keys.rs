@@ -18,8 +18,9 @@ async fn keys_of_columns_not_needed_are_never_requested() {
         .unwrap();
     let (ssn, email) = (rows[0].column(0), rows[0].column(1));
     assert_eq!(ssn.null_count(), ssn.len());
-    let email = datafusion::arrow::compute::cast(email, &datafusion::arrow::datatypes::DataType::Utf8)
-        .unwrap();
+    let email =
+        datafusion::arrow::compute::cast(email, &datafusion::arrow::datatypes::DataType::Utf8)
+            .unwrap();
     use datafusion::arrow::array::AsArray;
     assert!(email.as_string::<i32>().iter().all(|v| v == Some("****")));
     assert_eq!(r.kms_unwrap_count_for("pii_key"), 0);

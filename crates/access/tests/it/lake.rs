@@ -82,10 +82,14 @@ impl InteropLake {
             Arc::clone(&self.resolver),
             Arc::clone(&self.providers),
         ));
-        let ctx = SessionContext::new_with_config_rt(SessionConfig::new(), Arc::clone(&self.runtime));
+        let ctx =
+            SessionContext::new_with_config_rt(SessionConfig::new(), Arc::clone(&self.runtime));
         ctx.register_catalog(
             "lake",
-            Arc::new(SessionCatalogProvider::new(Arc::clone(&self.catalog), access)),
+            Arc::new(SessionCatalogProvider::new(
+                Arc::clone(&self.catalog),
+                access,
+            )),
         );
         PolicySession(ctx)
     }

@@ -63,7 +63,10 @@ impl matrix::Lake for Lake {
     type Session = Principal;
     async fn open(&self, policy: &str, name: &str) -> (Principal, Principal) {
         let engine = open_with_policy(self, policy, name).await;
-        (Principal(engine.session("ua")), Principal(engine.session("ub")))
+        (
+            Principal(engine.session("ua")),
+            Principal(engine.session("ub")),
+        )
     }
 }
 
