@@ -159,20 +159,59 @@ impl PolicyTableProvider {
             .iter()
             .map(|f| inner.current_name(f))
             .collect();
+        // A table Iceberg encrypts itself: every column is under its table key, so a
+        // column no rule matches is denied (as any protected column), and the key is
+        // needed for any read (the manifests are under it too).
+        let native_key = inner.table_key_id().map(str::to_owned);
+        let mut native_denial = None;
         let decided: Vec<Resolved> = policy_names
             .iter()
-            .map(|n| policy.decide(&principal, &table, n))
+            .map(|n| {
+                let r = policy.decide(&principal, &table, n);
+                if native_key.is_some() && r.rule == RuleSource::DefaultUnprotected {
+                    Resolved {
+                        decision: Decision::Deny,
+                        rule: RuleSource::DefaultProtected,
+                    }
+                } else {
+                    r
+                }
+            })
             .collect();
-        let wanted: Vec<String> = inner_schema
+        let declared = |n: &str| tpol?.columns.get(n)?.master_key.clone();
+        if let Some(k) = &native_key {
+            if tpol.is_none() && policy.is_enforcing() {
+                native_denial = Some(format!(
+                    "the policy does not name this table, which Iceberg encrypts under table key '{k}'"
+                ));
+            }
+            if let Some(n) = policy_names
+                .iter()
+                .find(|n| declared(n).is_some_and(|d| d != *k))
+            {
+                native_denial = Some(format!(
+                    "the policy declares master_key '{}' for column '{n}', but Iceberg encrypts the table under table key '{k}'",
+                    declared(n).unwrap_or_default()
+                ));
+            }
+            let provider = routes.get(k).unwrap_or(&table_provider);
+            if provider != clearice_policy::LOCAL_PROVIDER {
+                native_denial = Some(format!(
+                    "table key '{k}' is routed to crypto provider '{provider}': tables Iceberg encrypts itself unwrap their key through the local KMS only, so far"
+                ));
+            }
+        }
+        let master_key_of = |n: &str| declared(n).or_else(|| native_key.clone());
+        let mut wanted: BTreeSet<String> = inner_schema
             .fields()
             .iter()
             .zip(&decided)
             .zip(&policy_names)
             .filter(|((_, r), _)| r.decision.needs_value())
-            .filter_map(|(_, n)| tpol?.columns.get(n)?.master_key.clone())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
+            .filter_map(|(_, n)| master_key_of(n))
             .collect();
+        wanted.extend(native_key.clone());
+        let wanted: Vec<String> = wanted.into_iter().collect();
         // Ask each provider about its keys; one that cannot answer fails only the scans
         // that need its keys.
         let mut by_provider: BTreeMap<&str, Vec<String>> = BTreeMap::new();
@@ -197,7 +236,7 @@ impl PolicyTableProvider {
         for ((i, f), mut resolved) in inner_schema.fields().iter().enumerate().zip(decided) {
             let pname = &policy_names[i];
             let cpol = tpol.and_then(|t| t.columns.get(pname));
-            let master_key = cpol.and_then(|c| c.master_key.clone());
+            let master_key = master_key_of(pname);
             protected_keys.push(master_key.clone());
             // on_missing_key: the KMS lacks the key a value-reading rule needs, or the
             // key's provider refuses it to this principal.
@@ -250,12 +289,39 @@ impl PolicyTableProvider {
                 .map(|c| Arc::clone(&c.field))
                 .collect::<Vec<_>>(),
         ));
+        // The table key of a table Iceberg encrypts itself: refused (or missing) is the
+        // whole table's outcome, naming the key.
+        if let Some(k) = &native_key
+            && native_denial.is_none()
+        {
+            let provider = routes.get(k).unwrap_or(&table_provider);
+            native_denial = match key_access.get(k) {
+                Some(KeyAccess::Granted) => None,
+                Some(KeyAccess::Denied) => Some(format!(
+                    "crypto provider '{provider}' refuses table key '{k}' (the table is encrypted by Iceberg under it)"
+                )),
+                Some(KeyAccess::Unknown) => Some(format!(
+                    "the KMS does not have table key '{k}' (the table is encrypted by Iceberg under it)"
+                )),
+                None => provider_failure
+                    .as_ref()
+                    .filter(|(keys, _)| keys.contains(k))
+                    .map(|(_, e)| format!("table key '{k}' cannot be checked: {e}")),
+            };
+        }
         // A denied table keeps its schema (DESCRIBE, information_schema) but any scan fails.
-        let denied = (table_decision != TableDecision::Allow).then(|| Error::TableDenied {
-            table: table.clone(),
-            principal: principal.clone(),
-            rule: rule.to_string(),
-        });
+        let denied = match native_denial {
+            Some(reason) if table_decision == TableDecision::Allow => Some(Error::TableDenied {
+                table: table.clone(),
+                principal: principal.clone(),
+                rule: reason,
+            }),
+            _ => (table_decision != TableDecision::Allow).then(|| Error::TableDenied {
+                table: table.clone(),
+                principal: principal.clone(),
+                rule: rule.to_string(),
+            }),
+        };
         Ok(Self {
             inner,
             access,

@@ -45,7 +45,7 @@ use clearice_access::{SessionAccess, SessionCatalogProvider};
 use clearice_crypto::{KeyResolver, ScanGrant};
 use clearice_crypto::{KeyScope, LocalProvider, ProviderRef, Providers, RemoteProvider};
 use clearice_iceberg::{
-    IcebergCatalogProvider, open_hms_catalog, open_rest_catalog, open_sql_catalog_with,
+    IcebergCatalogProvider, native, open_hms_catalog, open_rest_catalog, open_sql_catalog_with,
 };
 use clearice_pme::{DecryptingParquetFormatFactory, DecryptingReaderFactory, ScanKeys};
 use clearice_policy::Policy;
@@ -187,6 +187,30 @@ impl Engine {
                     .await?
                 }
             };
+            // Tables Iceberg encrypts itself load with the engine's KMS (iceberg-rust's
+            // catalogs cannot build them): located in the catalog by ClearIce.
+            let locator = match cat.kind {
+                CatalogKind::Sql => {
+                    native::Locator::sql(name, &resolve_sqlite_uri(&config, &cat.uri))
+                }
+                CatalogKind::Hms => native::Locator::hms(&cat.uri).map_err(|source| {
+                    clearice_iceberg::Error::CatalogOpen {
+                        catalog: name.clone(),
+                        uri: clearice_iceberg::redact_uri(&cat.uri),
+                        source: Box::new(source),
+                    }
+                })?,
+                CatalogKind::Rest => native::Locator::Unsupported {
+                    reason: "REST catalogs are not asked for such tables yet".into(),
+                },
+            };
+            let props = catalog_props.get(name).cloned().unwrap_or_default();
+            let ice = native::NativeCatalog::wrap(
+                ice,
+                locator,
+                resolver.kms().cloned(),
+                native::file_io(&stores, &props),
+            );
             // The first listing is where a REST catalog is first reached: a failure there
             // names the catalog and its URI.
             // Commits that remove files (INSERT OVERWRITE, DELETE, UPDATE) are swapped in

@@ -78,6 +78,8 @@ pub(crate) struct FileReading<'a> {
     /// Path of a location in the store (for `PartitionedFile`).
     pub path_of: &'a (dyn Fn(&str) -> Result<String> + Sync),
     pub file_io: &'a iceberg::io::FileIO,
+    /// Each file's own key, by path (Iceberg-native encryption).
+    pub file_keys: Option<&'a clearice_pme::FileKeys>,
 }
 
 impl FileReading<'_> {
@@ -284,6 +286,31 @@ impl Deletes {
             .file_io
             .new_input(location)
             .map_err(|e| err(e.to_string()))?;
+        // A natively encrypted table's deletion vectors are AGS1 streams under their own
+        // key: decrypted whole (they are small), then read as Puffin from memory.
+        let input = match reading.file_keys {
+            None => input,
+            Some(keys) => {
+                let key = keys
+                    .get(&(reading.path_of)(location)?)
+                    .ok_or_else(|| err("no key for this file in the table's manifests".into()))?;
+                let metadata = iceberg::encryption::StandardKeyMetadata::new(key.key.expose())
+                    .with_aad_prefix(&key.aad_prefix);
+                let plain = iceberg::encryption::EncryptedInputFile::new(input, metadata)
+                    .read()
+                    .await
+                    .map_err(|e| {
+                        err(format!(
+                            "does not decrypt (tampered, or not under its key): {e}"
+                        ))
+                    })?;
+                let memory = iceberg::io::FileIO::new_with_memory();
+                let at = format!("memory:///dv/{}.puffin", rand::random::<u64>());
+                let out = memory.new_output(&at).map_err(|e| err(e.to_string()))?;
+                out.write(plain).await.map_err(|e| err(e.to_string()))?;
+                memory.new_input(&at).map_err(|e| err(e.to_string()))?
+            }
+        };
         let puffin = iceberg::puffin::PuffinReader::new(input);
         let blobs = puffin
             .file_metadata()

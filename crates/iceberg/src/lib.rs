@@ -14,7 +14,8 @@
 //! arrives as a [`clearice_crypto::ScanGrant`] and what a write may touch as a [`dml::WriteTarget`], both
 //! decided by `clearice-access`, which alone reads the policy. Catalogs come from
 //! [`open_sql_catalog`], [`open_rest_catalog`] and [`open_hms_catalog`]; encrypted writes
-//! from [`mod@write`].
+//! from [`mod@write`]. Tables Iceberg encrypts itself (format v3 `encryption.key-id`) load
+//! through [`native::NativeCatalog`] and scan with each file's own key.
 #![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
@@ -30,6 +31,7 @@ pub mod exec;
 pub mod field_id;
 mod filter;
 pub mod metadata;
+pub mod native;
 mod provider;
 mod report;
 mod schema;

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
 use crate::schema::arrow_schema;
-use clearice_pme::{DecryptingReaderFactory, ScanKeys};
+use clearice_pme::{DecryptingReaderFactory, FileKeys, ScanKeys};
 use clearice_storage::{CATALOG_S3_SCHEME, LakeStores, Location, S3Options};
 
 /// Object store URL that Iceberg data files are read through: a local filesystem store
@@ -351,6 +351,31 @@ impl IcebergTableProvider {
         &self.table
     }
 
+    /// The master key id Iceberg encrypts this table under (`encryption.key-id`), if it
+    /// encrypts it natively.
+    pub fn table_key_id(&self) -> Option<&str> {
+        crate::native::table_key_id(self.table.metadata())
+    }
+
+    /// For a natively encrypted table, the key of every live file of the snapshot read,
+    /// by path in its store.
+    async fn file_keys(&self) -> Result<Option<Arc<FileKeys>>> {
+        let (Some(_), Some(snapshot)) = (self.table_key_id(), &self.snapshot) else {
+            return Ok(None);
+        };
+        let by_location = crate::native::file_keys(&self.table, snapshot.snapshot_id())
+            .await
+            .map_err(|source| Error::Iceberg {
+                table: self.name.clone(),
+                source: Box::new(source),
+            })?;
+        let mut by_path = FileKeys::with_capacity(by_location.len());
+        for (location, key) in by_location {
+            by_path.insert(self.object_path(&location)?.1, key);
+        }
+        Ok(Some(Arc::new(by_path)))
+    }
+
     async fn plan_files(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
         let err = |source: iceberg::Error| Error::Iceberg {
             table: self.name.clone(),
@@ -571,13 +596,18 @@ impl IcebergTableProvider {
             .collect();
         let scan_keys =
             ScanKeys::new(grant, &self.crypto).with_application(self.application_context());
+        // Iceberg-native encryption: each data and delete file under its own key, from
+        // the (decrypted) manifests of the snapshot.
+        let file_keys = self.file_keys().await?;
         let factory = |scope: KeyScope| {
             let mut keys = scan_keys.clone();
             keys.grant.scope = scope;
-            Arc::new(
-                DecryptingReaderFactory::new(Arc::clone(&store), keys)
-                    .with_file_prefix(prefix.clone()),
-            )
+            let factory = DecryptingReaderFactory::new(Arc::clone(&store), keys)
+                .with_file_prefix(prefix.clone());
+            Arc::new(match &file_keys {
+                Some(k) => factory.with_file_keys(Arc::clone(k)),
+                None => factory,
+            })
         };
         let data_factory = factory(scan_keys.grant.scope.clone());
         let delete_factory = factory(widen(&scan_keys.grant.scope, &delete_keys));
@@ -596,6 +626,7 @@ impl IcebergTableProvider {
             factory: Arc::clone(factory),
             path_of: &path_of,
             file_io: self.table.file_io(),
+            file_keys: file_keys.as_deref(),
         };
         let deletes = if tasks.iter().any(|t| !t.deletes.is_empty()) {
             Deletes::load(&reading(&delete_factory), &self.schema, &tasks).await?

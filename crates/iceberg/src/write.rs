@@ -127,6 +127,7 @@ impl FileWriter {
         providers: WriteProviders,
     ) -> Result<Self> {
         let name = table.identifier().to_string();
+        crate::native::refuse_write(table, &name)?;
         let werr = |reason: String| Error::Write {
             table: name.clone(),
             reason,
@@ -327,6 +328,7 @@ pub async fn commit_append(
     properties: BTreeMap<String, String>,
 ) -> Result<Table> {
     let name = table.identifier().to_string();
+    crate::native::refuse_write(table, &name)?;
     let ierr = |source: iceberg::Error| Error::Iceberg {
         table: name.clone(),
         source: Box::new(source),

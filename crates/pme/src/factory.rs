@@ -11,7 +11,8 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use object_store::ObjectStore;
 use parquet::arrow::async_reader::AsyncFileReader;
 
-use crate::keys::ScanKeys;
+use crate::DecryptError;
+use crate::keys::{FileKeys, ScanKeys};
 use crate::reader::{Counters, DecryptingReader};
 
 /// Creates [`DecryptingReader`]s for a scan.
@@ -20,6 +21,8 @@ pub struct DecryptingReaderFactory {
     inner: DefaultParquetFileReaderFactory,
     keys: Arc<ScanKeys>,
     file_prefix: String,
+    /// Each file's own key (Iceberg-native encryption): every file of the scan has one.
+    file_keys: Option<Arc<FileKeys>>,
 }
 
 impl DecryptingReaderFactory {
@@ -29,7 +32,15 @@ impl DecryptingReaderFactory {
             inner: DefaultParquetFileReaderFactory::new(store),
             keys: Arc::new(keys),
             file_prefix: "/".into(),
+            file_keys: None,
         }
+    }
+
+    /// Files are decrypted with their own keys (by path in the store); a file without
+    /// one is refused.
+    pub fn with_file_keys(mut self, keys: Arc<FileKeys>) -> Self {
+        self.file_keys = Some(keys);
+        self
     }
 
     /// Files are named `PREFIX + path in the store` in messages, provider calls and
@@ -62,15 +73,24 @@ impl DecryptingReaderFactory {
     ) -> datafusion::error::Result<DecryptingReader> {
         let path = format!("{}{}", self.file_prefix, file.object_meta.location);
         let size = file.object_meta.size;
+        let keys = match &self.file_keys {
+            None => Arc::clone(&self.keys),
+            Some(all) => match all.get(file.object_meta.location.as_ref()) {
+                Some(k) => Arc::new(self.keys.for_file(k)),
+                None => {
+                    return Err(datafusion::error::DataFusionError::External(Box::new(
+                        DecryptError::Malformed {
+                            file: path,
+                            reason: "no key for this file in the table's manifests".into(),
+                        },
+                    )));
+                }
+            },
+        };
         let inner = self.inner.create_reader(partition, file, hint, metrics)?;
         let counters = Counters::new(metrics, partition);
         Ok(DecryptingReader::new(
-            inner,
-            path,
-            size,
-            hint,
-            Arc::clone(&self.keys),
-            counters,
+            inner, path, size, hint, keys, counters,
         ))
     }
 }

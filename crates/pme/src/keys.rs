@@ -63,6 +63,41 @@ impl ScanKeys {
     }
 }
 
+/// A file's own data key and AAD prefix, known from outside the file (Iceberg-native table
+/// encryption: the manifest entry's `key_metadata`). The file is uniform PME under it
+/// (the footer key; its columns under the footer key), with the prefix not stored.
+#[derive(Clone)]
+pub struct FileKey {
+    /// The data key.
+    pub key: SecretKey,
+    /// The AAD prefix.
+    pub aad_prefix: Vec<u8>,
+}
+
+impl std::fmt::Debug for FileKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileKey(<redacted>)")
+    }
+}
+
+/// Keys of each file of a scan by its path in the store.
+pub type FileKeys = HashMap<String, FileKey>;
+
+impl ScanKeys {
+    /// The keys of a file whose own key is `key`: it decrypts the footer and the columns
+    /// under it, with its AAD prefix; column keys the file names go through the grant.
+    pub(crate) fn for_file(&self, key: &FileKey) -> Self {
+        let mut keys = self.clone();
+        keys.given = Some(Arc::new(GivenKeys {
+            footer: Some(key.key.clone()),
+            columns: HashMap::new(),
+            verify_signature: true,
+        }));
+        keys.grant.aad_prefix = Some(key.aad_prefix.clone());
+        keys
+    }
+}
+
 /// Keys a user gave for a table, as DataFusion's options name them: the footer key and
 /// column keys by column path (the files' key metadata is not consulted).
 #[derive(Debug, Default)]

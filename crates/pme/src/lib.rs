@@ -58,7 +58,7 @@ mod rekey;
 pub use error::DecryptError;
 pub use factory::DecryptingReaderFactory;
 pub use format::{DecryptingParquetFormat, DecryptingParquetFormatFactory};
-pub use keys::{EXPLICIT_KEY, GivenKeys, ScanKeys};
+pub use keys::{EXPLICIT_KEY, FileKey, FileKeys, GivenKeys, ScanKeys};
 pub use reader::DecryptingReader;
 pub use rekey::{ProviderColumnKey, rekey};
 

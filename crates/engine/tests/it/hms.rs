@@ -11,7 +11,7 @@ use clearice_engine::{Config, Engine};
 use crate::common::*;
 
 /// Starts the metastore on a free port with an embedded Derby database under `dir`.
-fn start_metastore(cp: &str, dir: &Path) -> (Peer, String) {
+pub(crate) fn start_metastore(cp: &str, dir: &Path) -> (Peer, String) {
     let port = free_port();
     let conf = dir.join("conf");
     std::fs::create_dir_all(&conf).unwrap();

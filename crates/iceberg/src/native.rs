@@ -1,0 +1,492 @@
+//! Iceberg-native table encryption (format v3, `encryption.key-id`), as Iceberg Java 1.10+
+//! writes it:
+//!
+//! ```text
+//!  table key (encryption.key-id, in the KMS)
+//!   └─ wraps key encryption keys (metadata `encryption-keys`, encrypted-by-id = table key)
+//!       └─ encrypt each snapshot's manifest-list key metadata (AES-GCM, AAD = KEK timestamp)
+//!           └─ manifest list (AGS1 stream) ─ key_metadata of each manifest (AGS1)
+//!               └─ key_metadata of each data and delete file: its own data key and AAD
+//!                  prefix (Parquet: PME, uniform, footer key = data key, prefix not stored;
+//!                  Puffin deletion vectors: AGS1)
+//! ```
+//!
+//! iceberg-rust 0.10.1 decrypts manifest lists and manifests when its `Table` has a
+//! [`KeyManagementClient`], but its catalogs build tables without one (such a table fails to
+//! load). [`NativeCatalog`] wraps a catalog: a table that fails so is located again
+//! ([`Locator`]: the SQL catalog's row, the Hive metastore's `metadata_location`) and built
+//! with [`TableKms`], the engine's KMS under Iceberg's `KeyManagementClient` semantics (the
+//! keyring's wrap format). Data and delete files get their keys from the manifests
+//! ([`FileKeys`]), handed to the decrypting reader per file.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
+use clearice_crypto::{Kms, SecretKey};
+use clearice_pme::{FileKey, FileKeys};
+use iceberg::encryption::{GeneratedKey, KeyManagementClient, SensitiveBytes, StandardKeyMetadata};
+use iceberg::io::FileIO;
+use iceberg::spec::{ManifestStatus, TableMetadata};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, Error as IceError, ErrorKind, Namespace, NamespaceIdent, Result as IceResult,
+    TableCommit, TableCreation, TableIdent,
+};
+
+/// The table property naming a natively encrypted table's key (Iceberg's
+/// `TableProperties.ENCRYPTION_TABLE_KEY`).
+pub const TABLE_KEY_PROPERTY: &str = "encryption.key-id";
+
+/// The master key id a table is natively encrypted under, if it is.
+pub fn table_key_id(metadata: &TableMetadata) -> Option<&str> {
+    metadata
+        .properties()
+        .get(TABLE_KEY_PROPERTY)
+        .map(String::as_str)
+}
+
+/// Refuses to write `table` (`name` in messages) if Iceberg encrypts it natively: ClearIce
+/// does not write such tables yet, and a plaintext file or manifest would break them.
+pub(crate) fn refuse_write(table: &Table, name: &str) -> crate::Result<()> {
+    match table_key_id(table.metadata()) {
+        None => Ok(()),
+        Some(key) => Err(crate::Error::Unsupported {
+            table: name.to_owned(),
+            what: format!(
+                "writing a table Iceberg encrypts itself (table key '{key}'): ClearIce reads such tables but does not write them yet"
+            ),
+        }),
+    }
+}
+
+/// The engine's KMS as Iceberg's `KeyManagementClient`: wrapped keys are the bytes the
+/// KMS's text form encodes (the keyring: `nonce || AES-GCM(master, key, aad = id) || tag`,
+/// as `clearice.test.KeyringKms` and parquet-java's local wrapping write them). Unwrapped
+/// keys are cached per wrapped key for the engine's life (a table's key encryption keys
+/// are few and long-lived; each query loads its table anew).
+pub struct TableKms {
+    kms: Arc<dyn Kms>,
+    cache: std::sync::Mutex<HashMap<(String, Vec<u8>), SecretKey>>,
+}
+
+impl TableKms {
+    /// Iceberg's key client over `kms`.
+    pub fn new(kms: Arc<dyn Kms>) -> Self {
+        Self {
+            kms,
+            cache: std::sync::Mutex::default(),
+        }
+    }
+
+    fn cached(&self, id: &str, wrapped: &[u8]) -> Option<SecretKey> {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&(id.to_owned(), wrapped.to_vec()))
+            .cloned()
+    }
+}
+
+impl fmt::Debug for TableKms {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableKms")
+            .field("kms", &self.kms.name())
+            .finish_non_exhaustive()
+    }
+}
+
+fn kms_error(e: clearice_crypto::Error) -> IceError {
+    IceError::new(ErrorKind::Unexpected, e.to_string())
+}
+
+#[async_trait]
+impl KeyManagementClient for TableKms {
+    async fn wrap_key(&self, key: &[u8], wrapping_key_id: &str) -> IceResult<Vec<u8>> {
+        let text = self
+            .kms
+            .wrap_key(key, wrapping_key_id)
+            .await
+            .map_err(kms_error)?;
+        BASE64_STANDARD.decode(text).map_err(|_| {
+            IceError::new(
+                ErrorKind::Unexpected,
+                format!(
+                    "KMS '{}' wrapped key '{wrapping_key_id}' as non-base64 text",
+                    self.kms.name()
+                ),
+            )
+        })
+    }
+
+    async fn unwrap_key(
+        &self,
+        wrapped_key: &[u8],
+        wrapping_key_id: &str,
+    ) -> IceResult<SensitiveBytes> {
+        if let Some(k) = self.cached(wrapping_key_id, wrapped_key) {
+            return Ok(SensitiveBytes::new(k.expose()));
+        }
+        let key = self
+            .kms
+            .unwrap_key(&BASE64_STANDARD.encode(wrapped_key), wrapping_key_id)
+            .await
+            .map_err(kms_error)?;
+        let out = SensitiveBytes::new(key.expose());
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((wrapping_key_id.to_owned(), wrapped_key.to_vec()), key);
+        Ok(out)
+    }
+
+    fn supports_key_generation(&self) -> bool {
+        false
+    }
+
+    async fn generate_key(&self, wrapping_key_id: &str) -> IceResult<GeneratedKey> {
+        Err(IceError::new(
+            ErrorKind::FeatureUnsupported,
+            format!(
+                "KMS '{}' does not generate keys (key '{wrapping_key_id}')",
+                self.kms.name()
+            ),
+        ))
+    }
+}
+
+/// Where a catalog keeps a table's current metadata file, asked directly (iceberg-rust's
+/// catalogs cannot load natively encrypted tables).
+pub enum Locator {
+    /// An Iceberg SQL catalog: its `iceberg_tables` row.
+    Sql {
+        /// The catalog's `catalog_name`.
+        catalog: String,
+        /// Connection URI.
+        uri: String,
+        /// Connected on first use.
+        pool: Arc<tokio::sync::OnceCell<sqlx::AnyPool>>,
+    },
+    /// A Hive metastore: the table's `metadata_location` parameter.
+    Hms {
+        /// The metastore's client.
+        client: hive_metastore::ThriftHiveMetastoreClient,
+    },
+    /// The catalog cannot be asked (yet).
+    Unsupported {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl fmt::Debug for Locator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sql { catalog, .. } => write!(f, "Locator::Sql({catalog})"),
+            Self::Hms { .. } => f.write_str("Locator::Hms"),
+            Self::Unsupported { reason } => write!(f, "Locator::Unsupported({reason})"),
+        }
+    }
+}
+
+impl Locator {
+    /// A SQL catalog's locator (`uri` as the catalog was opened with).
+    pub fn sql(catalog: &str, uri: &str) -> Self {
+        Self::Sql {
+            catalog: catalog.to_owned(),
+            uri: uri.to_owned(),
+            pool: Arc::default(),
+        }
+    }
+
+    /// A Hive metastore's locator (`host:port`, or `thrift://host:port`).
+    pub fn hms(uri: &str) -> IceResult<Self> {
+        let address = uri.strip_prefix("thrift://").unwrap_or(uri);
+        let address = address
+            .trim_end_matches('/')
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                IceError::new(
+                    ErrorKind::DataInvalid,
+                    format!("Hive metastore address '{uri}' does not resolve"),
+                )
+            })?;
+        let client = hive_metastore::ThriftHiveMetastoreClientBuilder::new("hms")
+            .address(address)
+            .make_codec(volo_thrift::codec::default::DefaultMakeCodec::buffered())
+            .build();
+        Ok(Self::Hms { client })
+    }
+
+    /// The current metadata file of `ident`.
+    async fn locate(&self, ident: &TableIdent) -> IceResult<String> {
+        let unexpected = |what: String| IceError::new(ErrorKind::Unexpected, what);
+        match self {
+            Self::Sql { catalog, uri, pool } => {
+                let pool = pool
+                    .get_or_try_init(|| async {
+                        sqlx::any::install_default_drivers();
+                        sqlx::any::AnyPoolOptions::new()
+                            .max_connections(2)
+                            .connect(uri)
+                            .await
+                    })
+                    .await
+                    .map_err(|e| unexpected(format!("catalog database: {e}")))?;
+                let p = |n: usize| {
+                    if uri.starts_with("postgres") {
+                        format!("${n}")
+                    } else {
+                        "?".to_owned()
+                    }
+                };
+                let sql = format!(
+                    "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = {} \
+                     AND table_namespace = {} AND table_name = {}",
+                    p(1),
+                    p(2),
+                    p(3)
+                );
+                let row: Option<(String,)> = sqlx::query_as(&sql)
+                    .bind(catalog.clone())
+                    .bind(ident.namespace().join("."))
+                    .bind(ident.name().to_owned())
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(|e| unexpected(format!("catalog database: {e}")))?;
+                row.map(|r| r.0).ok_or_else(|| {
+                    IceError::new(ErrorKind::TableNotFound, format!("table {ident} not found"))
+                })
+            }
+            Self::Hms { client } => {
+                let db = ident.namespace().join(".");
+                let table = client
+                    .get_table(db.into(), ident.name().to_owned().into())
+                    .await
+                    .map_err(|e| unexpected(format!("Hive metastore: {e}")))?;
+                let table = match table {
+                    volo_thrift::MaybeException::Ok(t) => t,
+                    volo_thrift::MaybeException::Exception(e) => {
+                        return Err(unexpected(format!("Hive metastore: {e:?}")));
+                    }
+                };
+                table
+                    .parameters
+                    .as_ref()
+                    .and_then(|p| p.get("metadata_location"))
+                    .map(|l| l.to_string())
+                    .ok_or_else(|| {
+                        unexpected(format!(
+                            "Hive table {ident} has no 'metadata_location' (not an Iceberg table)"
+                        ))
+                    })
+            }
+            Self::Unsupported { reason } => Err(IceError::new(
+                ErrorKind::FeatureUnsupported,
+                format!("Iceberg-native table encryption through this catalog ({reason})"),
+            )),
+        }
+    }
+}
+
+/// A file IO over `stores` with catalog properties `props` (`s3.*`), as the catalogs have.
+pub fn file_io(stores: &clearice_storage::LakeStores, props: &HashMap<String, String>) -> FileIO {
+    iceberg::io::FileIOBuilder::new(Arc::new(clearice_storage::LakeStorageFactory::new(
+        stores.clone(),
+    )))
+    .with_props(props.clone())
+    .build()
+}
+
+/// A catalog whose natively encrypted tables load with a KMS client. Everything else is
+/// the inner catalog's.
+#[derive(Debug)]
+pub struct NativeCatalog {
+    inner: Arc<dyn Catalog>,
+    locator: Locator,
+    kms: Option<Arc<TableKms>>,
+    file_io: FileIO,
+}
+
+impl NativeCatalog {
+    /// Wraps `inner`: tables it cannot load for want of a KMS client are located by
+    /// `locator`, read with `file_io` and built with `kms` (none: such tables fail in one
+    /// line naming the table key).
+    pub fn wrap(
+        inner: Arc<dyn Catalog>,
+        locator: Locator,
+        kms: Option<Arc<dyn Kms>>,
+        file_io: FileIO,
+    ) -> Arc<dyn Catalog> {
+        Arc::new(Self {
+            inner,
+            locator,
+            kms: kms.map(|k| Arc::new(TableKms::new(k))),
+            file_io,
+        })
+    }
+
+    async fn load_native(&self, ident: &TableIdent) -> IceResult<Table> {
+        let location = self.locator.locate(ident).await?;
+        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
+        let key = table_key_id(&metadata).unwrap_or_default().to_owned();
+        let Some(kms) = &self.kms else {
+            return Err(IceError::new(
+                ErrorKind::FeatureUnsupported,
+                format!(
+                    "table {ident} is encrypted by Iceberg under table key '{key}', and no KMS is configured ([kms])"
+                ),
+            ));
+        };
+        Table::builder()
+            .file_io(self.file_io.clone())
+            .metadata_location(location)
+            .metadata(metadata)
+            .identifier(ident.clone())
+            .runtime(iceberg::Runtime::try_current()?)
+            .kms_client(Arc::clone(kms) as Arc<dyn KeyManagementClient>)
+            .build()
+    }
+}
+
+/// Whether iceberg-rust refused to build `e`'s table for want of a KMS client.
+fn needs_kms(e: &IceError) -> bool {
+    e.kind() == ErrorKind::PreconditionFailed && e.message().contains(TABLE_KEY_PROPERTY)
+}
+
+#[async_trait]
+impl Catalog for NativeCatalog {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> IceResult<Vec<NamespaceIdent>> {
+        self.inner.list_namespaces(parent).await
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> IceResult<Namespace> {
+        self.inner.create_namespace(namespace, properties).await
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> IceResult<Namespace> {
+        self.inner.get_namespace(namespace).await
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> IceResult<bool> {
+        self.inner.namespace_exists(namespace).await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> IceResult<()> {
+        self.inner.update_namespace(namespace, properties).await
+    }
+
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> IceResult<()> {
+        self.inner.drop_namespace(namespace).await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> IceResult<Vec<TableIdent>> {
+        self.inner.list_tables(namespace).await
+    }
+
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> IceResult<Table> {
+        self.inner.create_table(namespace, creation).await
+    }
+
+    async fn load_table(&self, table: &TableIdent) -> IceResult<Table> {
+        match self.inner.load_table(table).await {
+            Err(e) if needs_kms(&e) => self.load_native(table).await,
+            other => other,
+        }
+    }
+
+    async fn drop_table(&self, table: &TableIdent) -> IceResult<()> {
+        self.inner.drop_table(table).await
+    }
+
+    async fn purge_table(&self, table: &TableIdent) -> IceResult<()> {
+        self.inner.purge_table(table).await
+    }
+
+    async fn table_exists(&self, table: &TableIdent) -> IceResult<bool> {
+        self.inner.table_exists(table).await
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> IceResult<()> {
+        self.inner.rename_table(src, dest).await
+    }
+
+    async fn register_table(
+        &self,
+        table: &TableIdent,
+        metadata_location: String,
+    ) -> IceResult<Table> {
+        self.inner.register_table(table, metadata_location).await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> IceResult<Table> {
+        self.inner.update_table(commit).await
+    }
+}
+
+/// Reads the keys of every live file of `snapshot_id` from its (decrypted) manifests, by
+/// file location. A
+/// file without key metadata in a natively encrypted table is refused.
+pub async fn file_keys(table: &Table, snapshot_id: i64) -> IceResult<FileKeys> {
+    let Some(snapshot) = table.metadata().snapshot_by_id(snapshot_id) else {
+        return Ok(FileKeys::new());
+    };
+    let list = table.manifest_list_reader(snapshot).load().await?;
+    let mut keys = FileKeys::new();
+    for mf in list.entries() {
+        let manifest = mf.load_manifest(table.file_io()).await?;
+        for entry in manifest.entries() {
+            if entry.status() == ManifestStatus::Deleted {
+                continue;
+            }
+            let file = entry.data_file();
+            let Some(bytes) = file.key_metadata() else {
+                return Err(IceError::new(
+                    ErrorKind::DataInvalid,
+                    format!(
+                        "file '{}' of a natively encrypted table has no key metadata (written unencrypted)",
+                        file.file_path()
+                    ),
+                ));
+            };
+            let m = StandardKeyMetadata::decode(bytes).map_err(|e| {
+                IceError::new(
+                    ErrorKind::DataInvalid,
+                    format!(
+                        "key metadata of file '{}' does not parse: {e}",
+                        file.file_path()
+                    ),
+                )
+            })?;
+            keys.insert(
+                file.file_path().to_owned(),
+                FileKey {
+                    key: SecretKey::from_bytes(m.encryption_key().as_bytes().to_vec()),
+                    aad_prefix: m.aad_prefix().unwrap_or_default().to_vec(),
+                },
+            );
+        }
+    }
+    Ok(keys)
+}
