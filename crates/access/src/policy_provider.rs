@@ -412,6 +412,7 @@ impl PolicyTableProvider {
                 },
             }));
         }
+        self.inner.check_writable().map_err(refuse)?;
         if let Some(as_of) = self.inner.travelled() {
             return Err(refuse(Error::InvalidWrite {
                 table: table.clone(),

@@ -357,6 +357,11 @@ impl IcebergTableProvider {
         crate::native::table_key_id(self.table.metadata())
     }
 
+    /// Fails if ClearIce cannot write the table (Iceberg encrypts it itself).
+    pub fn check_writable(&self) -> Result<()> {
+        crate::native::refuse_write(&self.table, &self.name)
+    }
+
     /// For a natively encrypted table, the key of every live file of the snapshot read,
     /// by path in its store.
     async fn file_keys(&self) -> Result<Option<Arc<FileKeys>>> {

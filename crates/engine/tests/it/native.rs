@@ -34,7 +34,7 @@ fn policy(dir: &Path, catalog: &str) -> String {
     let t = format!("{catalog}.db.enc");
     let text = format!(
         "[roles]\nadmin = {{}}\nanalyst = {{}}\n[users]\nadmin = {{ roles = [\"admin\"] }}\n\
-         analyst = {{ roles = [\"analyst\"] }}\n\
+         analyst = {{ roles = [\"analyst\"] }}\n[writes]\ncreate = [\"admin\"]\n\
          [tables.\"{t}\".columns.id]\naccess = {{ \"*\" = \"plaintext\" }}\n\
          [tables.\"{t}\".columns.region]\naccess = {{ \"*\" = \"plaintext\" }}\n\
          [tables.\"{t}\".columns.name]\naccess = {{ admin = \"plaintext\", analyst = \"null\" }}\n\
