@@ -8,7 +8,8 @@
 # The S3 tests start moto_server (from the venv), the REST catalog tests Iceberg's Java
 # RESTCatalogServer, the HMS tests Hive's standalone metastore (both resolved with Maven),
 # each on a loopback port. pyspark 4.1 (local mode, Java 17) with Iceberg's Spark runtime
-# writes the Spark lake (row-level deletes, time travel) with Spark's own answers.
+# writes the Spark lake (row-level deletes, time travel) with Spark's own answers, and tables
+# Iceberg encrypts itself through its Hive catalog (Hive's metastore, a Java keyring KMS).
 #
 #   ./scripts/test.sh                 # everything
 #   ./scripts/test.sh -p clearice-sqllogictest --test sqllogictests -- demo
@@ -128,6 +129,16 @@ rm -rf "$SPARK_LAKE" && mkdir -p "$SPARK_LAKE"
   "$SPARK_JAR" "$INTEROP/keyring.json" "$SPARK_LAKE" > "$CACHE/spark_tables.log" 2>&1 \
   || { cat "$CACHE/spark_tables.log"; exit 1; }
 
+# Tables Iceberg encrypts itself (format v3 `encryption.key-id`), written by Spark through
+# Iceberg's Hive catalog (a metastore started for it; its Derby database is kept for the
+# tests) with a keyring KeyManagementClient (scripts/spark/KeyringKms.java, compiled here).
+SPARK_NATIVE=$CACHE/spark-native
+echo "== writing Spark's natively encrypted tables in $SPARK_NATIVE (pyspark, Hive catalog)"
+rm -rf "$SPARK_NATIVE" && mkdir -p "$SPARK_NATIVE"
+"$VENV/bin/python" "$ROOT/crates/engine/tests/python/spark_native.py" "$SPARK_JAR" "$HMS/lib/*" \
+  "$INTEROP/keyring.json" "$ROOT/scripts/spark/KeyringKms.java" "$SPARK_NATIVE" > "$CACHE/spark_native.log" 2>&1 \
+  || { cat "$CACHE/spark_native.log"; exit 1; }
+
 # A PostgreSQL server for the PostgreSQL Iceberg catalog tests: a throwaway cluster on a
 # free loopback port, stopped when this script exits.
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
@@ -154,6 +165,7 @@ export CLEARICE_SHARED=$SHARED
 export CLEARICE_REST_CATALOG_CP="$REST/lib/*"
 export CLEARICE_HMS_CP="$HMS/lib/*"
 export CLEARICE_SPARK_LAKE=$SPARK_LAKE
+export CLEARICE_SPARK_NATIVE=$SPARK_NATIVE
 export CLEARICE_SPARK_ICEBERG_JAR=$SPARK_JAR
 export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing
 export CLEARICE_PYTHON=$VENV/bin/python

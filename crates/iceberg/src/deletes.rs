@@ -299,10 +299,12 @@ impl Deletes {
                 let plain = iceberg::encryption::EncryptedInputFile::new(input, metadata)
                     .read()
                     .await
-                    .map_err(|e| {
-                        err(format!(
-                            "does not decrypt (tampered, or not under its key): {e}"
-                        ))
+                    .map_err(|_| {
+                        DataFusionError::External(Box::new(Error::Tampered {
+                            table: reading.table.to_owned(),
+                            kind: "deletion vector".into(),
+                            file: location.to_owned(),
+                        }))
                     })?;
                 let memory = iceberg::io::FileIO::new_with_memory();
                 let at = format!("memory:///dv/{}.puffin", rand::random::<u64>());

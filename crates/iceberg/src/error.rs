@@ -82,6 +82,19 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A file Iceberg encrypts (manifest list, manifest, deletion vector) does not decrypt
+    /// under its key: tampered, truncated, or written under another key.
+    #[error(
+        "table '{table}': {kind} '{file}' does not decrypt under its key (tampered, or written under another key)"
+    )]
+    Tampered {
+        /// Table.
+        table: String,
+        /// `manifest list`, `manifest`, `deletion vector`.
+        kind: String,
+        /// The file.
+        file: String,
+    },
     /// Time travel to a snapshot, timestamp or ref the table does not have.
     #[error("table '{table}': {reason}")]
     SnapshotNotFound {

@@ -58,7 +58,7 @@ pub(crate) fn refuse_write(table: &Table, name: &str) -> crate::Result<()> {
         Some(key) => Err(crate::Error::Unsupported {
             table: name.to_owned(),
             what: format!(
-                "writing a table Iceberg encrypts itself (table key '{key}'): ClearIce reads such tables but does not write them yet"
+                "writing a table Iceberg encrypts itself (table key '{key}'; ClearIce reads such tables)"
             ),
         }),
     }
@@ -159,6 +159,18 @@ impl KeyManagementClient for TableKms {
     }
 }
 
+/// A table's current metadata file as its catalog knows it, with what a Hive metastore
+/// keeps beside it for tables Iceberg encrypts (Iceberg's `HiveTableOperations`: the table
+/// key id is taken from the metastore, not from the metadata file anyone with storage
+/// access could rewrite, and the file is checked against the metastore's hash).
+struct Located {
+    location: String,
+    /// The metastore's `encryption.key-id`.
+    key_id: Option<String>,
+    /// The metastore's `metadata_hash`: base64 SHA-256 of the metadata file.
+    hash: Option<String>,
+}
+
 /// Where a catalog keeps a table's current metadata file, asked directly (iceberg-rust's
 /// catalogs cannot load natively encrypted tables).
 pub enum Locator {
@@ -224,8 +236,14 @@ impl Locator {
         Ok(Self::Hms { client })
     }
 
+    /// Whether the catalog itself says which tables are encrypted (a Hive metastore): then
+    /// every table is located here first.
+    fn keeps_table_keys(&self) -> bool {
+        matches!(self, Self::Hms { .. })
+    }
+
     /// The current metadata file of `ident`.
-    async fn locate(&self, ident: &TableIdent) -> IceResult<String> {
+    async fn locate(&self, ident: &TableIdent) -> IceResult<Located> {
         let unexpected = |what: String| IceError::new(ErrorKind::Unexpected, what);
         match self {
             Self::Sql { catalog, uri, pool } => {
@@ -260,8 +278,13 @@ impl Locator {
                     .fetch_optional(pool)
                     .await
                     .map_err(|e| unexpected(format!("catalog database: {e}")))?;
-                row.map(|r| r.0).ok_or_else(|| {
+                let location = row.map(|r| r.0).ok_or_else(|| {
                     IceError::new(ErrorKind::TableNotFound, format!("table {ident} not found"))
+                })?;
+                Ok(Located {
+                    location,
+                    key_id: None,
+                    hash: None,
                 })
             }
             Self::Hms { client } => {
@@ -276,16 +299,23 @@ impl Locator {
                         return Err(unexpected(format!("Hive metastore: {e:?}")));
                     }
                 };
-                table
-                    .parameters
-                    .as_ref()
-                    .and_then(|p| p.get("metadata_location"))
-                    .map(|l| l.to_string())
-                    .ok_or_else(|| {
-                        unexpected(format!(
-                            "Hive table {ident} has no 'metadata_location' (not an Iceberg table)"
-                        ))
-                    })
+                let param = |k: &str| {
+                    table
+                        .parameters
+                        .as_ref()
+                        .and_then(|p| p.get(k))
+                        .map(|v| v.to_string())
+                };
+                let location = param("metadata_location").ok_or_else(|| {
+                    unexpected(format!(
+                        "Hive table {ident} has no 'metadata_location' (not an Iceberg table)"
+                    ))
+                })?;
+                Ok(Located {
+                    location,
+                    key_id: param(TABLE_KEY_PROPERTY),
+                    hash: param("metadata_hash"),
+                })
             }
             Self::Unsupported { reason } => Err(IceError::new(
                 ErrorKind::FeatureUnsupported,
@@ -332,9 +362,44 @@ impl NativeCatalog {
         })
     }
 
-    async fn load_native(&self, ident: &TableIdent) -> IceResult<Table> {
-        let location = self.locator.locate(ident).await?;
-        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
+    async fn load_native(&self, ident: &TableIdent, located: Located) -> IceResult<Table> {
+        let Located {
+            location,
+            key_id,
+            hash,
+        } = located;
+        let modified = |why: String| {
+            IceError::new(
+                ErrorKind::DataInvalid,
+                format!(
+                    "metadata file '{location}' of table {ident} might have been modified: {why}"
+                ),
+            )
+        };
+        let bytes = self.file_io.new_input(&location)?.read().await?;
+        if let Some(hash) = &hash {
+            use sha2::Digest;
+            let got = BASE64_STANDARD.encode(sha2::Sha256::digest(&bytes));
+            if got != *hash {
+                return Err(modified(
+                    "its SHA-256 differs from the metastore's metadata_hash".into(),
+                ));
+            }
+        }
+        let metadata: TableMetadata = serde_json::from_slice(&bytes).map_err(|e| {
+            IceError::new(
+                ErrorKind::DataInvalid,
+                format!("metadata file '{location}' of table {ident} does not parse (compressed metadata is not read for encrypted tables): {e}"),
+            )
+        })?;
+        if let Some(trusted) = &key_id
+            && table_key_id(&metadata) != Some(trusted.as_str())
+        {
+            return Err(modified(format!(
+                "the metastore encrypts it under table key '{trusted}', the file says {}",
+                table_key_id(&metadata).map_or("none".into(), |k| format!("'{k}'"))
+            )));
+        }
         let key = table_key_id(&metadata).unwrap_or_default().to_owned();
         let Some(kms) = &self.kms else {
             return Err(IceError::new(
@@ -410,8 +475,17 @@ impl Catalog for NativeCatalog {
     }
 
     async fn load_table(&self, table: &TableIdent) -> IceResult<Table> {
+        if self.locator.keeps_table_keys() {
+            let located = self.locator.locate(table).await?;
+            if located.key_id.is_some() {
+                return self.load_native(table, located).await;
+            }
+        }
         match self.inner.load_table(table).await {
-            Err(e) if needs_kms(&e) => self.load_native(table).await,
+            Err(e) if needs_kms(&e) => {
+                let located = self.locator.locate(table).await?;
+                self.load_native(table, located).await
+            }
             other => other,
         }
     }
@@ -445,40 +519,72 @@ impl Catalog for NativeCatalog {
     }
 }
 
+/// Why [`file_keys`] failed.
+#[derive(Debug)]
+pub enum FileKeysError {
+    /// A manifest list or manifest does not decrypt: `(kind, file)`.
+    Tampered(&'static str, String),
+    /// Anything else (a key that does not unwrap, a file without key metadata).
+    Other(IceError),
+}
+
+/// Whether `e` is AES-GCM refusing a file (iceberg-rust reports it as a decryption
+/// failure somewhere in the chain; a missing key or a KMS failure reads otherwise).
+fn is_decryption_failure(e: &IceError) -> bool {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text.contains("decryption failed") || text.contains("aead::Error")
+}
+
 /// Reads the keys of every live file of `snapshot_id` from its (decrypted) manifests, by
-/// file location. A
-/// file without key metadata in a natively encrypted table is refused.
-pub async fn file_keys(table: &Table, snapshot_id: i64) -> IceResult<FileKeys> {
+/// file location. A file without key metadata in a natively encrypted table is refused.
+pub async fn file_keys(table: &Table, snapshot_id: i64) -> Result<FileKeys, FileKeysError> {
     let Some(snapshot) = table.metadata().snapshot_by_id(snapshot_id) else {
         return Ok(FileKeys::new());
     };
-    let list = table.manifest_list_reader(snapshot).load().await?;
+    fn named<'a>(kind: &'static str, file: &'a str) -> impl FnOnce(IceError) -> FileKeysError + 'a {
+        move |e| {
+            if is_decryption_failure(&e) {
+                FileKeysError::Tampered(kind, file.to_owned())
+            } else {
+                FileKeysError::Other(e)
+            }
+        }
+    }
+    let list = table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(named("manifest list", snapshot.manifest_list()))?;
     let mut keys = FileKeys::new();
     for mf in list.entries() {
-        let manifest = mf.load_manifest(table.file_io()).await?;
+        let manifest = mf
+            .load_manifest(table.file_io())
+            .await
+            .map_err(named("manifest", &mf.manifest_path))?;
         for entry in manifest.entries() {
             if entry.status() == ManifestStatus::Deleted {
                 continue;
             }
             let file = entry.data_file();
-            let Some(bytes) = file.key_metadata() else {
-                return Err(IceError::new(
+            let invalid = |what: String| {
+                FileKeysError::Other(IceError::new(
                     ErrorKind::DataInvalid,
                     format!(
-                        "file '{}' of a natively encrypted table has no key metadata (written unencrypted)",
+                        "file '{}' of a natively encrypted table {what}",
                         file.file_path()
                     ),
-                ));
+                ))
             };
-            let m = StandardKeyMetadata::decode(bytes).map_err(|e| {
-                IceError::new(
-                    ErrorKind::DataInvalid,
-                    format!(
-                        "key metadata of file '{}' does not parse: {e}",
-                        file.file_path()
-                    ),
-                )
-            })?;
+            let Some(bytes) = file.key_metadata() else {
+                return Err(invalid("has no key metadata (written unencrypted)".into()));
+            };
+            let m = StandardKeyMetadata::decode(bytes)
+                .map_err(|e| invalid(format!("has key metadata that does not parse: {e}")))?;
             keys.insert(
                 file.file_path().to_owned(),
                 FileKey {

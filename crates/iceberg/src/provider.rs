@@ -370,9 +370,16 @@ impl IcebergTableProvider {
         };
         let by_location = crate::native::file_keys(&self.table, snapshot.snapshot_id())
             .await
-            .map_err(|source| Error::Iceberg {
-                table: self.name.clone(),
-                source: Box::new(source),
+            .map_err(|e| match e {
+                crate::native::FileKeysError::Tampered(kind, file) => Error::Tampered {
+                    table: self.name.clone(),
+                    kind: kind.into(),
+                    file,
+                },
+                crate::native::FileKeysError::Other(source) => Error::Iceberg {
+                    table: self.name.clone(),
+                    source: Box::new(source),
+                },
             })?;
         let mut by_path = FileKeys::with_capacity(by_location.len());
         for (location, key) in by_location {
@@ -549,6 +556,10 @@ impl IcebergTableProvider {
         let projection: Vec<usize> = projection
             .cloned()
             .unwrap_or_else(|| (0..self.full_schema().fields().len()).collect());
+        // Iceberg-native encryption: each data and delete file under its own key, from
+        // the manifests of the snapshot (read first: a manifest that does not decrypt is
+        // named here).
+        let file_keys = self.file_keys().await?;
         let mut tasks = self.plan_files(filters).await?;
         if let Some(only) = &self.only_files {
             tasks.retain(|t| only.contains(&t.data_file_path));
@@ -601,9 +612,6 @@ impl IcebergTableProvider {
             .collect();
         let scan_keys =
             ScanKeys::new(grant, &self.crypto).with_application(self.application_context());
-        // Iceberg-native encryption: each data and delete file under its own key, from
-        // the (decrypted) manifests of the snapshot.
-        let file_keys = self.file_keys().await?;
         let factory = |scope: KeyScope| {
             let mut keys = scan_keys.clone();
             keys.grant.scope = scope;

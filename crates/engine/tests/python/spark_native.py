@@ -8,8 +8,10 @@ OUT_DIR/hms), tables with Iceberg-native encryption (format v3, `encryption.key-
 catalog's `encryption.kms-impl` is `clearice.test.KeyringKms` (KMS_JAVA, compiled here
 against the runtime jar): the interop keyring, in ClearIce's wrap format.
 
-  db.enc   v3, partitioned by region, merge-on-read: two appends, a DELETE (deletion vectors,
-           encrypted), an added column, an append with it, an UPDATE (more deletion vectors).
+  db.enc     v3, partitioned by region, merge-on-read: two appends, a DELETE (deletion
+             vectors, encrypted), an added column, an append with it, an UPDATE (more
+             deletion vectors).
+  db.tamper  v3: an append and a DELETE, for the tampering test to flip bytes in.
 
 The current metadata file is also registered in a SQLite Iceberg SQL catalog
 (OUT_DIR/catalog.db, catalog `spark`, namespace `db`). Expected results are Spark's own
@@ -133,6 +135,13 @@ def build(spark):
     spark.sql(f"ALTER TABLE {t} ADD COLUMN note string")
     spark.range(1000, 1200).selectExpr(*ROWS, "concat('note ', id) AS note").writeTo(t).append()
     spark.sql(f"UPDATE {t} SET name = concat(name, '!'), note = 'updated' WHERE id % 13 = 0")
+    # A small twin the tampering test flips bytes in (and restores).
+    spark.sql(f"""CREATE TABLE hive.db.tamper (id bigint, region string, name string, amount decimal(10,2))
+                  USING iceberg
+                  TBLPROPERTIES ('format-version'='3', 'encryption.key-id'='{KEY_ID}',
+                                 'write.delete.mode'='merge-on-read')""")
+    spark.range(0, 200).selectExpr(*ROWS).repartition(2).writeTo("hive.db.tamper").append()
+    spark.sql("DELETE FROM hive.db.tamper WHERE id % 7 = 0")
 
 
 def answers(spark, name):
@@ -166,7 +175,7 @@ def on_disk(table_dir):
             facts["parquet_end_PARE" if b[-4:] == b"PARE" else "parquet_other"] += 1
         elif p.suffix == ".avro":
             facts["avro_AGS1" if b[:4] == b"AGS1" else "avro_other"] += 1
-        elif p.suffix == ".puffin":
+        elif p.suffix == ".puffin":  # deletion vectors
             facts["puffin_AGS1" if b[:4] == b"AGS1" else "puffin_other"] += 1
     return facts
 
@@ -206,12 +215,13 @@ def main():
     finally:
         metastore.terminate()
         metastore.wait(timeout=60)
-    table_dir = next(warehouse.glob("db.db/enc*"))
-    facts = on_disk(table_dir)
-    assert facts["parquet_other"] == 0 and facts["avro_other"] == 0 and facts["parquet_end_PARE"] > 0, facts
-    assert facts["avro_AGS1"] > 0 and facts["snapshots_with_key_id"] > 0, facts
-    expected["enc"]["on_disk"] = facts
-    register_sql(out, "enc", facts["metadata"])
+    for name in ("enc", "tamper"):
+        facts = on_disk(warehouse / "db.db" / name)
+        assert facts["parquet_other"] == 0 and facts["avro_other"] == 0 and facts["parquet_end_PARE"] > 0, facts
+        assert facts["avro_AGS1"] > 0 and facts["snapshots_with_key_id"] > 0 and facts["puffin_AGS1"] > 0, facts
+        expected.setdefault(name, {})["on_disk"] = facts
+        register_sql(out, name, facts["metadata"])
+    facts = expected["enc"]["on_disk"]
     (out / "expected.json").write_text(json.dumps(expected, indent=1))
     print(json.dumps({"tables": {"enc": {"snapshots": len(expected["enc"]["snapshots"]), **facts}}}))
     sys.stdout.flush()
