@@ -179,6 +179,31 @@ impl Ddl<'_> {
         Ok(())
     }
 
+    /// A new table's `encryption.key-id` must be a key the local KMS has (or cannot say it
+    /// lacks: AWS); reads deny a key routed to a crypto provider.
+    fn check_table_key(&self, target: &str, key: &str) -> Result<()> {
+        let refuse = |why: String| -> DataFusionError {
+            Error::InvalidWrite {
+                table: target.to_owned(),
+                reason: format!(
+                    "{} '{key}': {why}",
+                    clearice_iceberg::native::TABLE_KEY_PROPERTY
+                ),
+            }
+            .into()
+        };
+        let Some(kms) = self.access.resolver().kms() else {
+            return Err(refuse("no KMS is configured ([kms])".into()));
+        };
+        if kms.has_master_key(key) == Some(false) {
+            return Err(refuse(format!(
+                "KMS '{}' does not have this key",
+                kms.name()
+            )));
+        }
+        Ok(())
+    }
+
     /// `CREATE TABLE catalog.ns.name` with `schema` (`partitioning`: the terms of a
     /// `PARTITIONED BY` clause). Returns `false` if it existed and `if_not_exists` was given.
     pub async fn create_table(
@@ -236,11 +261,22 @@ impl Ddl<'_> {
             .map_err(|e| invalid(e.to_string()))?;
         let mut props = HashMap::from([("write.format.default".to_owned(), "parquet".to_owned())]);
         let mut sorted_by = None;
+        // Iceberg's own table encryption (format 3): every file under its own key, the
+        // keys wrapped by the KMS's table key.
+        let table_key = properties
+            .iter()
+            .find(|(k, _)| k == clearice_iceberg::native::TABLE_KEY_PROPERTY)
+            .map(|(_, v)| v.clone());
+        if let Some(key) = &table_key {
+            self.check_table_key(&target, key)?;
+        }
+        let version = if table_key.is_some() { "3" } else { "2" };
         for (k, v) in properties {
             match k.as_str() {
-                "format-version" if v != "2" => {
+                "format-version" if v != version => {
                     return Err(invalid(format!(
-                        "format-version {v}: ClearIce creates format 2 tables"
+                        "format-version {v}: ClearIce creates format 2 tables, and format 3 tables Iceberg encrypts ('{}')",
+                        clearice_iceberg::native::TABLE_KEY_PROPERTY
                     )));
                 }
                 "format-version" => {}
@@ -295,6 +331,9 @@ impl Ddl<'_> {
             .schema(ischema.clone())
             .properties(props)
             .build();
+        if table_key.is_some() {
+            creation.format_version = iceberg::spec::FormatVersion::V3;
+        }
         if let Some(text) = sorted_by {
             let mut order = iceberg::spec::SortOrder::builder();
             for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {

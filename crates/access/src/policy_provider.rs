@@ -412,7 +412,7 @@ impl PolicyTableProvider {
                 },
             }));
         }
-        self.inner.check_writable().map_err(refuse)?;
+        self.inner.check_writable(action).map_err(refuse)?;
         if let Some(as_of) = self.inner.travelled() {
             return Err(refuse(Error::InvalidWrite {
                 table: table.clone(),
@@ -478,7 +478,13 @@ impl PolicyTableProvider {
             .fields()
             .iter()
             .map(|f| self.inner.current_name(f))
-            .filter(|n| !policy.may_write_column(principal, &table, n))
+            .filter(|n| {
+                if self.inner.table_key_id().is_some() {
+                    !policy.may_write_encrypted_column(principal, &table, n)
+                } else {
+                    !policy.may_write_column(principal, &table, n)
+                }
+            })
             .collect();
         Ok(clearice_iceberg::dml::WriteTarget {
             name: table,

@@ -78,6 +78,34 @@ impl Committer {
         updates: Vec<TableUpdate>,
         swapped: &std::sync::atomic::AtomicBool,
     ) -> Result<Table> {
+        let (metadata, location) = self.swap_metadata(name, table, updates, swapped).await?;
+        Table::builder()
+            .metadata(metadata)
+            .metadata_location(location)
+            .identifier(table.identifier().clone())
+            .file_io(table.file_io().clone())
+            .runtime(
+                iceberg::Runtime::try_current().map_err(|source| Error::Iceberg {
+                    table: name.to_owned(),
+                    source: Box::new(source),
+                })?,
+            )
+            .build()
+            .map_err(|source| Error::Iceberg {
+                table: name.to_owned(),
+                source: Box::new(source),
+            })
+    }
+
+    /// [`Self::swap`], returning the new metadata and its location (a table Iceberg
+    /// encrypts is built by its catalog, with the KMS).
+    pub async fn swap_metadata(
+        &self,
+        name: &str,
+        table: &Table,
+        updates: Vec<TableUpdate>,
+        swapped: &std::sync::atomic::AtomicBool,
+    ) -> Result<(iceberg::spec::TableMetadata, String)> {
         let name = name.to_owned();
         let ierr = |source: iceberg::Error| Error::Iceberg {
             table: name.clone(),
@@ -163,14 +191,7 @@ impl Committer {
             });
         }
         swapped.store(true, std::sync::atomic::Ordering::SeqCst);
-        Table::builder()
-            .metadata(metadata)
-            .metadata_location(location)
-            .identifier(table.identifier().clone())
-            .file_io(table.file_io().clone())
-            .runtime(iceberg::Runtime::try_current().map_err(ierr)?)
-            .build()
-            .map_err(ierr)
+        Ok((metadata, location))
     }
 }
 
@@ -367,7 +388,7 @@ pub async fn commit_overwrite(
 }
 
 /// A snapshot summary: the change's counts, and the totals carried from the parent's.
-fn summary(
+pub(crate) fn summary(
     parent: Option<&Summary>,
     change: [(&str, u64); 6],
     operation: Operation,

@@ -220,6 +220,22 @@ impl WriteTarget {
                     self.audit.committed(None, 0);
                     return Ok(0);
                 }
+                Commit::Append if crate::native::table_key_id(self.table.metadata()).is_some() => {
+                    let committer = self.source.committer().ok_or_else(|| Error::Unsupported {
+                        table: self.name.clone(),
+                        what: "appending to a table loaded outside a catalog".into(),
+                    })?;
+                    let m = crate::native_write::commit_append(
+                        committer,
+                        &self.name,
+                        &self.table,
+                        files,
+                        properties.into_iter().collect(),
+                    )
+                    .await?;
+                    self.audit.committed(m.current_snapshot_id(), rows);
+                    return Ok(rows);
+                }
                 Commit::Append => {
                     commit_append(self.catalog.as_ref(), &self.table, files, properties).await?
                 }

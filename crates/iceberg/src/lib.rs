@@ -7,7 +7,8 @@
 //!              DataSourceExec(ParquetSource + clearice_pme::DecryptingReaderFactory
 //!                             + field-id adapter) ─▶ IcebergDeletesExec (position and
 //!                                                     equality deletes)
-//!  writes: WriteTarget ─▶ FileWriter (PME) ─▶ one Iceberg commit (append, copy-on-write)
+//!  writes: WriteTarget ─▶ FileWriter (PME) ─▶ one Iceberg commit (append, copy-on-write;
+//!          tables Iceberg encrypts: native_write::commit_append)
 //! ```
 //!
 //! This crate knows keys and key ids, never principals' rights: what a scan may decrypt
@@ -15,7 +16,8 @@
 //! decided by `clearice-access`, which alone reads the policy. Catalogs come from
 //! [`open_sql_catalog`], [`open_rest_catalog`] and [`open_hms_catalog`]; encrypted writes
 //! from [`mod@write`]. Tables Iceberg encrypts itself (format v3 `encryption.key-id`) load
-//! through [`native::NativeCatalog`] and scan with each file's own key.
+//! through [`native::NativeCatalog`], scan with each file's own key, and take appends
+//! through [`native_write`] (per-file keys, encrypted manifests, their own commit).
 #![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
@@ -32,6 +34,7 @@ pub mod field_id;
 mod filter;
 pub mod metadata;
 pub mod native;
+pub mod native_write;
 mod provider;
 mod report;
 mod schema;

@@ -50,15 +50,16 @@ pub fn table_key_id(metadata: &TableMetadata) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Refuses to write `table` (`name` in messages) if Iceberg encrypts it natively: ClearIce
-/// does not write such tables yet, and a plaintext file or manifest would break them.
+/// Refuses iceberg-rust's own append path ([`crate::write::commit_append`]) on a table
+/// Iceberg encrypts (`name` in messages): its manifests would be plaintext; such tables are
+/// appended to by [`crate::native_write::commit_append`].
 pub(crate) fn refuse_write(table: &Table, name: &str) -> crate::Result<()> {
     match table_key_id(table.metadata()) {
         None => Ok(()),
         Some(key) => Err(crate::Error::Unsupported {
             table: name.to_owned(),
             what: format!(
-                "writing a table Iceberg encrypts itself (table key '{key}'; ClearIce reads such tables)"
+                "an Iceberg fast append to a table Iceberg encrypts itself (table key '{key}'; ClearIce appends to such tables through its own commit)"
             ),
         }),
     }
@@ -471,7 +472,12 @@ impl Catalog for NativeCatalog {
         namespace: &NamespaceIdent,
         creation: TableCreation,
     ) -> IceResult<Table> {
-        self.inner.create_table(namespace, creation).await
+        let ident = TableIdent::new(namespace.clone(), creation.name.clone());
+        match self.inner.create_table(namespace, creation).await {
+            // Created, but the inner catalog cannot build a table Iceberg encrypts.
+            Err(e) if needs_kms(&e) => self.load_table(&ident).await,
+            other => other,
+        }
     }
 
     async fn load_table(&self, table: &TableIdent) -> IceResult<Table> {

@@ -357,9 +357,30 @@ impl IcebergTableProvider {
         crate::native::table_key_id(self.table.metadata())
     }
 
-    /// Fails if ClearIce cannot write the table (Iceberg encrypts it itself).
-    pub fn check_writable(&self) -> Result<()> {
-        crate::native::refuse_write(&self.table, &self.name)
+    /// Fails if ClearIce cannot run write `action` (`insert`, `delete`, ...) on the table:
+    /// a table Iceberg encrypts itself takes appends (`insert`), through a catalog
+    /// ClearIce commits to, and nothing else yet.
+    pub fn check_writable(&self, action: &str) -> Result<()> {
+        let Some(key) = self.table_key_id() else {
+            return Ok(());
+        };
+        let what = match (action, &self.committer) {
+            ("insert", Some(crate::commit::Committer::Sql { .. })) => return Ok(()),
+            ("insert", Some(crate::commit::Committer::Unsupported { reason })) => format!(
+                "appending to a table Iceberg encrypts itself (table key '{key}') through this catalog ({reason})"
+            ),
+            ("insert", None) => format!(
+                "appending to a table Iceberg encrypts itself (table key '{key}') outside a catalog"
+            ),
+            (other, _) => format!(
+                "{} on a table Iceberg encrypts itself (table key '{key}'; ClearIce appends to such tables with INSERT)",
+                other.replace('_', " ").to_uppercase()
+            ),
+        };
+        Err(Error::Unsupported {
+            table: self.name.clone(),
+            what,
+        })
     }
 
     /// For a natively encrypted table, the key of every live file of the snapshot read,

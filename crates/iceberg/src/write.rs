@@ -112,6 +112,9 @@ pub struct FileWriter {
     spec: Arc<EncryptionSpec>,
     kms: Option<Arc<dyn Kms>>,
     providers: WriteProviders,
+    /// Iceberg encrypts the table itself: each file under its own key
+    /// ([`crate::native_write`]), `spec` and `providers` unused.
+    native: bool,
     /// Files are named `data/<commit id>-<n>.parquet`.
     commit_id: String,
     next_file: std::sync::atomic::AtomicUsize,
@@ -127,7 +130,6 @@ impl FileWriter {
         providers: WriteProviders,
     ) -> Result<Self> {
         let name = table.identifier().to_string();
-        crate::native::refuse_write(table, &name)?;
         let werr = |reason: String| Error::Write {
             table: name.clone(),
             reason,
@@ -137,6 +139,21 @@ impl FileWriter {
                 table: name.clone(),
                 source: Box::new(source),
             })?;
+        let native = crate::native::table_key_id(table.metadata()).is_some();
+        if native {
+            return Ok(Self {
+                table: table.clone(),
+                name,
+                schema: Arc::new(schema),
+                spec: Arc::default(),
+                kms,
+                providers: WriteProviders::default(),
+                native,
+                commit_id: format!("{:016x}", rand::random::<u64>()),
+                next_file: Default::default(),
+                written: Default::default(),
+            });
+        }
         if spec.footer_key_id.is_empty() && !spec.column_keys.is_empty() {
             return Err(werr(
                 "column keys are set but no footer key: PME needs a footer key".into(),
@@ -177,6 +194,7 @@ impl FileWriter {
             spec: Arc::new(spec),
             kms,
             providers,
+            native,
             commit_id: format!("{:016x}", rand::random::<u64>()),
             next_file: Default::default(),
             written: Default::default(),
@@ -256,17 +274,28 @@ impl FileWriter {
             );
         }
         // The file's data keys (the KMS wraps them, asynchronously), then encoding,
-        // encryption and metrics on a blocking thread.
-        let keys = file_keys(&self.spec, self.kms.as_deref(), &stand_ins)
-            .await
-            .map_err(&werr)?;
+        // encryption and metrics on a blocking thread. A table Iceberg encrypts: one key
+        // for the whole file, kept in its manifest entry.
+        let (keys, native) = if self.native {
+            let e = crate::native_write::file_encryption(&self.table, &self.name, &uri)?;
+            (None, Some(e))
+        } else {
+            let keys = file_keys(&self.spec, self.kms.as_deref(), &stand_ins)
+                .await
+                .map_err(&werr)?;
+            (keys, None)
+        };
+        let (native_properties, key_metadata) = match native {
+            Some(e) => (Some(e.properties), Some(e.key_metadata)),
+            None => (None, None),
+        };
         let (schema, spec) = (Arc::clone(&self.schema), Arc::clone(&self.spec));
         let ischema = Arc::clone(self.table.metadata().current_schema());
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let (encoded, stand_ins) =
             datafusion::common::runtime::SpawnedTask::spawn_blocking(move || {
-                let encoded =
-                    write_file(&schema, &batches, &spec, keys).and_then(|(bytes, footer)| {
+                let encoded = write_file(&schema, &batches, &spec, keys, native_properties)
+                    .and_then(|(bytes, footer)| {
                         let metrics = plaintext_metrics(&ischema, &batches, &spec)?;
                         Ok((bytes, footer, metrics))
                     });
@@ -300,7 +329,15 @@ impl FileWriter {
             .await
             .map_err(|e| werr(e.to_string()))?;
         self.written.lock().expect("written").push(uri.clone());
-        data_file(&self.table, uri.clone(), partition, rows, size, metrics).map_err(werr)
+        data_file(
+            &self.table,
+            uri.clone(),
+            partition,
+            (rows, size),
+            metrics,
+            key_metadata,
+        )
+        .map_err(werr)
     }
 
     /// Removes every file this writer wrote (the statement failed before its commit).
@@ -421,6 +458,7 @@ fn write_file(
     batches: &[RecordBatch],
     spec: &EncryptionSpec,
     keys: Option<FileKeys>,
+    native: Option<Arc<FileEncryptionProperties>>,
 ) -> std::result::Result<(Vec<u8>, Option<SecretKey>), String> {
     let mut footer_key = None;
     // Page statistics: the column and offset index (encrypted with each column's key)
@@ -444,6 +482,8 @@ fn write_file(
             b = b.with_column_key_and_metadata(&column, key.expose().to_vec(), metadata);
         }
         props = props.with_file_encryption_properties(b.build().map_err(|e| e.to_string())?);
+    } else if let Some(native) = native {
+        props = props.with_file_encryption_properties(native);
     }
     let mut file = Vec::new();
     let mut w = ArrowWriter::try_new(&mut file, Arc::clone(schema), Some(props.build()))
@@ -592,11 +632,12 @@ fn data_file(
     table: &Table,
     uri: String,
     partition: Struct,
-    rows: u64,
-    size: u64,
+    (rows, size): (u64, u64),
     metrics: Metrics,
+    key_metadata: Option<Vec<u8>>,
 ) -> std::result::Result<DataFile, String> {
     DataFileBuilder::default()
+        .key_metadata(key_metadata)
         .content(DataContentType::Data)
         .file_path(uri)
         .file_format(DataFileFormat::Parquet)

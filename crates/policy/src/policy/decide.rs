@@ -58,6 +58,19 @@ impl Policy {
         }
     }
 
+    /// [`Self::may_write_column`] for a column that is encrypted whether or not the policy
+    /// declares a key for it (every column of a table Iceberg encrypts itself): only the
+    /// principals its `write` list names (everyone under an open policy).
+    pub fn may_write_encrypted_column(&self, principal: &str, table: &str, column: &str) -> bool {
+        if !self.is_enforcing() {
+            return true;
+        }
+        self.tables
+            .get(table)
+            .and_then(|t| t.columns.get(column))
+            .is_some_and(|c| c.write.iter().any(|s| self.matches(s, principal)))
+    }
+
     /// Whether `principal` may export `table`'s protected columns decrypted (`export`;
     /// everyone under an open policy).
     pub fn may_export(&self, principal: &str, table: &str) -> bool {

@@ -1,0 +1,38 @@
+"""Spark reads a table ClearIce wrote, for the Rust test `native` (crates/engine/tests/it/native.rs).
+
+usage: spark_native_read.py RUNTIME_JAR KMS_JAR KEYRING METASTORE_URI WAREHOUSE NAME=METADATA...
+
+Spark 4.1 with Iceberg 1.12 (the catalog of spark_native.py: Iceberg's Hive catalog, the Java
+keyring KMS) registers each METADATA (a metadata file ClearIce committed) as `hive.db.NAME`
+with `system.register_table`, then prints, after `RESULT `, one JSON object by NAME with its rows ordered by id
+(every column but id as a string) and its snapshots' operations.
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+from spark_native import render, spark_session
+
+
+def main():
+    jar, kms_jar, keyring, uri, warehouse = sys.argv[1:6]
+    spark = spark_session([jar, kms_jar], uri, Path(warehouse), Path(keyring).resolve())
+    spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    out = {}
+    for arg in sys.argv[6:]:
+        name, metadata = arg.split("=", 1)
+        spark.sql(f"CALL hive.system.register_table(table => 'db.{name}', metadata_file => '{metadata}')")
+        cols = list(spark.sql(f"SELECT * FROM hive.db.{name}").columns)
+        sel = ", ".join("id" if c == "id" else f"CAST(`{c}` AS STRING) AS `{c}`" for c in cols)
+        rows = spark.sql(f"SELECT {sel} FROM hive.db.{name} ORDER BY id").collect()
+        ops = [r.operation for r in spark.sql(
+            f"SELECT operation FROM hive.db.{name}.snapshots ORDER BY committed_at").collect()]
+        out[name] = {"columns": cols, "rows": [[render(r[c]) for c in cols] for r in rows], "operations": ops}
+    print("\nRESULT " + json.dumps(out))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
