@@ -13,7 +13,7 @@ below in one run. Every engine is one long-lived process that runs each statemen
 
 | engine | reads |
 |---|---|
-| ClearIce in-process (`compare clearice`, the engine library) | the files by path and the Iceberg tables, encrypted and plaintext; masked as `analyst` |
+| ClearIce in-process (`compare clearice`, the engine library) | the files by path and the Iceberg tables, encrypted and plaintext, and the table Iceberg encrypts itself (`payments_native`, made by ClearIce's `CREATE TABLE ... WITH ("encryption.key-id" = ...) AS`); masked as `analyst` |
 | ClearIce CLI (`clearice -c`, a process per statement) | the encrypted file |
 | bare DataFusion 53 (`compare datafusion`, parquet-rs PME, a KMS `EncryptionFactory`) | both files |
 | PyArrow 26 + CryptoFactory (`pq.read_table` + compute) | both files |
@@ -99,7 +99,18 @@ access = { admin = "plaintext", analyst = "show_last_4" }
 [tables."lake.bench.payments".columns.amount]
 master_key = "finance_key"
 access = { admin = "plaintext", analyst = "plaintext" }
-"""
+
+[writes]
+create = ["admin"]
+""" + "".join(
+    # The table Iceberg encrypts itself (format 3, every column under the table key),
+    # which ClearIce creates from the plaintext twin: every column named, as it must be.
+    f'\n[tables."lake.bench.payments_native".columns.{c}]\n'
+    f'access = {{ admin = "plaintext", analyst = "{m}" }}\nwrite = ["admin"]\n'
+    for c, m in [("payment_id", "plaintext"), ("account", "sha256"), ("amount", "plaintext"),
+                 ("currency", "plaintext"), ("paid_on", "plaintext"), ("card_number", "show_last_4"),
+                 ("merchant", "plaintext")])
+NATIVE_KEY = "finance_key"
 
 
 def log(msg):
@@ -479,6 +490,16 @@ def main():
         generate(work, args.rows)
     data, config = work / "data", str(work / "clearice.toml")
     compare, clearice = str(args.bin_dir / "compare"), str(args.bin_dir / "clearice")
+    if not (work / "native").exists():
+        # Iceberg's own table encryption, written by ClearIce (CREATE TABLE AS from the
+        # plaintext twin): every file under its own key, AGS1 manifests.
+        (work / "policy.toml").write_text(POLICY)
+        t0 = time.perf_counter()
+        subprocess.run([clearice, "--config", config, "--user", "admin", "-q", "-c",
+                        f"CREATE TABLE lake.bench.payments_native WITH (\"encryption.key-id\" = '{NATIVE_KEY}') "
+                        "AS SELECT * FROM lake.bench.payments_plain"], check=True, cwd=work)
+        log(f"native table: CREATE TABLE AS of {args.rows} rows in {time.perf_counter() - t0:.1f} s")
+        (work / "native").write_text("")
     f = lambda n: f"'{data / n}'"  # noqa: E731
     me = [sys.executable, __file__]
 
@@ -491,6 +512,8 @@ def main():
                {"p": "lake.bench.payments", "a": f("accounts.parquet")}),
         Worker("ClearIce iceberg plain", [compare, "clearice", "--config", config, "--user", "admin"],
                {"p": "lake.bench.payments_plain", "a": f("accounts.parquet")}),
+        Worker("ClearIce iceberg native", [compare, "clearice", "--config", config, "--user", "admin"],
+               {"p": "lake.bench.payments_native", "a": f("accounts.parquet")}),
         Worker("DataFusion enc", [compare, "datafusion", "--keyring", str(work / "keyring.json"),
                                   "--table", f"p={data / 'enc.parquet'}:encrypted",
                                   "--table", f"a={data / 'accounts.parquet'}"], {"p": "p", "a": "a"}),
@@ -574,15 +597,17 @@ def report(args, work, workers, workloads, med, kms_cold, kms_warm):
     for wl in workloads:
         lines.append(f"| {wl} | " + " | ".join(f"{med[(n, wl)]:.3f} s" for n in names) + " |")
     lines += ["", "| workload | ClearIce enc / plain (file) | iceberg enc / plain | ClearIce enc / DataFusion plain "
-              "| ClearIce enc / PyArrow enc | ClearIce enc / DuckDB plain | iceberg enc / file enc |",
-              "|---|---|---|---|---|---|---|"]
+              "| ClearIce enc / PyArrow enc | ClearIce enc / DuckDB plain | iceberg enc / file enc "
+              "| iceberg native / plain |",
+              "|---|---|---|---|---|---|---|---|"]
     for wl in workloads:
         e = med[("ClearIce file enc", wl)]
         lines.append(
             f"| {wl} | {e / med[('ClearIce file plain', wl)]:.2f} | "
             f"{med[('ClearIce iceberg enc', wl)] / med[('ClearIce iceberg plain', wl)]:.2f} | "
             f"{e / med[('DataFusion plain', wl)]:.2f} | {e / med[('PyArrow enc', wl)]:.2f} | "
-            f"{e / med[('DuckDB plain', wl)]:.2f} | {med[('ClearIce iceberg enc', wl)] / e:.2f} |")
+            f"{e / med[('DuckDB plain', wl)]:.2f} | {med[('ClearIce iceberg enc', wl)] / e:.2f} | "
+            f"{med[('ClearIce iceberg native', wl)] / med[('ClearIce iceberg plain', wl)]:.2f} |")
     lines += ["", "KMS unwraps (after the checking round → after all rounds): " + ", ".join(
         f"{n} {kms_cold[n]} → {kms_warm[n]}" for n in names if kms_cold[n] is not None)]
     return lines

@@ -192,6 +192,14 @@ impl Ddl<'_> {
             }
             .into()
         };
+        // Only SQL catalogs take ClearIce's commits of such tables (and load them back).
+        if let clearice_iceberg::commit::Committer::Unsupported { reason } =
+            self.catalog.committer()
+        {
+            return Err(refuse(format!(
+                "tables Iceberg encrypts itself are created in SQL catalogs only ({reason})"
+            )));
+        }
         let Some(kms) = self.access.resolver().kms() else {
             return Err(refuse("no KMS is configured ([kms])".into()));
         };

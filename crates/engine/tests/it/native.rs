@@ -674,6 +674,24 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
     );
     let creator = crate::common::engine(dir2.path(), &config2).await;
     let admin2 = creator.session("admin");
+    // A table key the KMS does not have, or a format below 3: refused, nothing created.
+    for (with, needle) in [
+        (
+            "\"encryption.key-id\" = 'no_such_key'",
+            "does not have this key",
+        ),
+        (
+            "\"encryption.key-id\" = 'finance_key', \"format-version\" = '2'",
+            "format-version 2",
+        ),
+    ] {
+        let err = query_err(
+            &admin2,
+            &format!("CREATE TABLE spark.db.{made} (id BIGINT) WITH ({with})"),
+        )
+        .await;
+        assert!(err.contains(needle) && err.contains(&made), "{err}");
+    }
     query(
         &admin2,
         &format!(
