@@ -462,6 +462,15 @@ impl Ddl<'_> {
             .load_table(&ident)
             .await
             .map_err(|e| self.iceberg_err(&target, e))?;
+        if let Some(key) = clearice_iceberg::native::table_key_id(table.metadata()) {
+            return Err(Error::Unsupported {
+                table: target.clone(),
+                what: format!(
+                    "ALTER TABLE of a table Iceberg encrypts itself (table key '{key}'; ClearIce appends to such tables)"
+                ),
+            }
+            .into());
+        }
         let schema = table.metadata().current_schema();
         let named = |c: &str| {
             policy

@@ -413,6 +413,14 @@ impl PolicyTableProvider {
             }));
         }
         self.inner.check_writable(action).map_err(refuse)?;
+        // A table Iceberg encrypts is written under its table key: the table-level denial
+        // (not named by the policy, another declared key, the key refused) holds for
+        // writes too.
+        if self.inner.table_key_id().is_some()
+            && let Some(e) = self.denial()
+        {
+            return Err(refuse(e));
+        }
         if let Some(as_of) = self.inner.travelled() {
             return Err(refuse(Error::InvalidWrite {
                 table: table.clone(),

@@ -193,7 +193,7 @@ impl Engine {
                 CatalogKind::Sql => {
                     native::Locator::sql(name, &resolve_sqlite_uri(&config, &cat.uri))
                 }
-                CatalogKind::Hms => native::Locator::hms(&cat.uri).map_err(|source| {
+                CatalogKind::Hms => native::Locator::hms(&cat.uri).await.map_err(|source| {
                     clearice_iceberg::Error::CatalogOpen {
                         catalog: name.clone(),
                         uri: clearice_iceberg::redact_uri(&cat.uri),

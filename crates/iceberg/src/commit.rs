@@ -126,15 +126,37 @@ impl Committer {
             builder = u.apply(builder).map_err(ierr)?;
         }
         let metadata = builder.build().map_err(ierr)?.metadata;
-        let location = MetadataLocation::from_str(&current)
-            .map_err(ierr)?
-            .with_next_version()
-            .with_new_metadata(&metadata);
-        metadata
-            .write_to(table.file_io(), &location)
-            .await
-            .map_err(ierr)?;
-        let location = location.to_string();
+        let location = if crate::native::table_key_id(&metadata).is_some() {
+            // A table Iceberg encrypts: the file's name carries its hash, so the catalog
+            // row vouches for its content (`native::anchored_location`).
+            let bytes = serde_json::to_vec(&metadata).map_err(|e| Error::Write {
+                table: name.clone(),
+                reason: format!("metadata does not serialize: {e}"),
+            })?;
+            let location =
+                crate::native::anchored_location(&current, &bytes).map_err(|e| Error::Write {
+                    table: name.clone(),
+                    reason: e.to_string(),
+                })?;
+            table
+                .file_io()
+                .new_output(&location)
+                .map_err(ierr)?
+                .write(bytes.into())
+                .await
+                .map_err(ierr)?;
+            location
+        } else {
+            let location = MetadataLocation::from_str(&current)
+                .map_err(ierr)?
+                .with_next_version()
+                .with_new_metadata(&metadata);
+            metadata
+                .write_to(table.file_io(), &location)
+                .await
+                .map_err(ierr)?;
+            location.to_string()
+        };
         let pool = pool
             .get_or_try_init(|| async {
                 sqlx::any::install_default_drivers();

@@ -21,7 +21,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::ToSocketAddrs;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -217,11 +216,10 @@ impl Locator {
     }
 
     /// A Hive metastore's locator (`host:port`, or `thrift://host:port`).
-    pub fn hms(uri: &str) -> IceResult<Self> {
+    pub async fn hms(uri: &str) -> IceResult<Self> {
         let address = uri.strip_prefix("thrift://").unwrap_or(uri);
-        let address = address
-            .trim_end_matches('/')
-            .to_socket_addrs()
+        let address = tokio::net::lookup_host(address.trim_end_matches('/'))
+            .await
             .ok()
             .and_then(|mut a| a.next())
             .ok_or_else(|| {
@@ -364,6 +362,18 @@ impl NativeCatalog {
     }
 
     async fn load_native(&self, ident: &TableIdent, located: Located) -> IceResult<Table> {
+        self.load_checked(ident, located, Trust::Verify).await
+    }
+
+    /// [`Self::load_native`]; `trust` says whether the file must prove it is the one its
+    /// catalog vouches for (a Hive metastore: its key id and hash; a SQL catalog: a name
+    /// that carries its hash, see [`anchored_location`]).
+    async fn load_checked(
+        &self,
+        ident: &TableIdent,
+        located: Located,
+        trust: Trust,
+    ) -> IceResult<Table> {
         let Located {
             location,
             key_id,
@@ -378,13 +388,37 @@ impl NativeCatalog {
             )
         };
         let bytes = self.file_io.new_input(&location)?.read().await?;
-        if let Some(hash) = &hash {
-            use sha2::Digest;
-            let got = BASE64_STANDARD.encode(sha2::Sha256::digest(&bytes));
-            if got != *hash {
-                return Err(modified(
-                    "its SHA-256 differs from the metastore's metadata_hash".into(),
-                ));
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(&bytes);
+        match (&self.locator, trust) {
+            // The metastore says which tables are encrypted, under which key, and hashes
+            // their metadata (Iceberg's HiveTableOperations): all three must hold.
+            (Locator::Hms { .. }, _) => {
+                if key_id.is_none() {
+                    return Err(modified(
+                        "the metastore does not say the table is encrypted, the file does".into(),
+                    ));
+                }
+                let Some(hash) = &hash else {
+                    return Err(modified(
+                        "the metastore keeps no metadata_hash for this encrypted table".into(),
+                    ));
+                };
+                if BASE64_STANDARD.encode(digest) != *hash {
+                    return Err(modified(
+                        "its SHA-256 differs from the metastore's metadata_hash".into(),
+                    ));
+                }
+            }
+            (_, Trust::JustCreated) => {}
+            // A SQL catalog row vouches only for the file's name, so the name must carry
+            // the file's hash (as ClearIce names them).
+            (_, Trust::Verify) => {
+                if !is_anchored(&location, &digest) {
+                    return Err(modified(
+                        "a SQL catalog vouches for a table Iceberg encrypts only through a metadata file name that carries its SHA-256 (as ClearIce writes them; tables written elsewhere are read through their Hive metastore)".into(),
+                    ));
+                }
             }
         }
         let metadata: TableMetadata = serde_json::from_slice(&bytes).map_err(|e| {
@@ -410,14 +444,195 @@ impl NativeCatalog {
                 ),
             ));
         };
+        self.build(ident, metadata, location, kms, key)
+    }
+
+    /// `metadata` at `location` as a table whose key encryption keys unwrap under table
+    /// key `key` only.
+    fn build(
+        &self,
+        ident: &TableIdent,
+        metadata: TableMetadata,
+        location: String,
+        kms: &Arc<TableKms>,
+        key: String,
+    ) -> IceResult<Table> {
+        let client = BoundKms {
+            inner: Arc::clone(kms),
+            key,
+        };
         Table::builder()
             .file_io(self.file_io.clone())
             .metadata_location(location)
             .metadata(metadata)
             .identifier(ident.clone())
             .runtime(iceberg::Runtime::try_current()?)
-            .kms_client(Arc::clone(kms) as Arc<dyn KeyManagementClient>)
+            .kms_client(Arc::new(client) as Arc<dyn KeyManagementClient>)
             .build()
+    }
+
+    /// Creates a table Iceberg encrypts in a SQL catalog: the inner catalog writes its first
+    /// metadata file and row; the file is checked against what was asked, then committed
+    /// again under a name that carries its hash, so the row vouches for it.
+    async fn create_native(
+        &self,
+        ident: &TableIdent,
+        key: &str,
+        fields: Vec<(String, iceberg::spec::Type)>,
+    ) -> IceResult<Table> {
+        let Locator::Sql { catalog, uri, pool } = &self.locator else {
+            return Err(IceError::new(
+                ErrorKind::FeatureUnsupported,
+                "tables Iceberg encrypts itself are created in SQL catalogs only",
+            ));
+        };
+        let located = self.locator.locate(ident).await?;
+        let table = self
+            .load_checked(ident, located, Trust::JustCreated)
+            .await?;
+        let m = table.metadata();
+        let got: Vec<(String, iceberg::spec::Type)> = m
+            .current_schema()
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| (f.name.clone(), f.field_type.as_ref().clone()))
+            .collect();
+        if table_key_id(m) != Some(key) || got != fields {
+            return Err(IceError::new(
+                ErrorKind::DataInvalid,
+                format!(
+                    "metadata file '{}' of new table {ident} is not the table that was created (modified while it was created?)",
+                    table.metadata_location().unwrap_or_default()
+                ),
+            ));
+        }
+        let committer = crate::commit::Committer::Sql {
+            catalog: catalog.clone(),
+            uri: uri.clone(),
+            pool: Arc::clone(pool),
+        };
+        let (metadata, location) = committer
+            .swap_metadata(
+                &ident.to_string(),
+                &table,
+                vec![],
+                &std::sync::atomic::AtomicBool::new(false),
+            )
+            .await
+            .map_err(|e| IceError::new(ErrorKind::Unexpected, e.to_string()))?;
+        let Some(kms) = &self.kms else {
+            return Err(IceError::new(
+                ErrorKind::FeatureUnsupported,
+                format!(
+                    "table {ident} is encrypted under table key '{key}', and no KMS is configured ([kms])"
+                ),
+            ));
+        };
+        self.build(ident, metadata, location, kms, key.to_owned())
+    }
+}
+
+/// Whether a metadata file is checked against its catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trust {
+    /// It must prove it is the file the catalog vouches for.
+    Verify,
+    /// This engine's catalog call wrote it a moment ago (checked against the request).
+    JustCreated,
+}
+
+/// The first 128 bits of a SHA-256 in UUID form (the uuid part of Iceberg's metadata file
+/// names).
+fn hash_uuid(digest: &[u8]) -> String {
+    let h: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// The location of the metadata file that follows `current` for a table Iceberg encrypts
+/// in a SQL catalog: `…/metadata/<next version>-<hash uuid>.metadata.json`, the hash of
+/// its `bytes`, so the catalog row, which only an authorized writer changes, vouches for
+/// the content (the warehouse may be writable by others).
+pub(crate) fn anchored_location(current: &str, bytes: &[u8]) -> crate::Result<String> {
+    use sha2::Digest;
+    let (dir, file) = current.rsplit_once('/').unwrap_or(("", current));
+    let version = file
+        .split_once('-')
+        .and_then(|(v, _)| v.parse::<u64>().ok())
+        .ok_or_else(|| crate::Error::Write {
+            table: String::new(),
+            reason: format!(
+                "metadata file '{current}' is not named <version>-<uuid>.metadata.json"
+            ),
+        })?;
+    Ok(format!(
+        "{dir}/{:05}-{}.metadata.json",
+        version + 1,
+        hash_uuid(&sha2::Sha256::digest(bytes))
+    ))
+}
+
+/// Whether `location`'s file name carries `digest` ([`anchored_location`]).
+fn is_anchored(location: &str, digest: &[u8]) -> bool {
+    let file = location.rsplit('/').next().unwrap_or(location);
+    file.strip_suffix(".metadata.json")
+        .and_then(|f| f.split_once('-'))
+        .is_some_and(|(_, uuid)| uuid == hash_uuid(digest))
+}
+
+/// A table's key client: unwraps and wraps under its table key only (a key encryption key
+/// the metadata says is wrapped by another key is refused, not unwrapped).
+#[derive(Debug)]
+struct BoundKms {
+    inner: Arc<TableKms>,
+    key: String,
+}
+
+impl BoundKms {
+    fn check(&self, wrapping_key_id: &str) -> IceResult<()> {
+        if wrapping_key_id == self.key {
+            return Ok(());
+        }
+        Err(IceError::new(
+            ErrorKind::DataInvalid,
+            format!(
+                "a key of this table is wrapped by key '{wrapping_key_id}', not by its table key '{}' (its metadata might have been modified)",
+                self.key
+            ),
+        ))
+    }
+}
+
+#[async_trait]
+impl KeyManagementClient for BoundKms {
+    async fn wrap_key(&self, key: &[u8], wrapping_key_id: &str) -> IceResult<Vec<u8>> {
+        self.check(wrapping_key_id)?;
+        self.inner.wrap_key(key, wrapping_key_id).await
+    }
+
+    async fn unwrap_key(
+        &self,
+        wrapped_key: &[u8],
+        wrapping_key_id: &str,
+    ) -> IceResult<SensitiveBytes> {
+        self.check(wrapping_key_id)?;
+        self.inner.unwrap_key(wrapped_key, wrapping_key_id).await
+    }
+
+    fn supports_key_generation(&self) -> bool {
+        false
+    }
+
+    async fn generate_key(&self, wrapping_key_id: &str) -> IceResult<GeneratedKey> {
+        self.check(wrapping_key_id)?;
+        self.inner.generate_key(wrapping_key_id).await
     }
 }
 
@@ -473,9 +688,20 @@ impl Catalog for NativeCatalog {
         creation: TableCreation,
     ) -> IceResult<Table> {
         let ident = TableIdent::new(namespace.clone(), creation.name.clone());
+        let key = creation.properties.get(TABLE_KEY_PROPERTY).cloned();
+        let fields: Vec<(String, iceberg::spec::Type)> = creation
+            .schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| (f.name.clone(), f.field_type.as_ref().clone()))
+            .collect();
         match self.inner.create_table(namespace, creation).await {
             // Created, but the inner catalog cannot build a table Iceberg encrypts.
-            Err(e) if needs_kms(&e) => self.load_table(&ident).await,
+            Err(e) if needs_kms(&e) => match key {
+                Some(key) => self.create_native(&ident, &key, fields).await,
+                None => Err(e),
+            },
             other => other,
         }
     }

@@ -74,6 +74,18 @@ impl DecryptingReader {
         let meta: FileMetaData = compact::read(&mut rest)
             .map_err(|e| self.malformed(format!("footer does not parse: {e}")))?;
         let Some(algorithm) = meta.encryption_algorithm.clone() else {
+            if self
+                .keys
+                .given
+                .as_ref()
+                .is_some_and(|g| g.require_encryption)
+            {
+                return Err(self
+                    .malformed(
+                        "not encrypted, though its table gives it a key (a plaintext file in its place?)",
+                    )
+                    .into());
+            }
             return Ok(View {
                 metadata: Arc::new(ParquetMetaDataReader::decode_metadata(&footer)?),
                 column_keys: Vec::new(),

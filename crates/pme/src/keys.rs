@@ -92,6 +92,7 @@ impl ScanKeys {
             footer: Some(key.key.clone()),
             columns: HashMap::new(),
             verify_signature: true,
+            require_encryption: true,
         }));
         keys.grant.aad_prefix = Some(key.aad_prefix.clone());
         keys
@@ -108,6 +109,9 @@ pub struct GivenKeys {
     pub columns: HashMap<String, SecretKey>,
     /// `footer_signature_verification`.
     pub verify_signature: bool,
+    /// A file without encryption is refused (its table says it has a key: a plaintext
+    /// file in its place is forged).
+    pub require_encryption: bool,
 }
 
 impl GivenKeys {

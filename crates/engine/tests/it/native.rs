@@ -236,6 +236,43 @@ async fn a_table_key_the_kms_lacks_or_a_table_the_policy_does_not_name_is_denied
         err.contains("does not name this table") && err.contains(&format!("'{key_id}'")),
         "{err}"
     );
+    // Nor written: the table-level denial holds for writes (admin may create tables).
+    let err = query_err(
+        &unnamed.session("admin"),
+        "INSERT INTO spark.db.sink (id) VALUES (-1)",
+    )
+    .await;
+    assert!(err.contains("does not name this table"), "{err}");
+    // A SQL catalog row naming a metadata file whose name does not carry its hash (Spark's
+    // own name): not trusted, since whoever writes the warehouse could rewrite the file.
+    let err = query_err(
+        &unnamed.session("admin"),
+        "SELECT id FROM spark.db.unanchored",
+    )
+    .await;
+    assert!(
+        err.contains("spark.db.unanchored") || err.contains("db.unanchored"),
+        "{err}"
+    );
+    assert!(err.contains("carries its SHA-256"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // Metadata claiming table key `pii_key` whose key encryption keys `finance_key` wraps
+    // (a policy on `pii_key` would pass): the keys are not unwrapped under another key.
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}{}{}",
+        sql_catalog(&lake),
+        kms(&interop.join("keyring.json")),
+        policy(dir.path(), "spark.db.rekeyed")
+    );
+    let rekeyed = engine(dir.path(), &config).await;
+    let err = query_err(&rekeyed.session("admin"), "SELECT id FROM spark.db.rekeyed").await;
+    assert!(
+        err.contains(&format!(
+            "wrapped by key '{key_id}', not by its table key 'pii_key'"
+        )),
+        "{err}"
+    );
     // A column no rule names is denied, even to admin; the named ones read.
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
@@ -326,6 +363,36 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// A plaintext Parquet file (one string column) of exactly `size` bytes.
+fn plaintext_parquet_of_size(size: usize) -> Vec<u8> {
+    use datafusion::arrow::array::{RecordBatch, StringArray};
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+    let write = |n: usize| {
+        let batch = RecordBatch::try_from_iter([(
+            "id",
+            std::sync::Arc::new(StringArray::from(vec!["x".repeat(n)])) as _,
+        )])
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_statistics_enabled(EnabledStatistics::None)
+            .set_dictionary_enabled(false)
+            .build();
+        let mut out = Vec::new();
+        let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        out
+    };
+    let base = write(0).len();
+    assert!(base <= size, "{base} > {size}");
+    // Each byte of the value adds a byte or, across a varint boundary, two.
+    ((size - base).saturating_sub(16)..=size - base)
+        .map(write)
+        .find(|b| b.len() == size)
+        .expect("a plaintext file of that size")
 }
 
 /// Flips one byte of `file` at `at` (from the end if negative); returns the original bytes.
@@ -425,6 +492,19 @@ async fn a_flipped_byte_in_a_manifest_list_manifest_data_file_or_deletion_vector
         assert!(table_named && err.contains(name), "{what}: {err}");
         assert_eq!(err.lines().count(), 1, "{what}: {err}");
     }
+    // A plaintext Parquet file of the same size in a data file's place (forged rows): its
+    // manifest gives it a key, so a file without encryption is refused.
+    let target = &data[0];
+    let original = std::fs::read(target).unwrap();
+    std::fs::write(target, plaintext_parquet_of_size(original.len())).unwrap();
+    let result = query(&admin, sql).await;
+    std::fs::write(target, &original).unwrap();
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("not encrypted")
+            && err.contains(target.file_name().unwrap().to_str().unwrap()),
+        "{err}"
+    );
     // Restored, the table reads as before.
     assert_eq!(json_rows(&query(&admin, sql).await.unwrap()), before);
 
@@ -822,6 +902,11 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
             "analyst",
             "INSERT INTO spark.db.sink (id) VALUES (-1)",
             "write denied",
+        ),
+        (
+            "admin",
+            "ALTER TABLE spark.db.sink ADD COLUMN extra INT",
+            "ALTER TABLE of a table Iceberg encrypts itself",
         ),
     ] {
         let err = query_err(&engine.session(who), sql).await;

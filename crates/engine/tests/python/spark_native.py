@@ -16,10 +16,14 @@ against the runtime jar): the interop keyring, in ClearIce's wrap format.
              (spark_native_read.py).
 
 The current metadata file is also registered in a SQLite Iceberg SQL catalog
-(OUT_DIR/catalog.db, catalog `spark`, namespace `db`). Expected results are Spark's own
+(OUT_DIR/catalog.db, catalog `spark`, namespace `db`), as a copy named after its SHA-256
+(as ClearIce names them: a SQL catalog row vouches for a file of a table Iceberg encrypts
+only so), `db.unanchored` under Spark's own name for `db.enc`, and `db.rekeyed`: `db.enc`
+claiming table key `pii_key`. Expected results are Spark's own
 answers at every snapshot (OUT_DIR/expected.json), with what is on disk: Parquet files end in
 `PARE`, manifest lists and manifests start with `AGS1`. Prints a JSON summary.
 """
+import hashlib
 import json
 import os
 import socket
@@ -189,6 +193,18 @@ def on_disk(table_dir):
     return facts
 
 
+def anchored_copy(metadata):
+    """A copy of `metadata` named as ClearIce names the metadata files of tables Iceberg
+    encrypts in SQL catalogs: the uuid part is the first 128 bits of the file's SHA-256, so
+    the catalog row (not the warehouse) vouches for the content."""
+    src = Path(metadata)
+    data = src.read_bytes()
+    h = hashlib.sha256(data).hexdigest()[:32]
+    dst = src.with_name(f"{src.name.split('-')[0]}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}.metadata.json")
+    dst.write_bytes(data)
+    return dst
+
+
 def register_sql(out, name, metadata):
     """The JDBC catalog schema (as PyIceberg's SqlCatalog creates it), one row per table."""
     db = sqlite3.connect(out / "catalog.db")
@@ -230,7 +246,19 @@ def main():
         assert facts["avro_AGS1"] > 0 and facts["snapshots_with_key_id"] > 0, facts
         assert name == "sink" or facts["puffin_AGS1"] > 0, facts
         expected.setdefault(name, {})["on_disk"] = facts
-        register_sql(out, name, facts["metadata"])
+        register_sql(out, name, anchored_copy(facts["metadata"]))
+    # Spark's own file name, which no SQL catalog row can vouch for: refused.
+    register_sql(out, "unanchored", expected["enc"]["on_disk"]["metadata"])
+    # db.enc's metadata claiming another table key than the one its keys are wrapped by
+    # (as a writer of the metadata could make it, to pass a policy on that key): anchored,
+    # so only the key binding refuses it.
+    enc = Path(expected["enc"]["on_disk"]["metadata"])
+    md = json.loads(enc.read_text())
+    md["properties"]["encryption.key-id"] = "pii_key"
+    rekeyed = enc.with_name("00099-00000000-0000-0000-0000-000000000000.metadata.json")
+    rekeyed.write_text(json.dumps(md))
+    register_sql(out, "rekeyed", anchored_copy(rekeyed))
+    rekeyed.unlink()
     facts = expected["enc"]["on_disk"]
     (out / "expected.json").write_text(json.dumps(expected, indent=1))
     print(json.dumps({"tables": {"enc": {"snapshots": len(expected["enc"]["snapshots"]), **facts}}}))
