@@ -118,7 +118,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             TableError::Unsupported { .. } | TableError::NotExact { .. } => ErrorClass::Unsupported,
             TableError::SnapshotNotFound { .. } => ErrorClass::NotFound,
             TableError::DeleteFile { .. } => ErrorClass::DataUnusable,
-            TableError::Tampered { .. } => ErrorClass::Tampered,
+            TableError::Tampered { .. } | TableError::Untrusted { .. } => ErrorClass::Tampered,
             TableError::UnsupportedLocation { .. } | TableError::Write { .. } => {
                 ErrorClass::DataUnusable
             }

@@ -376,6 +376,12 @@ impl IcebergSchemaProvider {
         let table = self.catalog.load_table(&ident).await.map_err(|source| {
             // iceberg 0.10.1's catalogs build tables without a KMS client, so a table
             // with Iceberg-native encryption fails to load with this precondition.
+            if crate::native::is_untrusted(&source) {
+                return Error::Untrusted {
+                    table: full.clone(),
+                    reason: source.message().to_owned(),
+                };
+            }
             if source.kind() == iceberg::ErrorKind::PreconditionFailed
                 && source.message().contains("encryption.key-id")
             {
@@ -405,28 +411,45 @@ impl IcebergSchemaProvider {
     }
 }
 
-/// A table ClearIce cannot read at all (`Error::Unsupported` when loading it) stands in
-/// as [`UnreadableTable`], so listings (`information_schema`, Flight `GetTables`, DBeaver's
+/// A table ClearIce cannot read at all (`Error::Unsupported` when loading it, or
+/// `Error::Untrusted`: metadata its catalog does not vouch for) stands in as
+/// [`UnreadableTable`], so listings (`information_schema`, Flight `GetTables`, DBeaver's
 /// browser) still work; other load errors fail the statement.
 pub fn unreadable(
     e: datafusion::error::DataFusionError,
 ) -> DfResult<Option<Arc<dyn TableProvider>>> {
-    if let datafusion::error::DataFusionError::External(inner) = &e
-        && let Some(Error::Unsupported { table, what }) = inner.downcast_ref::<Error>()
-    {
-        return Ok(Some(Arc::new(UnreadableTable {
-            table: table.clone(),
-            what: what.clone(),
-        })));
+    if let datafusion::error::DataFusionError::External(inner) = &e {
+        let why = match inner.downcast_ref::<Error>() {
+            Some(Error::Unsupported { table, what }) => {
+                Some((table, Unreadable::Unsupported(what.clone())))
+            }
+            Some(Error::Untrusted { table, reason }) => {
+                Some((table, Unreadable::Untrusted(reason.clone())))
+            }
+            _ => None,
+        };
+        if let Some((table, why)) = why {
+            return Ok(Some(Arc::new(UnreadableTable {
+                table: table.clone(),
+                why,
+            })));
+        }
     }
     Err(e)
+}
+
+/// Why a table is [`UnreadableTable`].
+#[derive(Debug, Clone)]
+enum Unreadable {
+    Unsupported(String),
+    Untrusted(String),
 }
 
 /// A table that lists (no columns) and fails with its reason when scanned.
 #[derive(Debug)]
 pub struct UnreadableTable {
     table: String,
-    what: String,
+    why: Unreadable,
 }
 
 #[async_trait::async_trait]
@@ -450,9 +473,10 @@ impl TableProvider for UnreadableTable {
         _filters: &[datafusion::logical_expr::Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-        Err(Error::Unsupported {
-            table: self.table.clone(),
-            what: self.what.clone(),
+        let table = self.table.clone();
+        Err(match self.why.clone() {
+            Unreadable::Unsupported(what) => Error::Unsupported { table, what },
+            Unreadable::Untrusted(reason) => Error::Untrusted { table, reason },
         }
         .into())
     }

@@ -95,6 +95,15 @@ pub enum Error {
         /// The file.
         file: String,
     },
+    /// A table Iceberg encrypts whose metadata file its catalog does not vouch for
+    /// (swapped, renamed, re-keyed): not read.
+    #[error("table '{table}': {reason}")]
+    Untrusted {
+        /// Table.
+        table: String,
+        /// What does not hold.
+        reason: String,
+    },
     /// Time travel to a snapshot, timestamp or ref the table does not have.
     #[error("table '{table}': {reason}")]
     SnapshotNotFound {

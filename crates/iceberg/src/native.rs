@@ -386,6 +386,7 @@ impl NativeCatalog {
                     "metadata file '{location}' of table {ident} might have been modified: {why}"
                 ),
             )
+            .with_source(Untrusted)
         };
         let bytes = self.file_io.new_input(&location)?.read().await?;
         use sha2::Digest;
@@ -531,6 +532,17 @@ impl NativeCatalog {
         };
         self.build(ident, metadata, location, kms, key.to_owned())
     }
+}
+
+/// The typed source of a load error for a metadata file its catalog does not vouch for
+/// (a swapped, renamed or re-keyed file): the table lists but is not read.
+#[derive(Debug, thiserror::Error)]
+#[error("its catalog does not vouch for this metadata file")]
+pub struct Untrusted;
+
+/// Whether `e` is a metadata file its catalog does not vouch for ([`Untrusted`]).
+pub fn is_untrusted(e: &IceError) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<Untrusted>().is_some())
 }
 
 /// Whether a metadata file is checked against its catalog.

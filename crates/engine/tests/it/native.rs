@@ -247,7 +247,7 @@ async fn a_table_key_the_kms_lacks_or_a_table_the_policy_does_not_name_is_denied
     // own name): not trusted, since whoever writes the warehouse could rewrite the file.
     let err = query_err(
         &unnamed.session("admin"),
-        "SELECT id FROM spark.db.unanchored",
+        "SELECT count(*) FROM spark.db.unanchored",
     )
     .await;
     assert!(
