@@ -245,12 +245,7 @@ pub async fn commit_overwrite(
         });
     }
     let parent = m.current_snapshot().cloned();
-    let snapshot_id = loop {
-        let id = (rand::random::<u64>() >> 1) as i64;
-        if id != 0 && m.snapshot_by_id(id).is_none() {
-            break id;
-        }
-    };
+    let snapshot_id = new_snapshot_id(m);
     let seq = m.next_sequence_number();
     let location = m.location().trim_end_matches('/').to_owned();
     let commit = uuid_like();
@@ -388,13 +383,7 @@ pub async fn commit_overwrite(
                 table,
                 vec![
                     TableUpdate::AddSnapshot { snapshot },
-                    TableUpdate::SetSnapshotRef {
-                        ref_name: iceberg::spec::MAIN_BRANCH.to_owned(),
-                        reference: SnapshotReference::new(
-                            snapshot_id,
-                            SnapshotRetention::branch(None, None, None),
-                        ),
-                    },
+                    main_branch_at(snapshot_id),
                 ],
                 &swapped,
             )
@@ -453,7 +442,25 @@ pub(crate) fn summary(
     }
 }
 
+/// A snapshot id `m` does not have (positive, non-zero).
+pub(crate) fn new_snapshot_id(m: &iceberg::spec::TableMetadata) -> i64 {
+    loop {
+        let id = (rand::random::<u64>() >> 1) as i64;
+        if id != 0 && m.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// The update that points the table's `main` branch at `snapshot_id`.
+pub(crate) fn main_branch_at(snapshot_id: i64) -> TableUpdate {
+    TableUpdate::SetSnapshotRef {
+        ref_name: iceberg::spec::MAIN_BRANCH.to_owned(),
+        reference: SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+    }
+}
+
 /// A random 128-bit id in hex (names of the commit's metadata files).
-fn uuid_like() -> String {
+pub(crate) fn uuid_like() -> String {
     format!("{:032x}", rand::random::<u128>())
 }

@@ -20,7 +20,7 @@ use iceberg::encryption::StandardKeyMetadata;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation,
-    Snapshot, SnapshotReference, SnapshotRetention, TableMetadata,
+    Snapshot, TableMetadata,
 };
 use iceberg::table::Table;
 use parquet::encryption::encrypt::FileEncryptionProperties;
@@ -96,16 +96,11 @@ pub async fn commit_append(
         });
     }
     let parent = m.current_snapshot().cloned();
-    let snapshot_id = loop {
-        let id = (rand::random::<u64>() >> 1) as i64;
-        if id != 0 && m.snapshot_by_id(id).is_none() {
-            break id;
-        }
-    };
+    let snapshot_id = crate::commit::new_snapshot_id(m);
     let seq = m.next_sequence_number();
     let first_row_id = m.next_row_id();
     let location = m.location().trim_end_matches('/').to_owned();
-    let commit = format!("{:032x}", rand::random::<u128>());
+    let commit = crate::commit::uuid_like();
     let io = table.file_io();
     let mut written: Vec<String> = Vec::new();
     let swapped = std::sync::atomic::AtomicBool::new(false);
@@ -207,13 +202,7 @@ pub async fn commit_append(
         });
         updates.extend([
             TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: iceberg::spec::MAIN_BRANCH.to_owned(),
-                reference: SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
-            },
+            crate::commit::main_branch_at(snapshot_id),
         ]);
         committer
             .swap_metadata(name, table, updates, &swapped)
