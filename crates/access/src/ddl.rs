@@ -278,16 +278,18 @@ impl Ddl<'_> {
         if let Some(key) = &table_key {
             self.check_table_key(&target, key)?;
         }
-        let version = if table_key.is_some() { "3" } else { "2" };
+        // Format 2 unless asked for 3; a table Iceberg encrypts is format 3.
+        let mut v3 = table_key.is_some();
         for (k, v) in properties {
             match k.as_str() {
-                "format-version" if v != version => {
+                "format-version" if v == "3" => v3 = true,
+                "format-version" if v == "2" && table_key.is_none() => {}
+                "format-version" => {
                     return Err(invalid(format!(
-                        "format-version {v}: ClearIce creates format 2 tables, and format 3 tables Iceberg encrypts ('{}')",
+                        "format-version {v}: ClearIce creates format 2 and 3 tables, and tables Iceberg encrypts ('{}') in format 3",
                         clearice_iceberg::native::TABLE_KEY_PROPERTY
                     )));
                 }
-                "format-version" => {}
                 "write.format.default" if !v.eq_ignore_ascii_case("parquet") => {
                     return Err(invalid(format!(
                         "write.format.default {v}: ClearIce writes Parquet"
@@ -308,12 +310,16 @@ impl Ddl<'_> {
             }
         }
         // Rows sorted, or files partitioned, by a protected column would give its order
-        // (or its values, in paths and manifests) to every reader: refused.
+        // (or its values, in paths and manifests) to every reader: refused. Not
+        // protected: a column everyone reads in plaintext, not encrypted under its own key.
         let protected = |c: &str| {
             self.access
                 .policy()
                 .table(&target)
-                .is_some_and(|t| t.columns.contains_key(c))
+                .and_then(|t| t.columns.get(c))
+                .is_some_and(|c| {
+                    !(c.plaintext_to_everyone() && (table_key.is_some() || c.master_key.is_none()))
+                })
         };
         let layout_columns = sorted_by
             .iter()
@@ -339,7 +345,7 @@ impl Ddl<'_> {
             .schema(ischema.clone())
             .properties(props)
             .build();
-        if table_key.is_some() {
+        if v3 {
             creation.format_version = iceberg::spec::FormatVersion::V3;
         }
         if let Some(text) = sorted_by {

@@ -435,7 +435,10 @@ impl PolicyTableProvider {
         };
         let tpol = policy.table(&table);
         // Files written sorted or partitioned by a protected column would give its order
-        // or values to every reader.
+        // or values to every reader. Not protected: a column everyone reads in plaintext
+        // that is not encrypted at rest under its own key (a table Iceberg encrypts puts
+        // partition values in its paths, as Iceberg Java does).
+        let native = self.inner.table_key_id().is_some();
         if let Some(t) = tpol {
             let m = self.inner.table().metadata();
             let schema = m.current_schema();
@@ -452,7 +455,8 @@ impl PolicyTableProvider {
                 );
             for id in sources {
                 if let Some(f) = schema.field_by_id(id)
-                    && t.columns.contains_key(&f.name)
+                    && let Some(c) = t.columns.get(&f.name)
+                    && !(c.plaintext_to_everyone() && (native || c.master_key.is_none()))
                 {
                     return Err(refuse(Error::WriteDenied {
                         what: format!(

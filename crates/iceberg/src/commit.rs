@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 
+use iceberg::spec::TableMetadata;
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile,
     ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
@@ -105,7 +106,7 @@ impl Committer {
         table: &Table,
         updates: Vec<TableUpdate>,
         swapped: &std::sync::atomic::AtomicBool,
-    ) -> Result<(iceberg::spec::TableMetadata, String)> {
+    ) -> Result<(TableMetadata, String)> {
         let name = name.to_owned();
         let ierr = |source: iceberg::Error| Error::Iceberg {
             table: name.clone(),
@@ -218,8 +219,14 @@ impl Committer {
 }
 
 /// Commits one snapshot that removes the data files `removed` (paths) and adds `added`,
-/// on the table's `main` branch. Returns the new table. Fails, committing nothing, if the
+/// on the table's `main` branch (with nothing removed: an append). Returns the new
+/// metadata. Fails, committing nothing and removing the metadata files it wrote, if the
 /// table changed since `table` was loaded.
+///
+/// Format v3: manifests are assigned row ids, and every kept file of a rewritten
+/// manifest stores its inherited `first_row_id` (row lineage). A table Iceberg encrypts
+/// itself: manifests and manifest list as AES-GCM streams under their own keys, the
+/// list's key wrapped by the table's key encryption key (see `native_write.rs`).
 pub async fn commit_overwrite(
     committer: &Committer,
     name: &str,
@@ -228,31 +235,43 @@ pub async fn commit_overwrite(
     added: Vec<DataFile>,
     operation: Operation,
     properties: HashMap<String, String>,
-) -> Result<Table> {
+) -> Result<TableMetadata> {
     let name = name.to_owned();
     let ierr = |source: iceberg::Error| Error::Iceberg {
         table: name.clone(),
         source: Box::new(source),
     };
     let m = table.metadata();
-    if m.format_version() != FormatVersion::V2 {
-        return Err(Error::Unsupported {
-            table: name.clone(),
-            what: format!(
-                "removing data files from a format {} table (ClearIce writes these commits for v2 tables)",
-                m.format_version()
-            ),
-        });
-    }
+    let v3 = match m.format_version() {
+        FormatVersion::V1 => {
+            return Err(Error::Unsupported {
+                table: name.clone(),
+                what: "removing data files from a format 1 table (ClearIce writes these commits for format 2 and 3)".into(),
+            });
+        }
+        FormatVersion::V2 => false,
+        FormatVersion::V3 => true,
+    };
+    let em = match crate::native::table_key_id(m) {
+        Some(_) => Some(crate::native_write::encryption_manager(table, &name)?),
+        None => None,
+    };
+    let out = Manifests {
+        table,
+        name: &name,
+        em,
+        v3,
+        written: std::sync::Mutex::default(),
+    };
     let parent = m.current_snapshot().cloned();
     let snapshot_id = new_snapshot_id(m);
     let seq = m.next_sequence_number();
+    let first_row_id = v3.then(|| m.next_row_id());
     let location = m.location().trim_end_matches('/').to_owned();
     let commit = uuid_like();
     let io = table.file_io();
     let mut manifests: Vec<ManifestFile> = Vec::new();
     let (mut removed_files, mut removed_rows, mut removed_size) = (0u64, 0u64, 0u64);
-    let mut written: Vec<String> = Vec::new();
     let swapped = std::sync::atomic::AtomicBool::new(false);
     let result = async {
         if let Some(parent) = &parent {
@@ -282,29 +301,30 @@ pub async fn commit_overwrite(
                         table: name.clone(),
                         reason: format!("manifest '{}' names an unknown partition spec", mf.manifest_path),
                     })?;
+                let row_ids = crate::lineage::first_row_ids(&mf, &manifest);
                 let path = format!("{location}/metadata/{commit}-m{n}.avro");
-                let mut w = ManifestWriterBuilder::new(
-                    io.new_output(&path).map_err(ierr)?,
-                    Some(snapshot_id),
-                    Arc::clone(m.current_schema()),
-                    spec.as_ref().clone(),
-                )
-                .build_v2_data();
-                for e in manifest.entries() {
+                let mut w = out.writer(&path, snapshot_id, spec.as_ref().clone())?;
+                for (e, row_id) in manifest.entries().iter().zip(row_ids) {
                     if !e.is_alive() {
                         continue;
                     }
                     let seq_n = e.sequence_number().unwrap_or(0);
                     let file_seq = e.file_sequence_number.or(Some(seq_n));
+                    // A kept (or deleted) entry stores the first row id it inherited.
+                    let file = if v3 && e.data_file().first_row_id().is_none() && row_id.is_some() {
+                        crate::lineage::with_first_row_id(e.data_file(), mf.partition_spec_id, row_id)
+                            .map_err(|reason| Error::Write { table: name.clone(), reason })?
+                    } else {
+                        e.data_file().clone()
+                    };
                     if removed.contains(e.file_path()) {
                         removed_files += 1;
                         removed_rows += e.record_count();
                         removed_size += e.file_size_in_bytes();
-                        w.add_delete_file(e.data_file().clone(), seq_n, file_seq)
-                            .map_err(ierr)?;
+                        w.add_delete_file(file, seq_n, file_seq).map_err(ierr)?;
                     } else {
                         w.add_existing_file(
-                            e.data_file().clone(),
+                            file,
                             e.snapshot_id().unwrap_or(parent.snapshot_id()),
                             seq_n,
                             file_seq,
@@ -312,8 +332,7 @@ pub async fn commit_overwrite(
                         .map_err(ierr)?;
                     }
                 }
-                written.push(path);
-                manifests.push(w.write_manifest_file().await.map_err(ierr)?);
+                manifests.push(out.finish(w, &path).await?);
             }
         }
         if removed_files as usize != removed.len() {
@@ -329,32 +348,20 @@ pub async fn commit_overwrite(
         );
         if !added.is_empty() {
             let path = format!("{location}/metadata/{commit}-m-added.avro");
-            let mut w = ManifestWriterBuilder::new(
-                io.new_output(&path).map_err(ierr)?,
-                Some(snapshot_id),
-                Arc::clone(m.current_schema()),
-                m.default_partition_spec().as_ref().clone(),
-            )
-            .build_v2_data();
+            let mut w = out.writer(&path, snapshot_id, m.default_partition_spec().as_ref().clone())?;
             for f in added {
                 debug_assert_eq!(f.content_type(), DataContentType::Data);
                 w.add_file(f, seq).map_err(ierr)?;
             }
-            written.push(path);
-            manifests.push(w.write_manifest_file().await.map_err(ierr)?);
+            manifests.push(out.finish(w, &path).await?);
         }
         // Manifests are listed newest first.
         manifests.sort_by_key(|mf| std::cmp::Reverse(mf.added_snapshot_id == snapshot_id));
         let list_path = format!("{location}/metadata/snap-{snapshot_id}-1-{commit}.avro");
-        let mut lw = ManifestListWriter::v2(
-            io.new_output(&list_path).map_err(ierr)?.writer().await.map_err(ierr)?,
-            snapshot_id,
-            parent.as_ref().map(|p| p.snapshot_id()),
-            seq,
-        );
-        lw.add_manifests(manifests.into_iter()).map_err(ierr)?;
-        written.push(list_path.clone());
-        lw.close().await.map_err(ierr)?;
+        let parent_id = parent.as_ref().map(|p| p.snapshot_id());
+        let (key_id, next_row_id) = out
+            .manifest_list(&list_path, snapshot_id, parent_id, seq, first_row_id, manifests)
+            .await?;
         let summary = summary(
             parent.as_ref().map(|p| p.summary()),
             [
@@ -370,32 +377,171 @@ pub async fn commit_overwrite(
         );
         let snapshot = Snapshot::builder()
             .with_snapshot_id(snapshot_id)
-            .with_parent_snapshot_id(parent.as_ref().map(|p| p.snapshot_id()))
+            .with_parent_snapshot_id(parent_id)
             .with_sequence_number(seq)
             .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
             .with_manifest_list(list_path)
             .with_summary(summary)
             .with_schema_id(m.current_schema_id())
-            .build();
+            .with_encryption_key_id(key_id);
+        let snapshot = match (first_row_id, next_row_id) {
+            (Some(first), Some(next)) => snapshot.with_row_range(first, next - first).build(),
+            _ => snapshot.build(),
+        };
+        // A table Iceberg encrypts: the key encryption key, if new.
+        let mut updates: Vec<TableUpdate> = em
+            .map(|em| {
+                em.with_encryption_keys(|keys| {
+                    keys.values()
+                        .filter(|k| m.encryption_key(k.key_id()).is_none())
+                        .map(|k| TableUpdate::AddEncryptionKey {
+                            encryption_key: k.clone(),
+                        })
+                        .collect()
+                })
+            })
+            .unwrap_or_default();
+        updates.extend([
+            TableUpdate::AddSnapshot { snapshot },
+            main_branch_at(snapshot_id),
+        ]);
         committer
-            .swap(
-                &name,
-                table,
-                vec![
-                    TableUpdate::AddSnapshot { snapshot },
-                    main_branch_at(snapshot_id),
-                ],
-                &swapped,
-            )
+            .swap_metadata(&name, table, updates, &swapped)
             .await
     }
     .await;
     if result.is_err() && !swapped.load(std::sync::atomic::Ordering::SeqCst) {
+        let written = std::mem::take(&mut *out.written.lock().expect("written"));
         for p in &written {
             let _ = io.delete(p).await;
         }
     }
-    result
+    result.map(|(metadata, _)| metadata)
+}
+
+/// Writes one commit's manifests and manifest list in the table's format, encrypted if
+/// Iceberg encrypts the table; remembers what it wrote (removed if the commit fails).
+struct Manifests<'a> {
+    table: &'a Table,
+    name: &'a str,
+    em: Option<&'a iceberg::encryption::EncryptionManager>,
+    v3: bool,
+    written: std::sync::Mutex<Vec<String>>,
+}
+
+impl Manifests<'_> {
+    fn ierr(&self) -> impl Fn(iceberg::Error) -> Error + '_ {
+        |source| Error::Iceberg {
+            table: self.name.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    /// A data manifest writer at `path` for partition spec `spec`.
+    fn writer(
+        &self,
+        path: &str,
+        snapshot_id: i64,
+        spec: iceberg::spec::PartitionSpec,
+    ) -> Result<iceberg::spec::ManifestWriter> {
+        let ierr = self.ierr();
+        let io = self.table.file_io();
+        let schema = Arc::clone(self.table.metadata().current_schema());
+        self.written.lock().expect("written").push(path.to_owned());
+        let output = io.new_output(path).map_err(&ierr)?;
+        Ok(match self.em {
+            Some(em) => ManifestWriterBuilder::new_from_encrypted(
+                em.encrypt(output),
+                Some(snapshot_id),
+                schema,
+                spec,
+            )
+            .map_err(&ierr)?
+            .build_v3_data(),
+            None => {
+                let b = ManifestWriterBuilder::new(output, Some(snapshot_id), schema, spec);
+                if self.v3 {
+                    b.build_v3_data()
+                } else {
+                    b.build_v2_data()
+                }
+            }
+        })
+    }
+
+    /// Writes the manifest of `w` (at `path`). An encrypted one records its stored length,
+    /// in its entry and its key metadata, as Iceberg Java does (readers refuse an AES-GCM
+    /// stream without it: truncation).
+    async fn finish(&self, w: iceberg::spec::ManifestWriter, path: &str) -> Result<ManifestFile> {
+        let ierr = self.ierr();
+        let mut manifest = w.write_manifest_file().await.map_err(&ierr)?;
+        if self.em.is_some() {
+            let stored = crate::native_write::stored_length(self.table.file_io(), path)
+                .await
+                .map_err(&ierr)?;
+            manifest.manifest_length = stored as i64;
+            if let Some(k) = &manifest.key_metadata {
+                let k = iceberg::encryption::StandardKeyMetadata::decode(k)
+                    .map_err(&ierr)?
+                    .with_file_length(stored);
+                manifest.key_metadata = Some(k.encode().map_err(&ierr)?.to_vec());
+            }
+        }
+        Ok(manifest)
+    }
+
+    /// Writes the manifest list at `path`; returns the id of its wrapped key (an
+    /// encrypted list) and the next row id (format v3).
+    async fn manifest_list(
+        &self,
+        path: &str,
+        snapshot_id: i64,
+        parent_id: Option<i64>,
+        seq: i64,
+        first_row_id: Option<u64>,
+        manifests: Vec<ManifestFile>,
+    ) -> Result<(Option<String>, Option<u64>)> {
+        let ierr = self.ierr();
+        let io = self.table.file_io();
+        self.written.lock().expect("written").push(path.to_owned());
+        let output = io.new_output(path).map_err(&ierr)?;
+        let (writer, list_key) = match self.em {
+            Some(em) => {
+                let encrypted = em.encrypt(output);
+                let key = encrypted.key_metadata().clone();
+                (encrypted.writer().await.map_err(&ierr)?, Some((em, key)))
+            }
+            None => (output.writer().await.map_err(&ierr)?, None),
+        };
+        let mut lw = if self.v3 {
+            ManifestListWriter::v3(writer, snapshot_id, parent_id, seq, first_row_id)
+        } else {
+            ManifestListWriter::v2(writer, snapshot_id, parent_id, seq)
+        };
+        lw.add_manifests(manifests.into_iter()).map_err(&ierr)?;
+        let next_row_id = if self.v3 {
+            lw.next_row_id().or(first_row_id)
+        } else {
+            None
+        };
+        lw.close().await.map_err(&ierr)?;
+        let key_id = match list_key {
+            Some((em, key)) => {
+                let key = key.with_file_length(
+                    crate::native_write::stored_length(io, path)
+                        .await
+                        .map_err(&ierr)?,
+                );
+                Some(
+                    em.encrypt_manifest_list_key_metadata(&key)
+                        .await
+                        .map_err(&ierr)?,
+                )
+            }
+            None => None,
+        };
+        Ok((key_id, next_row_id))
+    }
 }
 
 /// A snapshot summary: the change's counts, and the totals carried from the parent's.
@@ -443,7 +589,7 @@ pub(crate) fn summary(
 }
 
 /// A snapshot id `m` does not have (positive, non-zero).
-pub(crate) fn new_snapshot_id(m: &iceberg::spec::TableMetadata) -> i64 {
+pub(crate) fn new_snapshot_id(m: &TableMetadata) -> i64 {
     loop {
         let id = (rand::random::<u64>() >> 1) as i64;
         if id != 0 && m.snapshot_by_id(id).is_none() {

@@ -397,6 +397,13 @@ impl Deletes {
         Ok(c)
     }
 
+    /// The deleted positions of data file `location`, if any.
+    pub(crate) fn deleted_positions(&self, location: &str) -> Option<&RoaringTreemap> {
+        self.positions
+            .get(&canonical(location))
+            .filter(|d| !d.is_empty())
+    }
+
     /// The access plan skipping a data file's deleted positions, if it has any.
     pub(crate) async fn access_plan(
         &self,

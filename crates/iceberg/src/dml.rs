@@ -160,12 +160,16 @@ impl WriteTarget {
             self.name
         ))
         .register(pool);
-        let writer = FileWriter::try_new(
+        let mut writer = FileWriter::try_new(
             &self.table,
             self.spec.clone(),
             self.kms.clone(),
             self.providers.clone(),
         )?;
+        // Rows a row-level write copies in a format 3 table carry their lineage.
+        if input.schema().index_of(crate::lineage::ROW_ID).is_ok() {
+            writer = writer.with_lineage();
+        }
         let result = async {
             let schema = Arc::clone(writer.schema());
             let cut = self.file_bytes();
@@ -221,15 +225,18 @@ impl WriteTarget {
                     return Ok(0);
                 }
                 Commit::Append if crate::native::table_key_id(self.table.metadata()).is_some() => {
+                    // iceberg-rust's append cannot encrypt manifests: ClearIce's commit.
                     let committer = self.source.committer().ok_or_else(|| Error::Unsupported {
                         table: self.name.clone(),
                         what: "appending to a table loaded outside a catalog".into(),
                     })?;
-                    let m = crate::native_write::commit_append(
+                    let m = crate::commit::commit_overwrite(
                         committer,
                         &self.name,
                         &self.table,
+                        &HashSet::new(),
                         files,
+                        iceberg::spec::Operation::Append,
                         properties.into_iter().collect(),
                     )
                     .await?;
@@ -237,7 +244,10 @@ impl WriteTarget {
                     return Ok(rows);
                 }
                 Commit::Append => {
-                    commit_append(self.catalog.as_ref(), &self.table, files, properties).await?
+                    commit_append(self.catalog.as_ref(), &self.table, files, properties)
+                        .await?
+                        .metadata()
+                        .current_snapshot_id()
                 }
                 Commit::Replace { removed, reported } => {
                     if removed.is_empty() && files.is_empty() {
@@ -253,7 +263,7 @@ impl WriteTarget {
                         table: self.name.clone(),
                         what: "removing data files from a table loaded outside a catalog".into(),
                     })?;
-                    let t = crate::commit::commit_overwrite(
+                    let m = crate::commit::commit_overwrite(
                         committer,
                         &self.name,
                         &self.table,
@@ -264,8 +274,7 @@ impl WriteTarget {
                     )
                     .await?;
                     let rows = reported.map_or(rows, |r| r + counted);
-                    self.audit
-                        .committed(t.metadata().current_snapshot_id(), rows);
+                    self.audit.committed(m.current_snapshot_id(), rows);
                     return Ok(rows);
                 }
                 Commit::Overwrite => {
@@ -289,10 +298,10 @@ impl WriteTarget {
                         properties.into_iter().collect(),
                     )
                     .await?
+                    .current_snapshot_id()
                 }
             };
-            self.audit
-                .committed(committed.metadata().current_snapshot_id(), rows);
+            self.audit.committed(committed, rows);
             Ok(rows)
         }
         .await;
@@ -660,8 +669,13 @@ async fn row_level(
     let predicate = datafusion::logical_expr::utils::conjunction(filters.iter().cloned());
     // Pass 1 looks for matching rows (its filters may prune files); pass 2 reads every
     // row of the files it rewrites.
+    // Format 3: the rows pass 2 copies keep their lineage (`lineage.rs`).
+    let lineage = target.source.tracks_lineage();
     let source = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
-        let inner = target.source.for_rewrite(files, file_column);
+        let mut inner = target.source.for_rewrite(files, file_column);
+        if lineage && !file_column {
+            inner = inner.with_lineage();
+        }
         let keys = target.grant.clone();
         datafusion::datasource::provider_as_source(Arc::new(if file_column {
             RewriteSource::pruning(inner, keys)
@@ -715,7 +729,7 @@ async fn row_level(
     let plan = match kind {
         RowLevel::Delete => b.filter(Expr::Not(Box::new(matches())))?.build()?,
         RowLevel::Update(assignments) => {
-            let exprs = schema
+            let mut exprs = schema
                 .fields()
                 .iter()
                 .map(|f| {
@@ -733,6 +747,16 @@ async fn row_level(
                     Ok(e.alias(f.name()))
                 })
                 .collect::<Result<Vec<_>>>()?;
+            if lineage {
+                // An updated row keeps its id; its sequence number becomes the commit's.
+                use crate::lineage::{LAST_UPDATED, ROW_ID};
+                exprs.push(col(ROW_ID));
+                exprs.push(
+                    when(matches(), lit(datafusion::common::ScalarValue::Int64(None)))
+                        .otherwise(col(LAST_UPDATED))?
+                        .alias(LAST_UPDATED),
+                );
+            }
             b.project(exprs)?.build()?
         }
     };

@@ -32,6 +32,7 @@ mod error;
 pub mod exec;
 pub mod field_id;
 mod filter;
+pub mod lineage;
 pub mod metadata;
 pub mod native;
 pub mod native_write;

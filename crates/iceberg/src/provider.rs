@@ -15,7 +15,7 @@ use datafusion::datasource::TableType;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
-use datafusion::error::Result as DfResult;
+use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::utils::conjunction;
@@ -70,6 +70,9 @@ pub struct IcebergTableProvider {
     only_files: Option<Arc<std::collections::HashSet<String>>>,
     /// Add the data file's path to every row as column `_file` (row-level writes).
     file_column: bool,
+    /// Add each row's lineage, `_row_id` and `_last_updated_sequence_number` (a format
+    /// v3 table's rewrite scan, see `lineage.rs`).
+    lineage: bool,
     /// File groups per data scan, if not the session's `target_partitions` (a scan
     /// planned for workers).
     split: Option<usize>,
@@ -158,6 +161,7 @@ impl IcebergTableProvider {
             committer: None,
             only_files: None,
             file_column: false,
+            lineage: false,
             split: None,
         })
     }
@@ -191,6 +195,18 @@ impl IcebergTableProvider {
         t
     }
 
+    /// This rewrite scan with each row's lineage as columns `_row_id` and
+    /// `_last_updated_sequence_number` after the table's (a format v3 table).
+    pub fn with_lineage(mut self) -> Self {
+        self.lineage = true;
+        self
+    }
+
+    /// Whether rows this table's writes copy must keep their lineage (format v3).
+    pub fn tracks_lineage(&self) -> bool {
+        self.table.metadata().format_version() >= iceberg::spec::FormatVersion::V3
+    }
+
     /// The `_file` column of a rewrite scan.
     fn file_field() -> datafusion::arrow::datatypes::FieldRef {
         Arc::new(datafusion::arrow::datatypes::Field::new(
@@ -205,13 +221,24 @@ impl IcebergTableProvider {
         Arc::clone(&self.schema)
     }
 
-    /// The scan's schema: the table's, plus `_file` for a rewrite scan.
+    /// The scan's schema: the table's, plus the lineage columns and `_file` for a
+    /// rewrite scan that adds them.
     fn full_schema(&self) -> SchemaRef {
-        if !self.file_column {
+        let mut fields: Vec<_> = self.file_schema().fields().iter().cloned().collect();
+        if self.file_column {
+            fields.push(Self::file_field());
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The columns read from data files: the table's, plus the lineage columns (read
+    /// where a file stores them) for a lineage scan.
+    fn file_schema(&self) -> SchemaRef {
+        if !self.lineage {
             return Arc::clone(&self.schema);
         }
         let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
-        fields.push(Self::file_field());
+        fields.extend(crate::lineage::fields().map(Arc::new));
         Arc::new(Schema::new(fields))
     }
 
@@ -358,23 +385,26 @@ impl IcebergTableProvider {
     }
 
     /// Fails if ClearIce cannot run write `action` (`insert`, `delete`, ...) on the table:
-    /// a table Iceberg encrypts itself takes appends (`insert`), through a catalog
-    /// ClearIce commits to, and nothing else yet.
+    /// a table Iceberg encrypts itself is written only through a catalog ClearIce commits
+    /// to (SQL catalogs), and MERGE does not keep row lineage (format 3) yet.
     pub fn check_writable(&self, action: &str) -> Result<()> {
+        let statement = action.replace('_', " ").to_uppercase();
+        if action == "merge" && self.tracks_lineage() {
+            return Err(Error::Unsupported {
+                table: self.name.clone(),
+                what: "MERGE on a format 3 table (ClearIce keeps the row lineage of DELETE and UPDATE, not yet of MERGE)".into(),
+            });
+        }
         let Some(key) = self.table_key_id() else {
             return Ok(());
         };
-        let what = match (action, &self.committer) {
-            ("insert", Some(crate::commit::Committer::Sql { .. })) => return Ok(()),
-            ("insert", Some(crate::commit::Committer::Unsupported { reason })) => format!(
-                "appending to a table Iceberg encrypts itself (table key '{key}') through this catalog ({reason})"
+        let what = match &self.committer {
+            Some(crate::commit::Committer::Sql { .. }) => return Ok(()),
+            Some(crate::commit::Committer::Unsupported { reason }) => format!(
+                "{statement} on a table Iceberg encrypts itself (table key '{key}') through this catalog ({reason})"
             ),
-            ("insert", None) => format!(
-                "appending to a table Iceberg encrypts itself (table key '{key}') outside a catalog"
-            ),
-            (other, _) => format!(
-                "{} on a table Iceberg encrypts itself (table key '{key}'; ClearIce appends to such tables with INSERT)",
-                other.replace('_', " ").to_uppercase()
+            None => format!(
+                "{statement} on a table Iceberg encrypts itself (table key '{key}') outside a catalog"
             ),
         };
         Err(Error::Unsupported {
@@ -684,6 +714,40 @@ impl IcebergTableProvider {
             .buffered(LOAD_CONCURRENCY)
             .try_collect()
             .await?;
+        // The decrypting reader decrypts only the page index of columns this scan may
+        // read (others get a stand-in), so the page index is on, as for plaintext files.
+        let source = |factory: &Arc<DecryptingReaderFactory>| {
+            let table_schema = datafusion::datasource::table_schema::TableSchema::new(
+                self.file_schema(),
+                if self.file_column {
+                    vec![Self::file_field()]
+                } else {
+                    vec![]
+                },
+            );
+            let source = ParquetSource::new(table_schema)
+                .with_parquet_file_reader_factory(Arc::clone(factory) as _)
+                .with_table_parquet_options(TableParquetOptions {
+                    global: options.execution.parquet.clone(),
+                    ..Default::default()
+                });
+            match &predicate {
+                Some(p) => source.with_predicate(Arc::clone(p)),
+                None => source,
+            }
+        };
+        if self.lineage {
+            return self
+                .lineage_scan(
+                    &tasks,
+                    plans,
+                    &deletes,
+                    &source(&data_factory),
+                    &store_url,
+                    &projection,
+                )
+                .await;
+        }
         let mut groups: BTreeMap<Vec<String>, Vec<ScanFile>> = BTreeMap::new();
         for (t, plan) in tasks.iter().zip(plans) {
             let (_, path, _) = self.object_path(&t.data_file_path)?;
@@ -705,28 +769,6 @@ impl IcebergTableProvider {
                     exact: t.deletes.is_empty(),
                 });
         }
-        // The decrypting reader decrypts only the page index of columns this scan may
-        // read (others get a stand-in), so the page index is on, as for plaintext files.
-        let source = |factory: &Arc<DecryptingReaderFactory>| {
-            let table_schema = datafusion::datasource::table_schema::TableSchema::new(
-                Arc::clone(&self.schema),
-                if self.file_column {
-                    vec![Self::file_field()]
-                } else {
-                    vec![]
-                },
-            );
-            let source = ParquetSource::new(table_schema)
-                .with_parquet_file_reader_factory(Arc::clone(factory) as _)
-                .with_table_parquet_options(TableParquetOptions {
-                    global: options.execution.parquet.clone(),
-                    ..Default::default()
-                });
-            match &predicate {
-                Some(p) => source.with_predicate(Arc::clone(p)),
-                None => source,
-            }
-        };
         let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::with_capacity(groups.len());
         for (eq_files, files) in groups {
             if eq_files.is_empty() {
@@ -778,6 +820,100 @@ impl IcebergTableProvider {
             }),
             _ => plan,
         })
+    }
+
+    /// The lineage scan of `tasks` (see `lineage.rs`): one scan per data file, in file
+    /// order, whose rows get their `_row_id` and `_last_updated_sequence_number`.
+    async fn lineage_scan(
+        &self,
+        tasks: &[FileScanTask],
+        plans: Vec<Option<datafusion::datasource::physical_plan::parquet::ParquetAccessPlan>>,
+        deletes: &Deletes,
+        source: &ParquetSource,
+        store_url: &ObjectStoreUrl,
+        projection: &[usize],
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let refuse = |what: String| -> DataFusionError {
+            Error::Unsupported {
+                table: self.name.clone(),
+                what,
+            }
+            .into()
+        };
+        if tasks.iter().any(|t| !deletes.equality_files(t).is_empty()) {
+            return Err(refuse(
+                "rewriting data files that equality deletes apply to in a format 3 table (the rows' lineage cannot be kept)".into(),
+            ));
+        }
+        let snapshot = self.snapshot.as_ref().expect("tasks come from a snapshot");
+        let inherited = crate::lineage::of_snapshot(&self.table, snapshot.snapshot_id())
+            .await
+            .map_err(|source| Error::Iceberg {
+                table: self.name.clone(),
+                source: Box::new(source),
+            })?;
+        let mut files = Vec::with_capacity(tasks.len());
+        for (t, plan) in tasks.iter().zip(plans) {
+            let (Some(rows), Some(inherited)) =
+                (t.record_count, inherited.get(&t.data_file_path).copied())
+            else {
+                return Err(refuse(format!(
+                    "rewriting data file '{}' without its manifest entry's row count",
+                    t.data_file_path
+                )));
+            };
+            let (_, path, _) = self.object_path(&t.data_file_path)?;
+            let mut file = PartitionedFile::new(path, t.file_size_in_bytes);
+            if self.file_column {
+                file.partition_values = vec![datafusion::common::ScalarValue::Utf8(Some(
+                    t.data_file_path.clone(),
+                ))];
+            }
+            if let Some(plan) = plan {
+                file = file.with_extensions(Arc::new(plan));
+            }
+            let scan = self.data_scan_unsplit(
+                source.clone(),
+                store_url,
+                ScanFile {
+                    file,
+                    rows: Some(rows),
+                    exact: t.deletes.is_empty(),
+                },
+                projection,
+            )?;
+            files.push(crate::lineage::LineageFile {
+                scan,
+                location: t.data_file_path.clone(),
+                inherited,
+                deleted: deletes
+                    .deleted_positions(&t.data_file_path)
+                    .map(|d| Arc::new(d.clone())),
+                rows,
+            });
+        }
+        let schema = Arc::new(self.full_schema().project(projection)?);
+        Ok(Arc::new(crate::lineage::LineageExec::new(
+            self.name.clone(),
+            files,
+            schema,
+        )))
+    }
+
+    /// One `DataSourceExec` reading `file` whole, in order, in one partition.
+    fn data_scan_unsplit(
+        &self,
+        source: ParquetSource,
+        store_url: &ObjectStoreUrl,
+        file: ScanFile,
+        projection: &[usize],
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let config = FileScanConfigBuilder::new(store_url.clone(), Arc::new(source))
+            .with_file_groups(vec![FileGroup::new(vec![file.file])])
+            .with_projection_indices(Some(projection.to_vec()))?
+            .with_expr_adapter(Some(Arc::new(FieldIdExprAdapterFactory)))
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
     }
 
     /// One `DataSourceExec` over `files`, split into byte-balanced groups.

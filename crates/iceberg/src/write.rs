@@ -201,6 +201,18 @@ impl FileWriter {
         })
     }
 
+    /// Files that also store each row's `_row_id` and `_last_updated_sequence_number`
+    /// (rows a row-level write copies in a format 3 table).
+    pub fn with_lineage(mut self) -> Self {
+        let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+        fields.extend(crate::lineage::fields().map(Arc::new));
+        self.schema = Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            self.schema.metadata().clone(),
+        ));
+        self
+    }
+
     /// The table's Arrow schema (field ids in the metadata): what [`FileWriter::write`]
     /// takes.
     pub fn schema(&self) -> &SchemaRef {

@@ -40,6 +40,15 @@ pub struct ColumnPolicy {
     pub write: Vec<Subject>,
 }
 
+impl ColumnPolicy {
+    /// Every principal reads the column in plaintext: a `*` rule, and every rule
+    /// `plaintext` (no mask, hide or deny for anyone).
+    pub fn plaintext_to_everyone(&self) -> bool {
+        self.rules.iter().any(|(s, _)| *s == Subject::Wildcard)
+            && self.rules.iter().all(|(_, d)| *d == Decision::Plaintext)
+    }
+}
+
 /// One table's protection and columns.
 #[derive(Debug, Clone, Default)]
 pub struct TablePolicy {

@@ -535,6 +535,35 @@ fn differential_writes_match_duckdb() {
     assert!(refused * 4 < v["statements"].as_u64().unwrap(), "{v}");
 }
 
+/// [`differential_writes_match_duckdb`] on format 3 tables: DELETE, UPDATE and INSERT
+/// commit snapshots with row lineage (rows copied keep their ids); MERGE is refused in
+/// one line, the table unchanged.
+#[test]
+fn differential_writes_on_format_3_tables_match_duckdb() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = lake(tmp.path());
+    let server = start(
+        &lake.join("clearice.toml"),
+        &["serve"],
+        &tmp.path().join("addr"),
+    );
+    let v = client(
+        &python,
+        "differential_writes.py",
+        &[&server.addr, "5,17", "60", "3"],
+    );
+    assert_eq!(v["mismatches"], serde_json::json!([]), "{v}");
+    assert!(v["statements"].as_u64().unwrap() >= 120, "{v}");
+    for kind in ["DELETE", "UPDATE", "INSERT"] {
+        assert!(
+            v["executed"][kind].as_u64().unwrap_or(0) >= 12,
+            "{kind}: {v}"
+        );
+    }
+    assert!(v["refused"]["MERGE"].as_u64().unwrap_or(0) >= 5, "{v}");
+}
+
 /// Fail closed: a table the policy does not name (registered by a pipeline, here with
 /// PyIceberg's `register_table`, also in a nested namespace) never has its encrypted
 /// columns decrypted, for any principal; its plaintext columns read; `policy check` lists

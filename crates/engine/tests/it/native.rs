@@ -161,21 +161,19 @@ async fn every_snapshot_of_a_table_iceberg_encrypts_equals_sparks_answer() {
         .unwrap(),
     );
     assert_eq!(bounds[0][0].as_i64().unwrap(), 0, "{bounds:?}");
-    // Partitioned by a column the policy names: not appended to (its values would be in
-    // the files' layout); DELETE is not written for such tables yet. Refused in one line,
-    // the table unchanged.
-    let err = query_err(&admin, "INSERT INTO spark.db.enc (id) VALUES (1)").await;
-    assert!(
-        err.contains("spark.db.enc") && err.contains("partitioned by protected column 'region'"),
-        "{err}"
-    );
-    let err = query_err(&admin, "DELETE FROM spark.db.enc WHERE id = 1").await;
-    assert!(
-        err.contains("spark.db.enc")
-            && err.contains("DELETE on a table Iceberg encrypts itself")
-            && err.contains("not supported yet"),
-        "{err}"
-    );
+    // Columns without a `write` list: nobody writes them, so neither an INSERT nor a
+    // DELETE (which rewrites every column) runs. Refused in one line, the table unchanged.
+    for sql in [
+        "INSERT INTO spark.db.enc (id) VALUES (1)",
+        "DELETE FROM spark.db.enc WHERE id = 1",
+    ] {
+        let err = query_err(&admin, sql).await;
+        assert!(
+            err.contains("spark.db.enc") && err.contains("write denied"),
+            "{sql}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
     let last = spark_rows(snapshots.last().unwrap()).1.len();
     let n = json_rows(
         &query(&admin, "SELECT count(*) FROM spark.db.enc")
@@ -589,9 +587,9 @@ fn writable_policy_tables(t: &str) -> String {
 
 /// Checks `table` (a directory) is as Iceberg Java writes a table it encrypts: every data
 /// file PME ("PARE" at both ends), every manifest and manifest list an AES-GCM stream
-/// ("AGS1"), the current snapshot naming its manifest list's key; returns the current
-/// metadata file.
-fn check_as_iceberg_writes(table: &Path) -> PathBuf {
+/// ("AGS1"), the current snapshot (operation `operation`) naming its manifest list's
+/// key; returns the current metadata file.
+fn check_as_iceberg_writes(table: &Path, operation: &str) -> PathBuf {
     let metadata_path = std::fs::read_dir(table.join("metadata"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -621,7 +619,7 @@ fn check_as_iceberg_writes(table: &Path) -> PathBuf {
             .any(|k| k["key-id"] == key_id),
         "{metadata}"
     );
-    assert_eq!(snapshot["summary"]["operation"], "append");
+    assert_eq!(snapshot["summary"]["operation"], operation);
     let list = snapshot["manifest-list"]
         .as_str()
         .unwrap()
@@ -735,12 +733,13 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         json_rows(&query(&again.session("admin"), sql).await.unwrap()),
         want
     );
-    let sink_metadata = check_as_iceberg_writes(&lake.join("warehouse/db.db/sink"));
+    let sink_metadata = check_as_iceberg_writes(&lake.join("warehouse/db.db/sink"), "append");
 
     // CREATE TABLE with a table key, then INSERT; CREATE TABLE AS: both tables Iceberg
     // encrypts (format 3), their first key encryption key wrapped by the KMS's table key.
     let made = format!("made_{:08x}", rand::random::<u32>());
     let ctas = format!("{made}_ctas");
+    let dml = format!("{made}_dml");
     let dir2 = tempfile::tempdir().unwrap();
     let config2 = format!(
         "{}{}{}",
@@ -749,7 +748,7 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         writable_policy_and(
             dir2.path(),
             &format!("spark.db.{made}"),
-            &[&format!("spark.db.{ctas}")]
+            &[&format!("spark.db.{ctas}"), &format!("spark.db.{dml}")]
         )
     );
     let creator = crate::common::engine(dir2.path(), &config2).await;
@@ -801,6 +800,30 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
     )
     .await
     .unwrap();
+    // DELETE, UPDATE and INSERT OVERWRITE on a table Iceberg encrypts: the files they
+    // rewrite get new keys, the rows they copy keep their row ids (format 3 lineage).
+    let key = expected(&lake)["enc"]["key_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for sql in [
+        format!(
+            "CREATE TABLE spark.db.{dml} (id BIGINT, region VARCHAR, name VARCHAR, amount DECIMAL(10,2)) \
+             WITH (\"encryption.key-id\" = '{key}')"
+        ),
+        format!(
+            "INSERT INTO spark.db.{dml} VALUES (1, 'EU', 'a', 1.00), (2, 'US', 'b', 2.00), (3, 'EU', 'c', 3.00), \
+             (4, 'US', 'd', 4.00), (5, 'EU', NULL, 5.00), (6, 'APAC', 'f', 6.00)"
+        ),
+        format!("INSERT INTO spark.db.{dml} VALUES (7, 'EU', 'g', 7.00), (8, 'US', 'h', 8.00)"),
+        format!("DELETE FROM spark.db.{dml} WHERE id = 2"),
+        format!("UPDATE spark.db.{dml} SET name = 'u', amount = amount + 0.50 WHERE id IN (4, 8)"),
+        format!("INSERT OVERWRITE spark.db.{ctas} VALUES (20, 'EU', 'o', 1.25)"),
+    ] {
+        query(&admin2, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
     let row = |id: i64, region: &str, name: Option<&str>, amount: &str| {
         vec![
             Value::from(id),
@@ -814,13 +837,23 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         row(2, "US", None, "2.25"),
         row(3, "EU", Some("c"), "0.00"),
     ];
-    let want_ctas = vec![
-        row(10, "APAC", Some("x"), "9.99"),
-        row(11, "US", Some("y"), "0.01"),
+    let want_ctas = vec![row(20, "EU", Some("o"), "1.25")];
+    let want_dml = vec![
+        row(1, "EU", Some("a"), "1.00"),
+        row(3, "EU", Some("c"), "3.00"),
+        row(4, "US", Some("u"), "4.50"),
+        row(5, "EU", None, "5.00"),
+        row(6, "APAC", Some("f"), "6.00"),
+        row(7, "EU", Some("g"), "7.00"),
+        row(8, "US", Some("u"), "8.50"),
     ];
     let reader = crate::common::engine(dir2.path(), &config2).await;
     let mut locations = Vec::new();
-    for (t, want) in [(&made, &want_made), (&ctas, &want_ctas)] {
+    for (t, want, operation) in [
+        (&made, &want_made, "append"),
+        (&ctas, &want_ctas, "overwrite"),
+        (&dml, &want_dml, "overwrite"),
+    ] {
         let got = json_rows(
             &query(
                 &reader.session("admin"),
@@ -842,7 +875,7 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         );
         let file = PathBuf::from(files[0][0].as_str().unwrap().trim_start_matches("file:"));
         let table_dir = file.parent().unwrap().parent().unwrap().to_owned();
-        locations.push(check_as_iceberg_writes(&table_dir));
+        locations.push(check_as_iceberg_writes(&table_dir, operation));
     }
 
     // Spark registers the metadata files ClearIce committed in its Hive catalog and reads
@@ -862,6 +895,7 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
             &format!("sink_from_clearice=file://{}", sink_metadata.display()),
             &format!("{made}=file://{}", locations[0].display()),
             &format!("{ctas}=file://{}", locations[1].display()),
+            &format!("{dml}=file://{}", locations[2].display()),
         ])
         .output()
         .unwrap();
@@ -873,30 +907,51 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
     let stdout = String::from_utf8_lossy(&out.stdout);
     let result = stdout.rsplit("RESULT ").next().unwrap();
     let spark: Value = serde_json::from_str(result.trim()).unwrap();
-    for (t, want) in [
-        ("sink_from_clearice", &want),
-        (made.as_str(), &want_made),
-        (ctas.as_str(), &want_ctas),
+    for (t, want, operation) in [
+        ("sink_from_clearice", &want, "append"),
+        (made.as_str(), &want_made, "append"),
+        (ctas.as_str(), &want_ctas, "overwrite"),
+        (dml.as_str(), &want_dml, "overwrite"),
     ] {
         let rows: Vec<Vec<Value>> = serde_json::from_value(spark[t]["rows"].clone()).unwrap();
         assert_eq!(&rows, want, "Spark's rows of {t}, which ClearIce wrote");
         assert_eq!(
             spark[t]["operations"].as_array().unwrap().last().unwrap(),
-            "append"
+            operation
         );
     }
+    // Row lineage as Spark reads it: [id, _row_id, _last_updated_sequence_number]. The
+    // first INSERT (sequence number 1) gave ids 1..6 row ids 0..5, the second (2) ids 7, 8
+    // row ids 6, 7; the DELETE (3) copied rows, which kept both; the UPDATE (4) kept the
+    // updated rows' ids and gave them its sequence number.
+    let lineage = |id: i64, row_id: i64, seq: i64| vec![id, row_id, seq];
+    let got: Vec<Vec<i64>> =
+        serde_json::from_value(spark[dml.as_str()]["lineage"].clone()).unwrap();
+    assert_eq!(
+        got,
+        vec![
+            lineage(1, 0, 1),
+            lineage(3, 2, 1),
+            lineage(4, 3, 4),
+            lineage(5, 4, 1),
+            lineage(6, 5, 1),
+            lineage(7, 6, 2),
+            lineage(8, 7, 4),
+        ],
+        "Spark's row lineage of {dml}"
+    );
+    assert_eq!(
+        spark[dml.as_str()]["operations"],
+        serde_json::json!(["append", "append", "overwrite", "overwrite"])
+    );
 
     // What ClearIce does not write (yet), and who may not: refused in one line.
     for (who, sql, needle) in [
         (
             "admin",
-            "DELETE FROM spark.db.sink WHERE id = 1",
-            "DELETE on a table Iceberg encrypts itself",
-        ),
-        (
-            "admin",
-            "UPDATE spark.db.sink SET name = 'x' WHERE id = 1",
-            "UPDATE on a table Iceberg encrypts itself",
+            "MERGE INTO spark.db.sink t USING (SELECT 1 AS id) s ON t.id = s.id \
+             WHEN MATCHED THEN DELETE",
+            "MERGE on a format 3 table",
         ),
         (
             "analyst",

@@ -5,7 +5,8 @@ usage: spark_native_read.py RUNTIME_JAR KMS_JAR KEYRING METASTORE_URI WAREHOUSE 
 Spark 4.1 with Iceberg 1.12 (the catalog of spark_native.py: Iceberg's Hive catalog, the Java
 keyring KMS) registers each METADATA (a metadata file ClearIce committed) as `hive.db.NAME`
 with `system.register_table`, then prints, after `RESULT `, one JSON object by NAME with its rows ordered by id
-(every column but id as a string) and its snapshots' operations.
+(every column but id as a string), its rows' lineage (`_row_id`, `_last_updated_sequence_number`)
+and its snapshots' operations.
 """
 import json
 import os
@@ -29,6 +30,9 @@ def main():
         ops = [r.operation for r in spark.sql(
             f"SELECT operation FROM hive.db.{name}.snapshots ORDER BY committed_at").collect()]
         out[name] = {"columns": cols, "rows": [[render(r[c]) for c in cols] for r in rows], "operations": ops}
+        # Format 3: each row's lineage, [id, _row_id, _last_updated_sequence_number].
+        out[name]["lineage"] = [list(r) for r in spark.sql(
+            f"SELECT id, _row_id, _last_updated_sequence_number FROM hive.db.{name} ORDER BY id").collect()]
     print("\nRESULT " + json.dumps(out))
     sys.stdout.flush()
     os._exit(0)
