@@ -253,6 +253,12 @@ pub async fn commit_overwrite(
         FormatVersion::V3 => true,
     };
     let em = match crate::native::table_key_id(m) {
+        Some(_) if !v3 => {
+            return Err(Error::Unsupported {
+                table: name.clone(),
+                what: "Iceberg table encryption below format version 3".into(),
+            });
+        }
         Some(_) => Some(crate::native_write::encryption_manager(table, &name)?),
         None => None,
     };
@@ -272,6 +278,8 @@ pub async fn commit_overwrite(
     let io = table.file_io();
     let mut manifests: Vec<ManifestFile> = Vec::new();
     let (mut removed_files, mut removed_rows, mut removed_size) = (0u64, 0u64, 0u64);
+    // Deletion vectors of removed data files, removed with them (format 3).
+    let (mut removed_dvs, mut removed_dv_rows) = (0u64, 0u64);
     let swapped = std::sync::atomic::AtomicBool::new(false);
     let result = async {
         if let Some(parent) = &parent {
@@ -282,6 +290,15 @@ pub async fn commit_overwrite(
                 .map_err(ierr)?;
             let entries: Vec<ManifestFile> = list.consume_entries().into_iter().collect();
             for (n, mf) in entries.into_iter().enumerate() {
+                if mf.content == ManifestContentType::Deletes && v3 && !removed.is_empty() {
+                    let (kept, dvs, rows) = out
+                        .without_dvs_of(mf, removed, snapshot_id, parent.snapshot_id(), &format!("{location}/metadata/{commit}-d{n}.avro"))
+                        .await?;
+                    manifests.push(kept);
+                    removed_dvs += dvs;
+                    removed_dv_rows += rows;
+                    continue;
+                }
                 if mf.content != ManifestContentType::Data || removed.is_empty() {
                     manifests.push(mf);
                     continue;
@@ -372,6 +389,7 @@ pub async fn commit_overwrite(
                 ("deleted-records", removed_rows),
                 ("removed-files-size", removed_size),
             ],
+            (removed_dvs, removed_dv_rows),
             operation,
             properties,
         );
@@ -444,6 +462,18 @@ impl Manifests<'_> {
         snapshot_id: i64,
         spec: iceberg::spec::PartitionSpec,
     ) -> Result<iceberg::spec::ManifestWriter> {
+        self.writer_of(ManifestContentType::Data, path, snapshot_id, spec)
+    }
+
+    /// A manifest writer of `content` at `path` for partition spec `spec`.
+    fn writer_of(
+        &self,
+        content: ManifestContentType,
+        path: &str,
+        snapshot_id: i64,
+        spec: iceberg::spec::PartitionSpec,
+    ) -> Result<iceberg::spec::ManifestWriter> {
+        let deletes = content == ManifestContentType::Deletes;
         let ierr = self.ierr();
         let io = self.table.file_io();
         let schema = Arc::clone(self.table.metadata().current_schema());
@@ -456,17 +486,92 @@ impl Manifests<'_> {
                 schema,
                 spec,
             )
-            .map_err(&ierr)?
-            .build_v3_data(),
+            .map_err(&ierr)
+            .map(|b| {
+                if deletes {
+                    b.build_v3_deletes()
+                } else {
+                    b.build_v3_data()
+                }
+            })?,
             None => {
                 let b = ManifestWriterBuilder::new(output, Some(snapshot_id), schema, spec);
-                if self.v3 {
-                    b.build_v3_data()
-                } else {
-                    b.build_v2_data()
+                match (self.v3, deletes) {
+                    (true, false) => b.build_v3_data(),
+                    (true, true) => b.build_v3_deletes(),
+                    (false, false) => b.build_v2_data(),
+                    (false, true) => b.build_v2_deletes(),
                 }
             }
         })
+    }
+
+    /// Delete manifest `mf` without the deletion vectors of data files `removed`: `mf`
+    /// itself if it has none of them, else a rewrite at `path` (those entries DELETED,
+    /// the others EXISTING). Returns it, the vectors removed and the positions they held.
+    async fn without_dvs_of(
+        &self,
+        mf: ManifestFile,
+        removed: &HashSet<String>,
+        snapshot_id: i64,
+        parent_id: i64,
+        path: &str,
+    ) -> Result<(ManifestFile, u64, u64)> {
+        let ierr = self.ierr();
+        let manifest = mf
+            .load_manifest(self.table.file_io())
+            .await
+            .map_err(&ierr)?;
+        let of_removed = |e: &iceberg::spec::ManifestEntry| {
+            e.is_alive()
+                && e.data_file().file_format() == iceberg::spec::DataFileFormat::Puffin
+                && e.data_file()
+                    .referenced_data_file()
+                    .is_some_and(|f| removed.contains(&f))
+        };
+        if !manifest.entries().iter().any(|e| of_removed(e)) {
+            return Ok((mf, 0, 0));
+        }
+        let spec = self
+            .table
+            .metadata()
+            .partition_spec_by_id(mf.partition_spec_id)
+            .ok_or_else(|| Error::Write {
+                table: self.name.to_owned(),
+                reason: format!(
+                    "manifest '{}' names an unknown partition spec",
+                    mf.manifest_path
+                ),
+            })?;
+        let mut w = self.writer_of(
+            ManifestContentType::Deletes,
+            path,
+            snapshot_id,
+            spec.as_ref().clone(),
+        )?;
+        let (mut dvs, mut rows) = (0u64, 0u64);
+        for e in manifest.entries() {
+            if !e.is_alive() {
+                continue;
+            }
+            let seq_n = e.sequence_number().unwrap_or(0);
+            let file_seq = e.file_sequence_number.or(Some(seq_n));
+            if of_removed(e) {
+                dvs += 1;
+                rows += e.record_count();
+                w.add_delete_file(e.data_file().clone(), seq_n, file_seq)
+                    .map_err(&ierr)?;
+            } else {
+                w.add_existing_file(
+                    e.data_file().clone(),
+                    e.snapshot_id().unwrap_or(parent_id),
+                    seq_n,
+                    file_seq,
+                )
+                .map_err(&ierr)?;
+            }
+        }
+        Ok((self.finish(w, path).await?, dvs, rows))
     }
 
     /// Writes the manifest of `w` (at `path`). An encrypted one records its stored length,
@@ -548,6 +653,7 @@ impl Manifests<'_> {
 pub(crate) fn summary(
     parent: Option<&Summary>,
     change: [(&str, u64); 6],
+    (removed_dvs, removed_dv_rows): (u64, u64),
     operation: Operation,
     properties: HashMap<String, String>,
 ) -> Summary {
@@ -575,12 +681,20 @@ pub(crate) fn summary(
         total("total-records", "added-records", "deleted-records"),
         total("total-files-size", "added-files-size", "removed-files-size"),
     ]);
-    for k in [
-        "total-delete-files",
-        "total-position-deletes",
-        "total-equality-deletes",
+    if removed_dvs > 0 {
+        props.insert("removed-dvs".into(), removed_dvs.to_string());
+        props.insert("removed-delete-files".into(), removed_dvs.to_string());
+        props.insert(
+            "removed-position-deletes".into(),
+            removed_dv_rows.to_string(),
+        );
+    }
+    for (k, less) in [
+        ("total-delete-files", removed_dvs),
+        ("total-position-deletes", removed_dv_rows),
+        ("total-equality-deletes", 0),
     ] {
-        props.insert(k.to_owned(), get(k).to_string());
+        props.insert(k.to_owned(), get(k).saturating_sub(less).to_string());
     }
     Summary {
         operation,

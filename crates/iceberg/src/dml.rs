@@ -166,8 +166,18 @@ impl WriteTarget {
             self.kms.clone(),
             self.providers.clone(),
         )?;
-        // Rows a row-level write copies in a format 3 table carry their lineage.
-        if input.schema().index_of(crate::lineage::ROW_ID).is_ok() {
+        // Rows a row-level write copies in a format 3 table carry their lineage (its
+        // rewrite scan adds the columns, see `row_level`).
+        if matches!(commit, Commit::Replace { .. }) && self.source.tracks_lineage() {
+            let input_schema = input.schema();
+            if crate::lineage::fields()
+                .iter()
+                .any(|f| input_schema.index_of(f.name()).is_err())
+            {
+                return Err(self
+                    .err("the rows to rewrite lack their lineage columns (format 3)".into())
+                    .into());
+            }
             writer = writer.with_lineage();
         }
         let result = async {
@@ -671,6 +681,9 @@ async fn row_level(
     // row of the files it rewrites.
     // Format 3: the rows pass 2 copies keep their lineage (`lineage.rs`).
     let lineage = target.source.tracks_lineage();
+    if lineage {
+        crate::lineage::check_writable(&target.name, &target.source.table_schema(), &target.spec)?;
+    }
     let source = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
         let mut inner = target.source.for_rewrite(files, file_column);
         if lineage && !file_column {

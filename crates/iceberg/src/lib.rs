@@ -7,8 +7,9 @@
 //!              DataSourceExec(ParquetSource + clearice_pme::DecryptingReaderFactory
 //!                             + field-id adapter) ─▶ IcebergDeletesExec (position and
 //!                                                     equality deletes)
-//!  writes: WriteTarget ─▶ FileWriter (PME) ─▶ one Iceberg commit (append, copy-on-write;
-//!          tables Iceberg encrypts: native_write::commit_append)
+//!  writes: WriteTarget ─▶ FileWriter (PME) ─▶ one Iceberg commit (append, copy-on-write
+//!          in commit.rs; format 3 keeps row lineage, lineage.rs; tables Iceberg
+//!          encrypts: per-file keys, native_write.rs, and encrypted manifests)
 //! ```
 //!
 //! This crate knows keys and key ids, never principals' rights: what a scan may decrypt
@@ -16,8 +17,9 @@
 //! decided by `clearice-access`, which alone reads the policy. Catalogs come from
 //! [`open_sql_catalog`], [`open_rest_catalog`] and [`open_hms_catalog`]; encrypted writes
 //! from [`mod@write`]. Tables Iceberg encrypts itself (format v3 `encryption.key-id`) load
-//! through [`native::NativeCatalog`], scan with each file's own key, and take appends
-//! through [`native_write`] (per-file keys, encrypted manifests, their own commit).
+//! through [`native::NativeCatalog`], scan with each file's own key, and take appends,
+//! overwrites, DELETE and UPDATE through [`native_write`] (per-file keys) and
+//! [`commit::commit_overwrite`] (encrypted manifests).
 #![forbid(unsafe_code)]
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]

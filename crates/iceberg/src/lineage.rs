@@ -57,6 +57,37 @@ pub(crate) fn fields() -> [Field; 2] {
     ]
 }
 
+/// Fails unless a row-level write can keep the lineage of `table`'s rows (format 3):
+/// its own columns must not take the lineage columns' names, and the lineage columns of
+/// a table whose columns are PME-encrypted would be written in plaintext (an UPDATE's
+/// sequence numbers would tell which rows its condition on a protected column picked).
+pub(crate) fn check_writable(
+    table: &str,
+    schema: &SchemaRef,
+    spec: &crate::write::EncryptionSpec,
+) -> crate::error::Result<()> {
+    let refuse = |what: String| {
+        Err(crate::error::Error::Unsupported {
+            table: table.to_owned(),
+            what,
+        })
+    };
+    for f in fields() {
+        if schema.index_of(f.name()).is_ok() {
+            return refuse(format!(
+                "rewriting rows of a format 3 table with a column named '{}' (the name of a row lineage column)",
+                f.name()
+            ));
+        }
+    }
+    if !spec.column_keys.is_empty() {
+        return refuse(
+            "rewriting rows of a format 3 table whose columns are PME-encrypted (their row lineage would be stored in plaintext)".into(),
+        );
+    }
+    Ok(())
+}
+
 /// What a data file's rows inherit.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Inherited {
@@ -68,9 +99,13 @@ pub(crate) struct Inherited {
 }
 
 /// The `first_row_id` each live entry of `manifest` (listed as `mf`) has, stored or
-/// inherited, in entry order (deleted entries: `None`).
+/// inherited, in entry order (deleted entries: `None`). A manifest without a
+/// `first_row_id` (a table upgraded to format 3) gives none, as Iceberg Java reads it.
 pub(crate) fn first_row_ids(mf: &ManifestFile, manifest: &Manifest) -> Vec<Option<i64>> {
-    let mut next = mf.first_row_id.map(|id| id as i64);
+    let Some(first) = mf.first_row_id else {
+        return vec![None; manifest.entries().len()];
+    };
+    let mut next = Some(first as i64);
     manifest
         .entries()
         .iter()
@@ -171,12 +206,13 @@ pub(crate) struct LineageFile {
     pub rows: u64,
 }
 
-/// Each file's rows with their lineage (see the module): partition `i` reads file `i`.
-/// The per-file scans are executed here, not planned as children, so no optimizer
-/// splits a file or reorders its rows (a row's position is its place in the stream).
+/// Each file's rows with their lineage (see the module): each partition reads its files
+/// one after another. The per-file scans are executed here, not planned as children, so
+/// no optimizer splits a file or reorders its rows (a row's position is its place in
+/// the stream).
 pub(crate) struct LineageExec {
     table: String,
-    files: Vec<Arc<LineageFile>>,
+    groups: Vec<Vec<Arc<LineageFile>>>,
     schema: SchemaRef,
     /// Output columns holding `_row_id` and `_last_updated_sequence_number`, if projected.
     row_id: Option<usize>,
@@ -188,25 +224,36 @@ impl fmt::Debug for LineageExec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LineageExec")
             .field("table", &self.table)
-            .field("files", &self.files.len())
+            .field("files", &self.groups.iter().map(Vec::len).sum::<usize>())
             .finish_non_exhaustive()
     }
 }
 
 impl LineageExec {
-    /// The lineage scan of `files`, whose scans produce `schema`.
-    pub(crate) fn new(table: String, files: Vec<LineageFile>, schema: SchemaRef) -> Self {
+    /// The lineage scan of `files`, whose scans produce `schema`, in at most
+    /// `partitions` partitions.
+    pub(crate) fn new(
+        table: String,
+        files: Vec<LineageFile>,
+        schema: SchemaRef,
+        partitions: usize,
+    ) -> Self {
         let row_id = schema.index_of(ROW_ID).ok();
         let last_updated = schema.index_of(LAST_UPDATED).ok();
+        let n = partitions.clamp(1, files.len().max(1));
+        let mut groups: Vec<Vec<Arc<LineageFile>>> = (0..n).map(|_| Vec::new()).collect();
+        for (i, f) in files.into_iter().enumerate() {
+            groups[i % n].push(Arc::new(f));
+        }
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(files.len().max(1)),
+            Partitioning::UnknownPartitioning(n),
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
         Self {
             table,
-            files: files.into_iter().map(Arc::new).collect(),
+            groups,
             schema,
             row_id,
             last_updated,
@@ -221,7 +268,7 @@ impl DisplayAs for LineageExec {
             f,
             "IcebergLineageExec: table={}, files={}",
             self.table,
-            self.files.len()
+            self.groups.iter().map(Vec::len).sum::<usize>()
         )
     }
 }
@@ -261,38 +308,49 @@ impl ExecutionPlan for LineageExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let Some(file) = self.files.get(partition).cloned() else {
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(
-                Arc::clone(&self.schema),
-                futures::stream::empty(),
-            )));
-        };
-        let inner = file.scan.execute(0, context)?;
-        let cols = Columns {
+        let group = self.groups.get(partition).cloned().unwrap_or_default();
+        let cols = Arc::new(Columns {
             row_id: self.row_id,
             last_updated: self.last_updated,
             table: self.table.clone(),
-        };
-        let stream = futures::stream::try_unfold(
-            (inner, 0u64, file, cols),
-            |(mut inner, mut next, file, cols)| async move {
-                match inner.next().await {
-                    Some(batch) => {
-                        let out = cols.attach(&file, &batch?, &mut next)?;
-                        Ok(Some((out, (inner, next, file, cols))))
-                    }
-                    None => {
-                        cols.finish(&file, next)?;
-                        Ok(None)
-                    }
-                }
-            },
-        );
+        });
+        let stream = futures::stream::iter(group)
+            .map(move |file| file_rows(file, Arc::clone(&context), Arc::clone(&cols)))
+            .flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
             stream,
         )))
     }
+}
+
+/// The rows of one file of a lineage scan, with their lineage (the file's scan starts
+/// when the stream is first polled).
+fn file_rows(
+    file: Arc<LineageFile>,
+    context: Arc<TaskContext>,
+    cols: Arc<Columns>,
+) -> futures::stream::BoxStream<'static, DfResult<RecordBatch>> {
+    let inner = match file.scan.execute(0, context) {
+        Ok(s) => s,
+        Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
+    };
+    futures::stream::try_unfold(
+        (inner, 0u64, file, cols),
+        |(mut inner, mut next, file, cols)| async move {
+            match inner.next().await {
+                Some(batch) => {
+                    let out = cols.attach(&file, &batch?, &mut next)?;
+                    Ok(Some((out, (inner, next, file, cols))))
+                }
+                None => {
+                    cols.finish(&file, next)?;
+                    Ok(None)
+                }
+            }
+        },
+    )
+    .boxed()
 }
 
 /// Where the lineage columns are in a lineage scan's batches.
@@ -343,8 +401,11 @@ impl Columns {
                 .map(|row| {
                     if stored.is_valid(row) {
                         Some(stored.value(row))
-                    } else {
+                    } else if file.inherited.first_row_id.is_some() {
                         file.inherited.sequence_number
+                    } else {
+                        // Rows without lineage (before an upgrade to format 3).
+                        None
                     }
                 })
                 .collect();

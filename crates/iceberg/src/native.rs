@@ -51,7 +51,7 @@ pub fn table_key_id(metadata: &TableMetadata) -> Option<&str> {
 
 /// Refuses iceberg-rust's own append path ([`crate::write::commit_append`]) on a table
 /// Iceberg encrypts (`name` in messages): its manifests would be plaintext; such tables are
-/// appended to by [`crate::native_write::commit_append`].
+/// committed to by [`crate::commit::commit_overwrite`].
 pub(crate) fn refuse_write(table: &Table, name: &str) -> crate::Result<()> {
     match table_key_id(table.metadata()) {
         None => Ok(()),

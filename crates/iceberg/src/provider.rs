@@ -739,12 +739,12 @@ impl IcebergTableProvider {
         if self.lineage {
             return self
                 .lineage_scan(
-                    &tasks,
-                    plans,
+                    tasks.iter().zip(plans).collect(),
                     &deletes,
                     &source(&data_factory),
                     &store_url,
                     &projection,
+                    options.execution.target_partitions,
                 )
                 .await;
         }
@@ -826,12 +826,15 @@ impl IcebergTableProvider {
     /// order, whose rows get their `_row_id` and `_last_updated_sequence_number`.
     async fn lineage_scan(
         &self,
-        tasks: &[FileScanTask],
-        plans: Vec<Option<datafusion::datasource::physical_plan::parquet::ParquetAccessPlan>>,
+        tasks: Vec<(
+            &FileScanTask,
+            Option<datafusion::datasource::physical_plan::parquet::ParquetAccessPlan>,
+        )>,
         deletes: &Deletes,
         source: &ParquetSource,
         store_url: &ObjectStoreUrl,
         projection: &[usize],
+        partitions: usize,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let refuse = |what: String| -> DataFusionError {
             Error::Unsupported {
@@ -840,7 +843,10 @@ impl IcebergTableProvider {
             }
             .into()
         };
-        if tasks.iter().any(|t| !deletes.equality_files(t).is_empty()) {
+        if tasks
+            .iter()
+            .any(|(t, _)| !deletes.equality_files(t).is_empty())
+        {
             return Err(refuse(
                 "rewriting data files that equality deletes apply to in a format 3 table (the rows' lineage cannot be kept)".into(),
             ));
@@ -853,7 +859,7 @@ impl IcebergTableProvider {
                 source: Box::new(source),
             })?;
         let mut files = Vec::with_capacity(tasks.len());
-        for (t, plan) in tasks.iter().zip(plans) {
+        for (t, plan) in tasks {
             let (Some(rows), Some(inherited)) =
                 (t.record_count, inherited.get(&t.data_file_path).copied())
             else {
@@ -897,6 +903,7 @@ impl IcebergTableProvider {
             self.name.clone(),
             files,
             schema,
+            partitions,
         )))
     }
 
