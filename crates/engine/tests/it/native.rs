@@ -590,15 +590,7 @@ fn writable_policy_tables(t: &str) -> String {
 /// ("AGS1"), the current snapshot (operation `operation`) naming its manifest list's
 /// key; returns the current metadata file.
 fn check_as_iceberg_writes(table: &Path, operation: &str) -> PathBuf {
-    let metadata_path = std::fs::read_dir(table.join("metadata"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_str().unwrap().ends_with(".metadata.json"))
-        .max_by_key(|p| {
-            let name = p.file_name().unwrap().to_str().unwrap();
-            name.split('-').next().unwrap().parse::<u64>().unwrap()
-        })
-        .unwrap();
+    let metadata_path = latest_metadata(table);
     let metadata: Value =
         serde_json::from_str(&std::fs::read_to_string(&metadata_path).unwrap()).unwrap();
     assert_eq!(metadata["format-version"], 3);
@@ -641,6 +633,19 @@ fn check_as_iceberg_writes(table: &Path, operation: &str) -> PathBuf {
     metadata_path
 }
 
+/// The newest metadata file of the table in directory `table`.
+fn latest_metadata(table: &Path) -> PathBuf {
+    std::fs::read_dir(table.join("metadata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_str().unwrap().ends_with(".metadata.json"))
+        .max_by_key(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            name.split('-').next().unwrap().parse::<u64>().unwrap()
+        })
+        .unwrap()
+}
+
 /// Every file under `dir`.
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -678,7 +683,7 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         "{}{}{}",
         sql_catalog(&lake),
         kms(&keyring),
-        writable_policy(dir.path(), "spark.db.sink")
+        writable_policy_and(dir.path(), "spark.db.sink", &["spark.db.dvt"])
     );
     let engine = engine(dir.path(), &config).await;
     let admin = engine.session("admin");
@@ -878,6 +883,29 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         locations.push(check_as_iceberg_writes(&table_dir, operation));
     }
 
+    // A table Spark wrote, one file with a deletion vector: ClearIce's DELETE and UPDATE
+    // rewrite the file (skipping the rows the vector deletes); Spark reads the table
+    // before and after.
+    let dvt_dir = lake.join("warehouse/db.db/dvt");
+    let dvt_before = latest_metadata(&dvt_dir);
+    let live = json_rows(
+        &query(&admin, "SELECT id FROM spark.db.dvt ORDER BY id")
+            .await
+            .unwrap(),
+    );
+    assert!(live.len() >= 3, "{live:?}");
+    let victim = live[0][0].as_i64().unwrap();
+    let updated = live[live.len() - 1][0].as_i64().unwrap();
+    for sql in [
+        format!("DELETE FROM spark.db.dvt WHERE id = {victim}"),
+        format!("UPDATE spark.db.dvt SET amount = amount + 1 WHERE id = {updated}"),
+    ] {
+        query(&admin, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let dvt_after = check_as_iceberg_writes(&dvt_dir, "overwrite");
+
     // Spark registers the metadata files ClearIce committed in its Hive catalog and reads
     // the same rows.
     let hms = dir.path().join("hms");
@@ -896,6 +924,8 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
             &format!("{made}=file://{}", locations[0].display()),
             &format!("{ctas}=file://{}", locations[1].display()),
             &format!("{dml}=file://{}", locations[2].display()),
+            &format!("dvt_before=file://{}", dvt_before.display()),
+            &format!("dvt_after=file://{}", dvt_after.display()),
         ])
         .output()
         .unwrap();
@@ -944,6 +974,48 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         spark[dml.as_str()]["operations"],
         serde_json::json!(["append", "append", "overwrite", "overwrite"])
     );
+    // The Spark table ClearIce rewrote: the same rows but the one deleted and the one
+    // updated; every other row keeps its row id and sequence number, the updated one its
+    // row id with the UPDATE's sequence number; the vector of the rewritten file is gone.
+    let (before, after) = (&spark["dvt_before"], &spark["dvt_after"]);
+    let fresh = before["operations"].as_array().unwrap().len() == 2;
+    if fresh {
+        assert!(before["dvs"].as_i64().unwrap() >= 1, "{before}");
+    }
+    assert_eq!(after["dvs"], 0, "{after}");
+    assert_eq!(after["dangling_dvs"], 0, "{after}");
+    let mut want_rows: Vec<Vec<Value>> = serde_json::from_value(before["rows"].clone()).unwrap();
+    want_rows.retain(|r| r[0].as_i64() != Some(victim));
+    for r in want_rows
+        .iter_mut()
+        .filter(|r| r[0].as_i64() == Some(updated))
+    {
+        let amount: f64 = r[3].as_str().unwrap().parse().unwrap();
+        r[3] = Value::from(format!("{:.2}", amount + 1.0));
+    }
+    let got_rows: Vec<Vec<Value>> = serde_json::from_value(after["rows"].clone()).unwrap();
+    assert_eq!(
+        got_rows, want_rows,
+        "Spark's rows of dvt after ClearIce's DELETE and UPDATE"
+    );
+    let lineage_of =
+        |v: &Value| -> Vec<Vec<i64>> { serde_json::from_value(v["lineage"].clone()).unwrap() };
+    let (was, now) = (lineage_of(before), lineage_of(after));
+    let newest = was.iter().map(|r| r[2]).max().unwrap();
+    assert_eq!(now.len(), was.len() - 1, "{now:?}");
+    for row in &now {
+        let old = was.iter().find(|r| r[0] == row[0]).unwrap();
+        assert_eq!(row[1], old[1], "row id of {} kept: {now:?}", row[0]);
+        if row[0] == updated {
+            assert!(row[2] > newest, "updated row's sequence number: {now:?}");
+        } else {
+            assert_eq!(
+                row[2], old[2],
+                "sequence number of {} kept: {now:?}",
+                row[0]
+            );
+        }
+    }
 
     // What ClearIce does not write (yet), and who may not: refused in one line.
     for (who, sql, needle) in [

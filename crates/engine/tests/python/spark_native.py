@@ -14,6 +14,8 @@ against the runtime jar): the interop keyring, in ClearIce's wrap format.
   db.tamper  v3: an append and a DELETE, for the tampering test to flip bytes in.
   db.sink    v3, unpartitioned: one append; ClearIce appends to it and Spark reads it back
              (spark_native_read.py).
+  db.dvt     v3, unpartitioned, merge-on-read: one file and a DELETE (a deletion vector);
+             ClearIce's DELETE and UPDATE rewrite the file, keeping its rows' lineage.
 
 The current metadata file is also registered in a SQLite Iceberg SQL catalog
 (OUT_DIR/catalog.db, catalog `spark`, namespace `db`), as a copy named after its SHA-256
@@ -155,6 +157,13 @@ def build(spark):
                   USING iceberg
                   TBLPROPERTIES ('format-version'='3', 'encryption.key-id'='{KEY_ID}')""")
     spark.range(0, 50).selectExpr(*ROWS).writeTo("hive.db.sink").append()
+    # One data file with a deletion vector, which ClearIce rewrites.
+    spark.sql(f"""CREATE TABLE hive.db.dvt (id bigint, region string, name string, amount decimal(10,2))
+                  USING iceberg
+                  TBLPROPERTIES ('format-version'='3', 'encryption.key-id'='{KEY_ID}',
+                                 'write.delete.mode'='merge-on-read')""")
+    spark.range(0, 60).selectExpr(*ROWS).repartition(1).writeTo("hive.db.dvt").append()
+    spark.sql("DELETE FROM hive.db.dvt WHERE id % 5 = 0")
 
 
 def answers(spark, name):
@@ -240,7 +249,7 @@ def main():
     finally:
         metastore.terminate()
         metastore.wait(timeout=60)
-    for name in ("enc", "tamper", "sink"):
+    for name in ("enc", "tamper", "sink", "dvt"):
         facts = on_disk(warehouse / "db.db" / name)
         assert facts["parquet_other"] == 0 and facts["avro_other"] == 0 and facts["parquet_end_PARE"] > 0, facts
         assert facts["avro_AGS1"] > 0 and facts["snapshots_with_key_id"] > 0, facts

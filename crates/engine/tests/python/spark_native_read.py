@@ -5,8 +5,8 @@ usage: spark_native_read.py RUNTIME_JAR KMS_JAR KEYRING METASTORE_URI WAREHOUSE 
 Spark 4.1 with Iceberg 1.12 (the catalog of spark_native.py: Iceberg's Hive catalog, the Java
 keyring KMS) registers each METADATA (a metadata file ClearIce committed) as `hive.db.NAME`
 with `system.register_table`, then prints, after `RESULT `, one JSON object by NAME with its rows ordered by id
-(every column but id as a string), its rows' lineage (`_row_id`, `_last_updated_sequence_number`)
-and its snapshots' operations.
+(every column but id as a string), its rows' lineage (`_row_id`, `_last_updated_sequence_number`),
+its deletion vectors (and those naming removed files) and its snapshots' operations.
 """
 import json
 import os
@@ -33,6 +33,13 @@ def main():
         # Format 3: each row's lineage, [id, _row_id, _last_updated_sequence_number].
         out[name]["lineage"] = [list(r) for r in spark.sql(
             f"SELECT id, _row_id, _last_updated_sequence_number FROM hive.db.{name} ORDER BY id").collect()]
+        # Deletion vectors, and those of data files no longer in the table (the spec
+        # has them removed with their file).
+        out[name]["dvs"] = spark.sql(f"SELECT count(*) FROM hive.db.{name}.delete_files").collect()[0][0]
+        out[name]["dangling_dvs"] = spark.sql(
+            f"SELECT count(*) FROM hive.db.{name}.delete_files d WHERE d.referenced_data_file IS NOT NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM hive.db.{name}.data_files f "
+            f"WHERE f.file_path = d.referenced_data_file)").collect()[0][0]
     print("\nRESULT " + json.dumps(out))
     sys.stdout.flush()
     os._exit(0)
