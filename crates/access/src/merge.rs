@@ -141,8 +141,15 @@ pub async fn merge(
         .build()?;
     // The target as the rewrite reads it.
     // Pass 1 (with `_file`) looks for matches and may prune; the others read whole files.
+    // Format 3: the target rows step 2 copies keep their lineage, inserted rows get new
+    // ids (`clearice_iceberg::lineage`).
+    let lineage = target.inner().tracks_lineage();
     let write = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
-        let inner = target.inner().for_rewrite(files, file_column);
+        let rewrite = files.is_some() && !file_column;
+        let mut inner = target.inner().for_rewrite(files, file_column);
+        if lineage && rewrite {
+            inner = inner.with_lineage();
+        }
         let keys = target.grant();
         datafusion::datasource::provider_as_source(Arc::new(if file_column {
             RewriteSource::pruning(inner, keys)
@@ -302,6 +309,14 @@ pub async fn merge(
         }
     }
     let write_target = target.check_row_level_columns("merge", &used)?;
+    if lineage {
+        clearice_iceberg::lineage::check_writable(
+            &name,
+            &target.inner().table_schema(),
+            &write_target.spec,
+        )?;
+    }
+    let no_lineage = || lit(datafusion::common::ScalarValue::Int64(None));
     crate::write_rules::check_copied(&source_plan, Some(&name), &|p| state.optimize(p))?;
     let matched = || col(Column::new(Some(s_ref.clone()), MATCHED)).is_true();
     let acts = |cond: &Option<Expr>| match cond {
@@ -414,7 +429,7 @@ pub async fn merge(
                     .in_list(deleting.iter().map(|k| lit(*k)).collect(), false),
             )))?;
         }
-        let exprs = target_schema
+        let mut exprs = target_schema
             .fields()
             .iter()
             .map(|f| {
@@ -435,6 +450,26 @@ pub async fn merge(
                 Ok(if any { e.otherwise(current)? } else { current }.alias(f.name()))
             })
             .collect::<Result<Vec<_>>>()?;
+        if lineage {
+            // A copied row keeps its id and sequence number; an updated one its id.
+            use clearice_iceberg::lineage::{LAST_UPDATED, ROW_ID as LINEAGE_ROW_ID};
+            let updating: Vec<Expr> = matched_clauses
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| matches!(c, Clause::Update { .. }))
+                .map(|(k, _)| lit(k as i64 + 1))
+                .collect();
+            exprs.push(col(Column::new(Some(t_ref.clone()), LINEAGE_ROW_ID)).alias(LINEAGE_ROW_ID));
+            let last = col(Column::new(Some(t_ref.clone()), LAST_UPDATED));
+            exprs.push(
+                if updating.is_empty() {
+                    last
+                } else {
+                    when(action.clone().in_list(updating, false), no_lineage()).otherwise(last)?
+                }
+                .alias(LAST_UPDATED),
+            );
+        }
         parts.push(b.project(out_cols(exprs, false))?.build()?);
     }
     // 3. Source rows matching no target row: the first applicable NOT MATCHED clause.
@@ -455,7 +490,7 @@ pub async fn merge(
             action = action.when(applies(&cond_of(c)), lit(k as i64 + 1));
         }
         let action = action.otherwise(lit(0i64))?;
-        let exprs = target_schema
+        let mut exprs = target_schema
             .fields()
             .iter()
             .map(|f| {
@@ -474,6 +509,11 @@ pub async fn merge(
                 .alias(f.name()))
             })
             .collect::<Result<Vec<_>>>()?;
+        if lineage {
+            // New rows: ids and sequence number assigned when read.
+            exprs.push(no_lineage().alias(clearice_iceberg::lineage::ROW_ID));
+            exprs.push(no_lineage().alias(clearice_iceberg::lineage::LAST_UPDATED));
+        }
         parts.push(
             b.filter(action.gt(lit(0i64)))?
                 .project(out_cols(exprs, true))?

@@ -61,7 +61,7 @@ pub(crate) fn fields() -> [Field; 2] {
 /// its own columns must not take the lineage columns' names, and the lineage columns of
 /// a table whose columns are PME-encrypted would be written in plaintext (an UPDATE's
 /// sequence numbers would tell which rows its condition on a protected column picked).
-pub(crate) fn check_writable(
+pub fn check_writable(
     table: &str,
     schema: &SchemaRef,
     spec: &crate::write::EncryptionSpec,

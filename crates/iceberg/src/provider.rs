@@ -386,15 +386,9 @@ impl IcebergTableProvider {
 
     /// Fails if ClearIce cannot run write `action` (`insert`, `delete`, ...) on the table:
     /// a table Iceberg encrypts itself is written only through a catalog ClearIce commits
-    /// to (SQL catalogs), and MERGE does not keep row lineage (format 3) yet.
+    /// to (SQL catalogs).
     pub fn check_writable(&self, action: &str) -> Result<()> {
         let statement = action.replace('_', " ").to_uppercase();
-        if action == "merge" && self.tracks_lineage() {
-            return Err(Error::Unsupported {
-                table: self.name.clone(),
-                what: "MERGE on a format 3 table (ClearIce keeps the row lineage of DELETE and UPDATE, not yet of MERGE)".into(),
-            });
-        }
         let Some(key) = self.table_key_id() else {
             return Ok(());
         };

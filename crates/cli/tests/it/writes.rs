@@ -535,9 +535,8 @@ fn differential_writes_match_duckdb() {
     assert!(refused * 4 < v["statements"].as_u64().unwrap(), "{v}");
 }
 
-/// [`differential_writes_match_duckdb`] on format 3 tables: DELETE, UPDATE and INSERT
-/// commit snapshots with row lineage (rows copied keep their ids); MERGE is refused in
-/// one line, the table unchanged.
+/// [`differential_writes_match_duckdb`] on format 3 tables: DELETE, UPDATE, MERGE and
+/// INSERT commit snapshots with row lineage (rows copied keep their ids).
 #[test]
 fn differential_writes_on_format_3_tables_match_duckdb() {
     let Some(python) = python() else { return };
@@ -555,13 +554,12 @@ fn differential_writes_on_format_3_tables_match_duckdb() {
     );
     assert_eq!(v["mismatches"], serde_json::json!([]), "{v}");
     assert!(v["statements"].as_u64().unwrap() >= 120, "{v}");
-    for kind in ["DELETE", "UPDATE", "INSERT"] {
+    for (kind, least) in [("DELETE", 20), ("UPDATE", 20), ("INSERT", 8), ("MERGE", 6)] {
         assert!(
-            v["executed"][kind].as_u64().unwrap_or(0) >= 12,
+            v["executed"][kind].as_u64().unwrap_or(0) >= least,
             "{kind}: {v}"
         );
     }
-    assert!(v["refused"]["MERGE"].as_u64().unwrap_or(0) >= 5, "{v}");
 }
 
 /// Fail closed: a table the policy does not name (registered by a pipeline, here with

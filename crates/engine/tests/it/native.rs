@@ -823,6 +823,12 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         format!("INSERT INTO spark.db.{dml} VALUES (7, 'EU', 'g', 7.00), (8, 'US', 'h', 8.00)"),
         format!("DELETE FROM spark.db.{dml} WHERE id = 2"),
         format!("UPDATE spark.db.{dml} SET name = 'u', amount = amount + 0.50 WHERE id IN (4, 8)"),
+        format!(
+            "MERGE INTO spark.db.{dml} t USING (SELECT * FROM (VALUES (CAST(3 AS BIGINT), 'z'), \
+             (CAST(9 AS BIGINT), 'new')) AS v(id, name)) s ON t.id = s.id \
+             WHEN MATCHED THEN UPDATE SET name = s.name \
+             WHEN NOT MATCHED THEN INSERT (id, region, name, amount) VALUES (s.id, 'EU', s.name, 9.00)"
+        ),
         format!("INSERT OVERWRITE spark.db.{ctas} VALUES (20, 'EU', 'o', 1.25)"),
     ] {
         query(&admin2, &sql)
@@ -845,12 +851,13 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
     let want_ctas = vec![row(20, "EU", Some("o"), "1.25")];
     let want_dml = vec![
         row(1, "EU", Some("a"), "1.00"),
-        row(3, "EU", Some("c"), "3.00"),
+        row(3, "EU", Some("z"), "3.00"),
         row(4, "US", Some("u"), "4.50"),
         row(5, "EU", None, "5.00"),
         row(6, "APAC", Some("f"), "6.00"),
         row(7, "EU", Some("g"), "7.00"),
         row(8, "US", Some("u"), "8.50"),
+        row(9, "EU", Some("new"), "9.00"),
     ];
     let reader = crate::common::engine(dir2.path(), &config2).await;
     let mut locations = Vec::new();
@@ -952,16 +959,18 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
     }
     // Row lineage as Spark reads it: [id, _row_id, _last_updated_sequence_number]. The
     // first INSERT (sequence number 1) gave ids 1..6 row ids 0..5, the second (2) ids 7, 8
-    // row ids 6, 7; the DELETE (3) copied rows, which kept both; the UPDATE (4) kept the
-    // updated rows' ids and gave them its sequence number.
+    // row ids 6, 7; the DELETE (3) copied rows, which kept both; the UPDATE (4) and the
+    // MERGE (5) kept the updated rows' ids and gave them their sequence number; the row
+    // the MERGE inserted has a new id.
     let lineage = |id: i64, row_id: i64, seq: i64| vec![id, row_id, seq];
-    let got: Vec<Vec<i64>> =
+    let mut got: Vec<Vec<i64>> =
         serde_json::from_value(spark[dml.as_str()]["lineage"].clone()).unwrap();
+    let inserted = got.pop().unwrap();
     assert_eq!(
         got,
         vec![
             lineage(1, 0, 1),
-            lineage(3, 2, 1),
+            lineage(3, 2, 5),
             lineage(4, 3, 4),
             lineage(5, 4, 1),
             lineage(6, 5, 1),
@@ -970,9 +979,13 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
         ],
         "Spark's row lineage of {dml}"
     );
+    assert!(
+        inserted[0] == 9 && inserted[1] > 7 && inserted[2] == 5,
+        "the row MERGE inserted: {inserted:?}"
+    );
     assert_eq!(
         spark[dml.as_str()]["operations"],
-        serde_json::json!(["append", "append", "overwrite", "overwrite"])
+        serde_json::json!(["append", "append", "overwrite", "overwrite", "overwrite"])
     );
     // The Spark table ClearIce rewrote: the same rows but the one deleted and the one
     // updated; every other row keeps its row id and sequence number, the updated one its
@@ -1019,12 +1032,6 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
 
     // What ClearIce does not write (yet), and who may not: refused in one line.
     for (who, sql, needle) in [
-        (
-            "admin",
-            "MERGE INTO spark.db.sink t USING (SELECT 1 AS id) s ON t.id = s.id \
-             WHEN MATCHED THEN DELETE",
-            "MERGE on a format 3 table",
-        ),
         (
             "analyst",
             "INSERT INTO spark.db.sink (id) VALUES (-1)",
