@@ -200,6 +200,14 @@ impl Ddl<'_> {
                 "tables Iceberg encrypts itself are created in SQL catalogs only ({reason})"
             )));
         }
+        // Every read of a table the policy does not name is denied (fail closed): such a
+        // table would be created for nobody.
+        let policy = self.access.policy();
+        if policy.is_enforcing() && policy.table(target).is_none() {
+            return Err(refuse(format!(
+                "the policy does not name table '{target}', so nobody could read it; add [tables.\"{target}\"] with its columns first"
+            )));
+        }
         let Some(kms) = self.access.resolver().kms() else {
             return Err(refuse("no KMS is configured ([kms])".into()));
         };

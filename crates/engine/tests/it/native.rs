@@ -662,6 +662,11 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() {
+    // On the heap: the test's future is larger than a test thread's stack.
+    Box::pin(appends_and_spark_reads_back()).await;
+}
+
+async fn appends_and_spark_reads_back() {
     let (Some(lake), Some(interop), Some((cp, _))) =
         (native_lake(), interop_dir(), java_peer("CLEARICE_HMS_CP"))
     else {
@@ -758,23 +763,41 @@ async fn clearice_appends_to_a_table_iceberg_encrypts_and_spark_reads_it_back() 
     );
     let creator = crate::common::engine(dir2.path(), &config2).await;
     let admin2 = creator.session("admin");
-    // A table key the KMS does not have, or a format below 3: refused, nothing created.
-    for (with, needle) in [
+    // A table key the KMS does not have, a format below 3, a table the policy does not
+    // name (nobody could read it): refused, nothing created.
+    let unnamed = format!("{made}_unnamed");
+    for (t, with, needle) in [
         (
+            &made,
             "\"encryption.key-id\" = 'no_such_key'",
             "does not have this key",
         ),
         (
+            &made,
             "\"encryption.key-id\" = 'finance_key', \"format-version\" = '2'",
             "format-version 2",
+        ),
+        (
+            &unnamed,
+            "\"encryption.key-id\" = 'finance_key'",
+            "the policy does not name table",
         ),
     ] {
         let err = query_err(
             &admin2,
-            &format!("CREATE TABLE spark.db.{made} (id BIGINT) WITH ({with})"),
+            &format!("CREATE TABLE spark.db.{t} (id BIGINT) WITH ({with})"),
         )
         .await;
-        assert!(err.contains(needle) && err.contains(&made), "{err}");
+        assert!(err.contains(needle) && err.contains(t.as_str()), "{err}");
+        let listed = json_rows(
+            &query(
+                &admin2,
+                &format!("SELECT count(*) FROM information_schema.tables WHERE table_name = '{t}'"),
+            )
+            .await
+            .unwrap(),
+        );
+        assert_eq!(listed[0][0].as_i64(), Some(0), "{t} was created");
     }
     query(
         &admin2,
