@@ -205,10 +205,14 @@ impl Engine {
                 },
             };
             let props = catalog_props.get(name).cloned().unwrap_or_default();
+            let kms_ttl = config
+                .kms
+                .as_ref()
+                .map_or(clearice_crypto::DEFAULT_KEY_CACHE_TTL, |k| k.cache_ttl());
             let ice = native::NativeCatalog::wrap(
                 ice,
                 locator,
-                resolver.kms().cloned(),
+                resolver.kms().cloned().map(|k| (k, kms_ttl)),
                 native::file_io(&stores, &props),
             );
             // The first listing is where a REST catalog is first reached: a failure there

@@ -67,28 +67,38 @@ pub(crate) fn refuse_write(table: &Table, name: &str) -> crate::Result<()> {
 /// The engine's KMS as Iceberg's `KeyManagementClient`: wrapped keys are the bytes the
 /// KMS's text form encodes (the keyring: `nonce || AES-GCM(master, key, aad = id) || tag`,
 /// as `clearice.test.KeyringKms` and parquet-java's local wrapping write them). Unwrapped
-/// keys are cached per wrapped key for the engine's life (a table's key encryption keys
-/// are few and long-lived; each query loads its table anew).
+/// keys are cached per wrapped key for `ttl` (`[kms] key_cache_ttl_s`: a table's key
+/// encryption keys are few and long-lived, each query loads its table anew; a table key
+/// the KMS stops granting stops working within `ttl`).
 pub struct TableKms {
     kms: Arc<dyn Kms>,
-    cache: std::sync::Mutex<HashMap<(String, Vec<u8>), SecretKey>>,
+    ttl: std::time::Duration,
+    cache: std::sync::Mutex<HashMap<WrappedKey, (SecretKey, std::time::Instant)>>,
 }
 
+/// A wrapped key: its wrapping key id and bytes.
+type WrappedKey = (String, Vec<u8>);
+
 impl TableKms {
-    /// Iceberg's key client over `kms`.
-    pub fn new(kms: Arc<dyn Kms>) -> Self {
+    /// Iceberg's key client over `kms`, caching unwrapped keys for `ttl`.
+    pub fn new(kms: Arc<dyn Kms>, ttl: std::time::Duration) -> Self {
         Self {
             kms,
+            ttl,
             cache: std::sync::Mutex::default(),
         }
     }
 
     fn cached(&self, id: &str, wrapped: &[u8]) -> Option<SecretKey> {
-        self.cache
+        let mut cache = self
+            .cache
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        cache.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
+        cache
             .get(&(id.to_owned(), wrapped.to_vec()))
-            .cloned()
+            .map(|(k, _)| k.clone())
     }
 }
 
@@ -140,7 +150,10 @@ impl KeyManagementClient for TableKms {
         self.cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert((wrapping_key_id.to_owned(), wrapped_key.to_vec()), key);
+            .insert(
+                (wrapping_key_id.to_owned(), wrapped_key.to_vec()),
+                (key, std::time::Instant::now()),
+            );
         Ok(out)
     }
 
@@ -346,17 +359,17 @@ pub struct NativeCatalog {
 impl NativeCatalog {
     /// Wraps `inner`: tables it cannot load for want of a KMS client are located by
     /// `locator`, read with `file_io` and built with `kms` (none: such tables fail in one
-    /// line naming the table key).
+    /// line naming the table key), whose unwrapped keys are cached for `ttl`.
     pub fn wrap(
         inner: Arc<dyn Catalog>,
         locator: Locator,
-        kms: Option<Arc<dyn Kms>>,
+        kms: Option<(Arc<dyn Kms>, std::time::Duration)>,
         file_io: FileIO,
     ) -> Arc<dyn Catalog> {
         Arc::new(Self {
             inner,
             locator,
-            kms: kms.map(|k| Arc::new(TableKms::new(k))),
+            kms: kms.map(|(k, ttl)| Arc::new(TableKms::new(k, ttl))),
             file_io,
         })
     }
@@ -839,4 +852,53 @@ pub async fn file_keys(table: &Table, snapshot_id: i64) -> Result<FileKeys, File
         }
     }
     Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The keyring, counting its unwraps.
+    #[derive(Debug)]
+    struct Counting(clearice_crypto::KeyringKms, AtomicUsize);
+
+    #[async_trait]
+    impl Kms for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+        async fn wrap_key(&self, key: &[u8], id: &str) -> clearice_crypto::Result<String> {
+            self.0.wrap_key(key, id).await
+        }
+        async fn unwrap_key(&self, wrapped: &str, id: &str) -> clearice_crypto::Result<SecretKey> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.unwrap_key(wrapped, id).await
+        }
+    }
+
+    #[tokio::test]
+    async fn unwrapped_table_keys_are_asked_for_again_after_the_cache_ttl() {
+        for (ttl, calls) in [
+            (std::time::Duration::ZERO, 2),
+            (std::time::Duration::from_secs(3600), 1),
+        ] {
+            let kms = Arc::new(Counting(
+                clearice_crypto::KeyringKms::from_keys([(
+                    "t".to_owned(),
+                    SecretKey::from_bytes(vec![7; 16]),
+                )]),
+                AtomicUsize::new(0),
+            ));
+            let wrapped = BASE64_STANDARD
+                .decode(kms.wrap_key(&[1; 16], "t").await.unwrap())
+                .unwrap();
+            let table_kms = TableKms::new(Arc::clone(&kms) as Arc<dyn Kms>, ttl);
+            for _ in 0..2 {
+                let k = table_kms.unwrap_key(&wrapped, "t").await.unwrap();
+                assert_eq!(k.as_bytes(), &[1; 16]);
+            }
+            assert_eq!(kms.1.load(Ordering::SeqCst), calls, "ttl {ttl:?}");
+        }
+    }
 }

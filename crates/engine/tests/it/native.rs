@@ -544,13 +544,8 @@ async fn a_flipped_byte_in_a_manifest_list_manifest_data_file_or_deletion_vector
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
-/// [`policy`] for `t` with every column writable by admin (a table Iceberg encrypts is
-/// encrypted in every column: only a column's `write` list may write it).
-fn writable_policy(dir: &Path, t: &str) -> String {
-    writable_policy_and(dir, t, &[])
-}
-
-/// [`writable_policy`], with tables `more` (columns id, region, name, amount) as well.
+/// [`policy`] for table `t` with `write` lists on its columns, and tables `more` (columns
+/// id, region, name, amount) as well.
 fn writable_policy_and(dir: &Path, t: &str, more: &[&str]) -> String {
     policy_with(dir, t, |text| {
         let more: String = more.iter().map(|t| writable_policy_tables(t)).collect();
