@@ -744,16 +744,7 @@ impl IcebergTableProvider {
         }
         let mut groups: BTreeMap<Vec<String>, Vec<ScanFile>> = BTreeMap::new();
         for (t, plan) in tasks.iter().zip(plans) {
-            let (_, path, _) = self.object_path(&t.data_file_path)?;
-            let mut file = PartitionedFile::new(path, t.file_size_in_bytes);
-            if self.file_column {
-                file.partition_values = vec![datafusion::common::ScalarValue::Utf8(Some(
-                    t.data_file_path.clone(),
-                ))];
-            }
-            if let Some(plan) = plan {
-                file = file.with_extensions(Arc::new(plan));
-            }
+            let file = self.scan_file(t, plan)?;
             groups
                 .entry(deletes.equality_files(t))
                 .or_default()
@@ -816,6 +807,26 @@ impl IcebergTableProvider {
         })
     }
 
+    /// The file DataFusion reads for `t`: its path in its store, `_file` for a rewrite
+    /// scan, the access plan skipping its deleted rows.
+    fn scan_file(
+        &self,
+        t: &FileScanTask,
+        plan: Option<datafusion::datasource::physical_plan::parquet::ParquetAccessPlan>,
+    ) -> Result<PartitionedFile> {
+        let (_, path, _) = self.object_path(&t.data_file_path)?;
+        let mut file = PartitionedFile::new(path, t.file_size_in_bytes);
+        if self.file_column {
+            file.partition_values = vec![datafusion::common::ScalarValue::Utf8(Some(
+                t.data_file_path.clone(),
+            ))];
+        }
+        if let Some(plan) = plan {
+            file = file.with_extensions(Arc::new(plan));
+        }
+        Ok(file)
+    }
+
     /// The lineage scan of `tasks` (see `lineage.rs`): one scan per data file, in file
     /// order, whose rows get their `_row_id` and `_last_updated_sequence_number`.
     async fn lineage_scan(
@@ -862,16 +873,7 @@ impl IcebergTableProvider {
                     t.data_file_path
                 )));
             };
-            let (_, path, _) = self.object_path(&t.data_file_path)?;
-            let mut file = PartitionedFile::new(path, t.file_size_in_bytes);
-            if self.file_column {
-                file.partition_values = vec![datafusion::common::ScalarValue::Utf8(Some(
-                    t.data_file_path.clone(),
-                ))];
-            }
-            if let Some(plan) = plan {
-                file = file.with_extensions(Arc::new(plan));
-            }
+            let file = self.scan_file(t, plan)?;
             let scan = self.data_scan_unsplit(
                 source.clone(),
                 store_url,
