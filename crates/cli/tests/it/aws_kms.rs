@@ -157,3 +157,94 @@ fn aws_kms_unwraps_pyarrow_keys_rotates_side_files_and_names_itself_when_down() 
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// A table Iceberg encrypts itself under a table key AWS KMS holds: created, written
+/// (INSERT, DELETE) and read back by separate processes, each unwrapping the table's key
+/// encryption keys through the KMS endpoint; with the KMS gone, the table is not read.
+#[test]
+fn a_table_iceberg_encrypts_under_an_aws_kms_key_is_written_and_read_back() {
+    let Some(python) = python() else { return };
+    let (moto, endpoint) = start_moto(&python);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run_ok(
+        Command::new(&python)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/aws_kms_fixture.py"))
+            .arg(&endpoint)
+            .arg(tmp.path())
+            .envs(AWS_ENV),
+    );
+    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let key = keys["pii"].as_str().unwrap();
+    let lake = tmp.path().join("lake");
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_clearice"))
+            .args(["demo", "init"])
+            .arg(&lake),
+    );
+    // The demo lake with AWS KMS instead of its keyring, and a policy naming the table.
+    let config = lake.join("clearice.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n",
+        &format!("[kms]\ntype = \"aws\"\nendpoint = \"{endpoint}\"\n"),
+    );
+    assert!(text.contains("type = \"aws\""), "{text}");
+    std::fs::write(&config, text).unwrap();
+    let policy = lake.join("policy.toml");
+    let mut text = std::fs::read_to_string(&policy).unwrap();
+    for c in ["id", "s"] {
+        text.push_str(&format!(
+            "\n[tables.\"lake.sales.aws_t\".columns.{c}]\naccess = {{ admin = \"plaintext\" }}\nwrite = [\"admin\"]\n"
+        ));
+    }
+    std::fs::write(&policy, text).unwrap();
+    let admin = |sql: &str| {
+        Command::new(env!("CARGO_BIN_EXE_clearice"))
+            .arg("--config")
+            .arg(&config)
+            .args(["--user", "admin", "--format", "json", "-q", "-c", sql])
+            .envs(AWS_ENV)
+            .output()
+            .unwrap()
+    };
+    for sql in [
+        format!(
+            "CREATE TABLE lake.sales.aws_t (id BIGINT, s VARCHAR) WITH (\"encryption.key-id\" = '{key}')"
+        ),
+        "INSERT INTO lake.sales.aws_t VALUES (1, 'a'), (2, 'b'), (3, 'c')".to_owned(),
+        "DELETE FROM lake.sales.aws_t WHERE id = 2".to_owned(),
+    ] {
+        ok(&admin(&sql));
+    }
+    let read = "SELECT id, s FROM lake.sales.aws_t ORDER BY id";
+    let rows: Value = serde_json::from_str(&ok(&admin(read))).unwrap();
+    assert_eq!(
+        rows,
+        serde_json::json!([{"id": 1, "s": "a"}, {"id": 3, "s": "c"}])
+    );
+    // The table's metadata names the AWS key and holds key encryption keys it wrapped.
+    let metadata = std::fs::read_dir(lake.join("warehouse"))
+        .unwrap()
+        .flat_map(|ns| std::fs::read_dir(ns.unwrap().path()).unwrap())
+        .map(|t| t.unwrap().path())
+        .find(|t| t.to_string_lossy().contains("aws_t"))
+        .unwrap();
+    let newest = std::fs::read_dir(metadata.join("metadata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+        .max()
+        .unwrap();
+    let md: Value = serde_json::from_str(&std::fs::read_to_string(newest).unwrap()).unwrap();
+    assert_eq!(md["properties"]["encryption.key-id"], key);
+    assert!(
+        !md["encryption-keys"].as_array().unwrap().is_empty(),
+        "{md}"
+    );
+    // Without the KMS: refused in one line, no rows.
+    drop(moto);
+    let out = admin(read);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("aws_t"), "{err}");
+}
