@@ -14,7 +14,7 @@
 //! as data files, so PME-encrypted delete files work like encrypted data files.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -48,6 +48,7 @@ use roaring::RoaringTreemap;
 use crate::error::{Error, Result};
 use crate::exec::{map_batches, mapped_properties, only_child};
 use crate::field_id::{FieldIdExprAdapterFactory, field_id};
+use clearice_crypto::KeyScope;
 use clearice_pme::DecryptingReaderFactory;
 use clearice_storage::Location;
 
@@ -711,6 +712,26 @@ impl ExecutionPlan for IcebergDeletesExec {
             let kept = filter_record_batch(&batch, &BooleanArray::from(keep))?;
             Ok(kept.project(&output)?)
         }))
+    }
+}
+
+/// `scope` plus the keys of the equality delete columns `extra` (field id → name and
+/// master key).
+pub(crate) fn widen(scope: &KeyScope, extra: &BTreeMap<i32, (String, String)>) -> KeyScope {
+    let keys: BTreeSet<String> = extra.values().map(|(_, k)| k.clone()).collect();
+    match scope {
+        KeyScope::All => KeyScope::All,
+        KeyScope::MasterKeys(k) => KeyScope::MasterKeys(k.union(&keys).cloned().collect()),
+        KeyScope::Except(k) => KeyScope::Except(k.difference(&keys).cloned().collect()),
+        KeyScope::Columns(c) => {
+            let mut c = c.clone();
+            for (id, (name, key)) in extra {
+                c.by_field_id.insert(*id, key.clone());
+                c.by_name.insert(name.clone(), key.clone());
+            }
+            KeyScope::Columns(c)
+        }
+        KeyScope::None(reason) => KeyScope::None(reason.clone()),
     }
 }
 

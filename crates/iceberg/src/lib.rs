@@ -41,6 +41,7 @@ pub mod native_write;
 mod provider;
 mod report;
 mod schema;
+mod snapshot_exec;
 pub mod sql;
 pub mod travel;
 pub mod write;

@@ -3,7 +3,7 @@
 //! file through the PME encryption factory and resolving columns by field id.
 
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
@@ -31,11 +31,14 @@ use object_store::ObjectStore;
 
 use clearice_crypto::{KeyScope, ProviderRef, ScanGrant};
 
-use crate::deletes::{Deletes, FileReading, IcebergDeletesExec, LOAD_CONCURRENCY, column_of};
+use crate::deletes::{
+    Deletes, FileReading, IcebergDeletesExec, LOAD_CONCURRENCY, column_of, widen,
+};
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
 use crate::schema::arrow_schema;
+pub use crate::snapshot_exec::IcebergSnapshotExec;
 use clearice_pme::{DecryptingReaderFactory, FileKeys, ScanKeys};
 use clearice_storage::{CATALOG_S3_SCHEME, LakeStores, Location, S3Options};
 
@@ -986,125 +989,6 @@ struct ScanFile {
     rows: Option<u64>,
     /// No delete applies: `rows` is exact.
     exact: bool,
-}
-
-/// `scope` plus the keys of the equality delete columns `extra` (field id → name and
-/// master key).
-fn widen(scope: &KeyScope, extra: &BTreeMap<i32, (String, String)>) -> KeyScope {
-    let keys: BTreeSet<String> = extra.values().map(|(_, k)| k.clone()).collect();
-    match scope {
-        KeyScope::All => KeyScope::All,
-        KeyScope::MasterKeys(k) => KeyScope::MasterKeys(k.union(&keys).cloned().collect()),
-        KeyScope::Except(k) => KeyScope::Except(k.difference(&keys).cloned().collect()),
-        KeyScope::Columns(c) => {
-            let mut c = c.clone();
-            for (id, (name, key)) in extra {
-                c.by_field_id.insert(*id, key.clone());
-                c.by_name.insert(name.clone(), key.clone());
-            }
-            KeyScope::Columns(c)
-        }
-        KeyScope::None(reason) => KeyScope::None(reason.clone()),
-    }
-}
-
-/// Names the snapshot a time travel scan reads, in `EXPLAIN`; otherwise transparent
-/// (rows, partitioning, statistics and filter pushdown are its input's).
-#[derive(Debug)]
-pub struct IcebergSnapshotExec {
-    input: Arc<dyn ExecutionPlan>,
-    table: String,
-    snapshot_id: i64,
-    as_of: AsOf,
-}
-
-impl datafusion::physical_plan::DisplayAs for IcebergSnapshotExec {
-    fn fmt_as(
-        &self,
-        _t: datafusion::physical_plan::DisplayFormatType,
-        f: &mut std::fmt::Formatter<'_>,
-    ) -> std::fmt::Result {
-        write!(
-            f,
-            "IcebergSnapshotExec: table={}, snapshot_id={} (as of {})",
-            self.table, self.snapshot_id, self.as_of
-        )
-    }
-}
-
-impl ExecutionPlan for IcebergSnapshotExec {
-    fn name(&self) -> &str {
-        "IcebergSnapshotExec"
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
-        self.input.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(Self {
-            input: crate::exec::only_child("IcebergSnapshotExec", children)?,
-            table: self.table.clone(),
-            snapshot_id: self.snapshot_id,
-            as_of: self.as_of.clone(),
-        }))
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        context: Arc<datafusion::execution::TaskContext>,
-    ) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
-        self.input.execute(partition, context)
-    }
-
-    fn partition_statistics(&self, partition: Option<usize>) -> DfResult<Statistics> {
-        self.input.partition_statistics(partition)
-    }
-
-    fn gather_filters_for_pushdown(
-        &self,
-        _phase: datafusion::physical_plan::filter_pushdown::FilterPushdownPhase,
-        parent_filters: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
-        _config: &datafusion::common::config::ConfigOptions,
-    ) -> DfResult<datafusion::physical_plan::filter_pushdown::FilterDescription> {
-        datafusion::physical_plan::filter_pushdown::FilterDescription::from_children(
-            parent_filters,
-            &self.children(),
-        )
-    }
-
-    fn handle_child_pushdown_result(
-        &self,
-        _phase: datafusion::physical_plan::filter_pushdown::FilterPushdownPhase,
-        child_pushdown_result: datafusion::physical_plan::filter_pushdown::ChildPushdownResult,
-        _config: &datafusion::common::config::ConfigOptions,
-    ) -> DfResult<
-        datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation<
-            Arc<dyn ExecutionPlan>,
-        >,
-    > {
-        Ok(
-            datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation::if_all(
-                child_pushdown_result,
-            ),
-        )
-    }
 }
 
 #[cfg(test)]

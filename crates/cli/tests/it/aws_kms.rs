@@ -52,6 +52,22 @@ fn start_moto(python: &str) -> (Moto, String) {
     (moto, format!("http://127.0.0.1:{port}"))
 }
 
+/// moto's KMS on loopback, and the fixture's keys and files (tests/python/aws_kms_fixture.py)
+/// in a new directory: the server, its endpoint, the directory, the keys by name.
+fn aws_fixture(python: &str) -> (Moto, String, tempfile::TempDir, Value) {
+    let (moto, endpoint) = start_moto(python);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run_ok(
+        Command::new(python)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/aws_kms_fixture.py"))
+            .arg(&endpoint)
+            .arg(tmp.path())
+            .envs(AWS_ENV),
+    );
+    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (moto, endpoint, tmp, keys)
+}
+
 fn clearice(config: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_clearice"))
         .arg("--config")
@@ -75,16 +91,7 @@ fn ok(out: &Output) -> String {
 #[test]
 fn aws_kms_unwraps_pyarrow_keys_rotates_side_files_and_names_itself_when_down() {
     let Some(python) = python() else { return };
-    let (moto, endpoint) = start_moto(&python);
-    let tmp = tempfile::tempdir().unwrap();
-    let out = run_ok(
-        Command::new(&python)
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/aws_kms_fixture.py"))
-            .arg(&endpoint)
-            .arg(tmp.path())
-            .envs(AWS_ENV),
-    );
-    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (moto, endpoint, tmp, keys) = aws_fixture(&python);
     let pii = keys["pii"].as_str().unwrap();
     let config = tmp.path().join("clearice.toml");
     std::fs::write(
@@ -164,16 +171,7 @@ fn aws_kms_unwraps_pyarrow_keys_rotates_side_files_and_names_itself_when_down() 
 #[test]
 fn a_table_iceberg_encrypts_under_an_aws_kms_key_is_written_and_read_back() {
     let Some(python) = python() else { return };
-    let (moto, endpoint) = start_moto(&python);
-    let tmp = tempfile::tempdir().unwrap();
-    let out = run_ok(
-        Command::new(&python)
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/aws_kms_fixture.py"))
-            .arg(&endpoint)
-            .arg(tmp.path())
-            .envs(AWS_ENV),
-    );
-    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (moto, endpoint, tmp, keys) = aws_fixture(&python);
     let key = keys["pii"].as_str().unwrap();
     let lake = tmp.path().join("lake");
     run_ok(
