@@ -180,8 +180,9 @@ impl Ddl<'_> {
     }
 
     /// A new table's `encryption.key-id` must be a key the local KMS has (or cannot say it
-    /// lacks: AWS); reads deny a key routed to a crypto provider.
-    fn check_table_key(&self, target: &str, key: &str) -> Result<()> {
+    /// lacks: AWS), or, when the policy routes it to a crypto provider, one that provider
+    /// has and grants the creator.
+    async fn check_table_key(&self, target: &str, key: &str) -> Result<()> {
         let refuse = |why: String| -> DataFusionError {
             Error::InvalidWrite {
                 table: target.to_owned(),
@@ -207,6 +208,40 @@ impl Ddl<'_> {
             return Err(refuse(format!(
                 "the policy does not name table '{target}', so nobody could read it; add [tables.\"{target}\"] with its columns first"
             )));
+        }
+        let owner = policy
+            .table(target)
+            .map_or(clearice_policy::LOCAL_PROVIDER.to_owned(), |t| {
+                t.key_providers()
+                    .remove(key)
+                    .unwrap_or_else(|| t.default_provider().to_owned())
+            });
+        if owner != clearice_policy::LOCAL_PROVIDER {
+            let Some(provider) = self.access.providers().get(&owner) else {
+                return Err(refuse(format!(
+                    "the policy routes it to crypto provider '{owner}', which is not configured ([providers.{owner}])"
+                )));
+            };
+            let ctx = clearice_crypto::CallContext {
+                principal: self.access.principal().to_owned(),
+                file: String::new(),
+                application: [("table".to_owned(), target.to_owned())].into(),
+                credential: self.access.credential().cloned(),
+            };
+            let answer = provider
+                .check_access(&ctx, &[key.to_owned()])
+                .await
+                .map_err(|e| refuse(format!("crypto provider '{owner}' cannot be asked: {e}")))?;
+            return match answer.get(key) {
+                Some(clearice_crypto::KeyAccess::Granted) => Ok(()),
+                Some(clearice_crypto::KeyAccess::Unknown) => Err(refuse(format!(
+                    "crypto provider '{owner}' does not have this key"
+                ))),
+                _ => Err(refuse(format!(
+                    "crypto provider '{owner}' refuses this key to '{}'",
+                    self.access.principal()
+                ))),
+            };
         }
         let Some(kms) = self.access.resolver().kms() else {
             return Err(refuse("no KMS is configured ([kms])".into()));
@@ -284,7 +319,7 @@ impl Ddl<'_> {
             .find(|(k, _)| k == clearice_iceberg::native::TABLE_KEY_PROPERTY)
             .map(|(_, v)| v.clone());
         if let Some(key) = &table_key {
-            self.check_table_key(&target, key)?;
+            self.check_table_key(&target, key).await?;
         }
         // Format 2 unless asked for 3; a table Iceberg encrypts is format 3.
         let mut v3 = table_key.is_some();

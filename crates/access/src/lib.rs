@@ -38,6 +38,7 @@ mod policy_provider;
 pub mod redact;
 pub mod remote;
 pub mod row_level;
+mod table_keys;
 pub mod write_rules;
 
 pub use access::{QueryAccess, SessionAccess, TableAccess};

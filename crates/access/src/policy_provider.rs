@@ -197,12 +197,6 @@ impl PolicyTableProvider {
                     declared(n).unwrap_or_default()
                 ));
             }
-            let provider = routes.get(k).unwrap_or(&table_provider);
-            if provider != clearice_policy::LOCAL_PROVIDER {
-                native_denial = Some(format!(
-                    "table key '{k}' is routed to crypto provider '{provider}': tables Iceberg encrypts itself unwrap their key through the local KMS only, so far"
-                ));
-            }
         }
         let master_key_of = |n: &str| declared(n).or_else(|| native_key.clone());
         let mut wanted: BTreeSet<String> = inner_schema
@@ -325,6 +319,12 @@ impl PolicyTableProvider {
                 rule: rule.to_string(),
             }),
         };
+        let provider_route = ProviderRoute {
+            name: table_provider,
+            routes: routes.into_iter().collect(),
+        };
+        // A table key a crypto provider keeps is unwrapped by it, for this principal.
+        let inner = crate::table_keys::bind_table_key(inner, &provider_route, &crypto, context)?;
         Ok(Self {
             inner,
             access,
@@ -334,10 +334,7 @@ impl PolicyTableProvider {
             denied,
             crypto,
             provider_failure,
-            provider_route: ProviderRoute {
-                name: table_provider,
-                routes: routes.into_iter().collect(),
-            },
+            provider_route,
         })
     }
 

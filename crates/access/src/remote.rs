@@ -21,7 +21,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use clearice_crypto::ScanGrant;
+use clearice_crypto::{CallContext, ScanGrant};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::Statistics;
@@ -288,6 +288,25 @@ pub async fn scan_request(
         (None, _) => table.clone(),
     }
     .split_into(request.partitions);
+    // A table key a crypto provider keeps: unwrapped by this worker's provider of that
+    // name, for the request's principal (as on the coordinator).
+    let table = match &grant.route {
+        Some(route) => {
+            let provider = grant.provider.as_ref().ok_or_else(|| {
+                DataFusionError::Execution(format!(
+                    "table {name}: the scan's crypto provider is not resolved here"
+                ))
+            })?;
+            let ctx = CallContext {
+                principal: grant.principal.clone(),
+                file: String::new(),
+                application: table.application_context(),
+                credential: grant.credential.clone(),
+            };
+            crate::table_keys::bind_table_key(table, route, provider, ctx)?
+        }
+        None => table,
+    };
     let fields: Vec<String> = table
         .table_schema()
         .fields()

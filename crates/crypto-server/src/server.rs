@@ -93,6 +93,8 @@ impl Service {
             .route("/decrypt", post(decrypt))
             .route("/encrypt", post(encrypt))
             .route("/keys", post(new_key))
+            .route("/wrap", post(wrap))
+            .route("/unwrap", post(unwrap))
             .layer(DefaultBodyLimit::max(limit))
             .with_state(self)
     }
@@ -274,6 +276,105 @@ async fn new_key(State(service): State<Arc<Service>>, headers: HeaderMap, body: 
             StatusCode::NOT_FOUND,
             "unknown_key",
             format!("no master key '{key_id}'"),
+        ),
+        Err(e) => error(StatusCode::BAD_GATEWAY, "kms_unavailable", e.to_string()),
+    }
+}
+
+async fn wrap(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {
+    wrap_call(&service, &headers, &body, true).await
+}
+
+async fn unwrap(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {
+    wrap_call(&service, &headers, &body, false).await
+}
+
+/// Wraps (`wrap`) or unwraps a key encryption key of a table Iceberg encrypts itself under
+/// the table key this service keeps, for a caller allowed to use that key (Iceberg's
+/// `KeyManagementClient`). The table key never leaves the service; audited either way.
+async fn wrap_call(service: &Service, headers: &HeaderMap, body: &Bytes, wrap: bool) -> Response {
+    let parsed: protocol::WrapRequest = match parse(body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let protocol::WrapRequest {
+        key_id,
+        access,
+        key,
+        application_context,
+    } = parsed;
+    let req = zeroize::Zeroizing::new(key);
+    let caller = match authenticate(service, headers, &access.user_id) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let app: BTreeMap<String, String> =
+        serde_json::from_str(&application_context).unwrap_or_default();
+    let granted = allowed(&service.config, &caller, &key_id);
+    service
+        .audit(AuditRecord {
+            time: now(),
+            operation: if wrap { "wrap_key" } else { "unwrap_key" },
+            user: &caller.user,
+            subject: &caller.subject,
+            roles: caller.roles.iter().map(String::as_str).collect(),
+            key_id: &key_id,
+            column: None,
+            table: app.get("table").cloned(),
+            file: None,
+            granted,
+            modules: 0,
+            reference_id: "",
+            error: None,
+        })
+        .await;
+    let access = Access {
+        user_id: caller.user.clone(),
+        roles: caller.roles.iter().cloned().collect(),
+        access_control: Some(if granted { "granted" } else { "denied" }.into()),
+    };
+    if !granted {
+        return denied(&caller.user, &key_id, access);
+    }
+    let Some(kms) = service.provider.resolver().kms().cloned() else {
+        return error(StatusCode::NOT_FOUND, "unknown_key", "no KMS");
+    };
+    let unknown = || {
+        error(
+            StatusCode::NOT_FOUND,
+            "unknown_key",
+            format!("no master key '{key_id}'"),
+        )
+    };
+    // The KMS's text form of a wrapped key is the base64 of its bytes (the keyring, AWS).
+    let answer = if wrap {
+        let Ok(plain) = BASE64_STANDARD
+            .decode(req.as_bytes())
+            .map(zeroize::Zeroizing::new)
+        else {
+            return error(StatusCode::BAD_REQUEST, "bad_request", "key is not base64");
+        };
+        kms.wrap_key(&plain, &key_id)
+            .await
+            .map(zeroize::Zeroizing::new)
+    } else {
+        kms.unwrap_key(&req, &key_id)
+            .await
+            .map(|k| zeroize::Zeroizing::new(BASE64_STANDARD.encode(k.expose())))
+    };
+    match answer {
+        Ok(key) => axum::Json(protocol::WrapResponse {
+            access,
+            key: key.to_string(),
+        })
+        .into_response(),
+        Err(clearice_crypto::Error::UnknownMasterKey { .. }) => unknown(),
+        // A wrapped key that does not unwrap (tampered, or under another key): the
+        // caller's input, named without its bytes.
+        Err(clearice_crypto::Error::Unwrap { .. }) => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+            format!("the wrapped key does not unwrap under '{key_id}'"),
         ),
         Err(e) => error(StatusCode::BAD_GATEWAY, "kms_unavailable", e.to_string()),
     }

@@ -14,9 +14,9 @@ use base64::prelude::BASE64_STANDARD;
 use bytes::Bytes;
 use clearice_crypto::protocol;
 use clearice_crypto::{
-    Algorithm, CallContext, CryptoProvider, KeyMaterialWriter, KeyringKms, Module, ModuleBatch,
-    ModuleCipher, ModulePosition, ModuleType, ProviderError, RemoteConfig, RemoteCredential,
-    RemoteProvider, SecretKey,
+    Algorithm, CallContext, CryptoProvider, KeyMaterialWriter, KeyringKms, Kms, Module,
+    ModuleBatch, ModuleCipher, ModulePosition, ModuleType, ProviderError, RemoteConfig,
+    RemoteCredential, RemoteProvider, SecretKey,
 };
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
@@ -191,6 +191,42 @@ async fn service_encrypts_decrypts_refuses_limits_and_shuts_down() {
         remote.encrypt(&ctx, batch(nobody, &[4])).await,
         Err(ProviderError::Denied { .. })
     ));
+
+    // Table keys of tables Iceberg encrypts: the service wraps and unwraps key encryption
+    // keys under the master key it keeps, for a user its rules allow, in the KMS's own
+    // wrap format (the keyring's, which Iceberg's Java client reads too).
+    let kek = [7u8; 16];
+    let wrapped = remote.wrap_key(&ctx, &kek, "k").await.unwrap();
+    let local = kms
+        .unwrap_key(&BASE64_STANDARD.encode(&wrapped), "k")
+        .await
+        .unwrap();
+    assert_eq!(local.expose(), &kek);
+    let back = remote.unwrap_key(&ctx, &wrapped, "k").await.unwrap();
+    assert_eq!(back.expose(), &kek);
+    match remote.unwrap_key(&bob, &wrapped, "k").await {
+        Err(ProviderError::Denied {
+            key_id, principal, ..
+        }) => {
+            assert_eq!((key_id.as_str(), principal.as_str()), ("k", "bob"))
+        }
+        other => panic!("expected Denied, got {other:?}"),
+    }
+    assert!(matches!(
+        remote.wrap_key(&bob, &kek, "k").await,
+        Err(ProviderError::Denied { .. })
+    ));
+    let mut flipped = wrapped.clone();
+    flipped[20] ^= 1;
+    match remote.unwrap_key(&ctx, &flipped, "k").await {
+        Err(ProviderError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("does not unwrap under 'k'"), "{reason}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let audit = std::fs::read_to_string(d.join("audit.jsonl")).unwrap();
+    assert!(audit.contains("\"operation\":\"unwrap_key\""), "{audit}");
+    assert!(!audit.contains(&BASE64_STANDARD.encode(kek)), "{audit}");
 
     // Over the service's 1 MiB body limit: refused, not buffered.
     match remote.encrypt(&ctx, batch(key.clone(), &[2 << 20])).await {

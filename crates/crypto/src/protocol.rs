@@ -230,6 +230,31 @@ pub struct NewKeyResponse {
     pub key_metadata: String,
 }
 
+/// `POST /wrap` and `POST /unwrap` request: a key encryption key of a table Iceberg
+/// encrypts itself, wrapped or unwrapped under the table key the service keeps (Iceberg's
+/// `KeyManagementClient`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct WrapRequest {
+    /// The table key (`encryption.key-id`).
+    pub key_id: String,
+    /// Who asks.
+    pub access: Access,
+    /// base64: the key to wrap (`/wrap`) or the wrapped key (`/unwrap`).
+    pub key: String,
+    /// JSON object text (table, namespace...).
+    #[serde(default)]
+    pub application_context: String,
+}
+
+/// `POST /wrap` and `POST /unwrap` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct WrapResponse {
+    /// Who the service decided for.
+    pub access: Access,
+    /// base64: the wrapped key (`/wrap`) or the key (`/unwrap`).
+    pub key: String,
+}
+
 /// Content type of the binary transport of `/decrypt` and `/encrypt`: the same JSON
 /// envelope with an empty `value`, followed by the framed modules as raw bytes (no base64,
 /// no JSON string scanning). Layout: `"CIM1"`, `u32 LE` envelope length, envelope JSON,

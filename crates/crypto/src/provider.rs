@@ -234,6 +234,44 @@ pub trait CryptoProvider: Send + Sync + std::fmt::Debug {
         })
     }
 
+    /// Wraps `key` (a key encryption key of a table Iceberg encrypts itself) under the
+    /// table key `wrapping_key_id` the provider keeps: Iceberg's
+    /// `KeyManagementClient.wrapKey`, decided for `ctx`'s principal. The default refuses
+    /// (the provider keeps no table keys).
+    async fn wrap_key(
+        &self,
+        _ctx: &CallContext,
+        _key: &[u8],
+        wrapping_key_id: &str,
+    ) -> Result<Vec<u8>, ProviderError> {
+        Err(self.keeps_no_table_keys(wrapping_key_id))
+    }
+
+    /// Unwraps a key encryption key wrapped under the table key `wrapping_key_id` the
+    /// provider keeps: Iceberg's `KeyManagementClient.unwrapKey`, decided for `ctx`'s
+    /// principal ([`ProviderError::Denied`] when it may not use the table key). The table
+    /// key never leaves the provider; the key encryption key does (Iceberg's manifests and
+    /// file keys are decrypted with it in process). The default refuses.
+    async fn unwrap_key(
+        &self,
+        _ctx: &CallContext,
+        _wrapped: &[u8],
+        wrapping_key_id: &str,
+    ) -> Result<SecretKey, ProviderError> {
+        Err(self.keeps_no_table_keys(wrapping_key_id))
+    }
+
+    /// The refusal of [`Self::wrap_key`] and [`Self::unwrap_key`] by a provider that keeps
+    /// no table keys.
+    fn keeps_no_table_keys(&self, wrapping_key_id: &str) -> ProviderError {
+        ProviderError::Unavailable {
+            provider: self.name().to_owned(),
+            reason: format!(
+                "does not keep table keys of tables Iceberg encrypts (table key '{wrapping_key_id}')"
+            ),
+        }
+    }
+
     /// The data key itself, for providers that may hand it out (the reader then decrypts
     /// pages in process). `Ok(None)`: the provider keeps its keys; use [`Self::decrypt`].
     async fn release_key(

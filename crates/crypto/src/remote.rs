@@ -214,6 +214,37 @@ impl RemoteProvider {
         }
     }
 
+    /// POSTs a `/wrap` or `/unwrap` request (`key`: base64, zeroed once sent) and returns
+    /// the answer's key, decoded.
+    async fn wrap_call(
+        &self,
+        ctx: &CallContext,
+        path: &str,
+        key_id: &str,
+        key: String,
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, ProviderError> {
+        use zeroize::Zeroize;
+        let mut req = protocol::WrapRequest {
+            key_id: key_id.to_owned(),
+            access: Access {
+                user_id: ctx.principal.clone(),
+                ..Default::default()
+            },
+            key,
+            application_context: serde_json::to_string(&ctx.application).expect("string map"),
+        };
+        // An unwrap is idempotent; a wrap draws a fresh nonce, so it is sent once.
+        let answer = self
+            .post::<_, protocol::WrapResponse>(ctx, path, &req, path == "/unwrap", key_id)
+            .await;
+        req.key.zeroize();
+        let resp = zeroize::Zeroizing::new(answer?.key);
+        BASE64_STANDARD
+            .decode(resp.as_bytes())
+            .map(zeroize::Zeroizing::new)
+            .map_err(|_| self.unavailable(format!("{path}: key is not base64")))
+    }
+
     /// POSTs JSON `body` to `path` and parses the JSON answer.
     async fn post<T: Serialize, R: DeserializeOwned>(
         &self,
@@ -589,6 +620,35 @@ impl CryptoProvider for RemoteProvider {
             key_metadata: Bytes::from(key_metadata),
             key: None,
         })
+    }
+
+    async fn wrap_key(
+        &self,
+        ctx: &CallContext,
+        key: &[u8],
+        wrapping_key_id: &str,
+    ) -> Result<Vec<u8>, ProviderError> {
+        let key = BASE64_STANDARD.encode(key);
+        let wrapped = self.wrap_call(ctx, "/wrap", wrapping_key_id, key).await?;
+        Ok(wrapped.to_vec())
+    }
+
+    async fn unwrap_key(
+        &self,
+        ctx: &CallContext,
+        wrapped: &[u8],
+        wrapping_key_id: &str,
+    ) -> Result<SecretKey, ProviderError> {
+        let wrapped = BASE64_STANDARD.encode(wrapped);
+        let key = self
+            .wrap_call(ctx, "/unwrap", wrapping_key_id, wrapped)
+            .await?;
+        if ![16, 24, 32].contains(&key.len()) {
+            return Err(self.unavailable(format!(
+                "/unwrap: the key unwrapped under '{wrapping_key_id}' is not an AES key"
+            )));
+        }
+        Ok(SecretKey::from_bytes(key.to_vec()))
     }
 
     async fn check_access(

@@ -140,6 +140,28 @@ impl CryptoProvider for RoutedProvider {
             .await
     }
 
+    async fn wrap_key(
+        &self,
+        ctx: &CallContext,
+        key: &[u8],
+        wrapping_key_id: &str,
+    ) -> Result<Vec<u8>, ProviderError> {
+        self.for_key(wrapping_key_id)
+            .wrap_key(ctx, key, wrapping_key_id)
+            .await
+    }
+
+    async fn unwrap_key(
+        &self,
+        ctx: &CallContext,
+        wrapped: &[u8],
+        wrapping_key_id: &str,
+    ) -> Result<SecretKey, ProviderError> {
+        self.for_key(wrapping_key_id)
+            .unwrap_key(ctx, wrapped, wrapping_key_id)
+            .await
+    }
+
     async fn release_key(
         &self,
         ctx: &CallContext,

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
-use clearice_crypto::{Kms, SecretKey};
+use clearice_crypto::{CallContext, Kms, ProviderError, ProviderRef, SecretKey};
 use clearice_pme::{FileKey, FileKeys};
 use iceberg::encryption::{GeneratedKey, KeyManagementClient, SensitiveBytes, StandardKeyMetadata};
 use iceberg::io::FileIO;
@@ -450,31 +450,25 @@ impl NativeCatalog {
             )));
         }
         let key = table_key_id(&metadata).unwrap_or_default().to_owned();
-        let Some(kms) = &self.kms else {
-            return Err(IceError::new(
-                ErrorKind::FeatureUnsupported,
-                format!(
-                    "table {ident} is encrypted by Iceberg under table key '{key}', and no KMS is configured ([kms])"
-                ),
-            ));
-        };
-        self.build(ident, metadata, location, kms, key)
+        self.build(ident, metadata, location, key)
     }
 
     /// `metadata` at `location` as a table whose key encryption keys unwrap under table
-    /// key `key` only.
+    /// key `key` only, through the engine's KMS (none: every key refused, naming it).
     fn build(
         &self,
         ident: &TableIdent,
         metadata: TableMetadata,
         location: String,
-        kms: &Arc<TableKms>,
         key: String,
     ) -> IceResult<Table> {
-        let client = BoundKms {
-            inner: Arc::clone(kms),
-            key,
+        let inner: Arc<dyn KeyManagementClient> = match &self.kms {
+            Some(kms) => Arc::clone(kms) as Arc<dyn KeyManagementClient>,
+            None => Arc::new(NoKms {
+                table: ident.to_string(),
+            }),
         };
+        let client = BoundKms { inner, key };
         Table::builder()
             .file_io(self.file_io.clone())
             .metadata_location(location)
@@ -535,15 +529,7 @@ impl NativeCatalog {
             )
             .await
             .map_err(|e| IceError::new(ErrorKind::Unexpected, e.to_string()))?;
-        let Some(kms) = &self.kms else {
-            return Err(IceError::new(
-                ErrorKind::FeatureUnsupported,
-                format!(
-                    "table {ident} is encrypted under table key '{key}', and no KMS is configured ([kms])"
-                ),
-            ));
-        };
-        self.build(ident, metadata, location, kms, key.to_owned())
+        self.build(ident, metadata, location, key.to_owned())
     }
 }
 
@@ -616,7 +602,7 @@ fn is_anchored(location: &str, digest: &[u8]) -> bool {
 /// the metadata says is wrapped by another key is refused, not unwrapped).
 #[derive(Debug)]
 struct BoundKms {
-    inner: Arc<TableKms>,
+    inner: Arc<dyn KeyManagementClient>,
     key: String,
 }
 
@@ -652,13 +638,128 @@ impl KeyManagementClient for BoundKms {
     }
 
     fn supports_key_generation(&self) -> bool {
-        false
+        self.inner.supports_key_generation()
     }
 
     async fn generate_key(&self, wrapping_key_id: &str) -> IceResult<GeneratedKey> {
         self.check(wrapping_key_id)?;
         self.inner.generate_key(wrapping_key_id).await
     }
+}
+
+/// The key client of a table whose engine has no KMS: every key is refused, naming the
+/// table key ([`with_key_client`] gives a scan its principal's own client).
+#[derive(Debug)]
+struct NoKms {
+    table: String,
+}
+
+impl NoKms {
+    fn refuse(&self, key: &str) -> IceError {
+        IceError::new(
+            ErrorKind::FeatureUnsupported,
+            format!(
+                "table {} is encrypted by Iceberg under table key '{key}', and no KMS is configured ([kms])",
+                self.table
+            ),
+        )
+    }
+}
+
+#[async_trait]
+impl KeyManagementClient for NoKms {
+    async fn wrap_key(&self, _key: &[u8], wrapping_key_id: &str) -> IceResult<Vec<u8>> {
+        Err(self.refuse(wrapping_key_id))
+    }
+
+    async fn unwrap_key(
+        &self,
+        _wrapped: &[u8],
+        wrapping_key_id: &str,
+    ) -> IceResult<SensitiveBytes> {
+        Err(self.refuse(wrapping_key_id))
+    }
+
+    fn supports_key_generation(&self) -> bool {
+        false
+    }
+
+    async fn generate_key(&self, wrapping_key_id: &str) -> IceResult<GeneratedKey> {
+        Err(self.refuse(wrapping_key_id))
+    }
+}
+
+/// A crypto provider that keeps table keys ([`clearice_crypto::CryptoProvider::unwrap_key`]) as one
+/// principal's key client: the provider decides on every wrap and unwrap, for `ctx`.
+#[derive(Debug)]
+pub struct ProviderKeys {
+    provider: ProviderRef,
+    ctx: CallContext,
+}
+
+impl ProviderKeys {
+    /// `provider`'s table keys, asked for as `ctx` says.
+    pub fn new(provider: ProviderRef, ctx: CallContext) -> Self {
+        Self { provider, ctx }
+    }
+}
+
+/// A provider's refusal as an Iceberg error, its type kept as the source (a denial stays
+/// a denial).
+fn provider_error(e: ProviderError) -> IceError {
+    IceError::new(ErrorKind::Unexpected, e.to_string()).with_source(e)
+}
+
+#[async_trait]
+impl KeyManagementClient for ProviderKeys {
+    async fn wrap_key(&self, key: &[u8], wrapping_key_id: &str) -> IceResult<Vec<u8>> {
+        self.provider
+            .wrap_key(&self.ctx, key, wrapping_key_id)
+            .await
+            .map_err(provider_error)
+    }
+
+    async fn unwrap_key(&self, wrapped: &[u8], wrapping_key_id: &str) -> IceResult<SensitiveBytes> {
+        let key = self
+            .provider
+            .unwrap_key(&self.ctx, wrapped, wrapping_key_id)
+            .await
+            .map_err(provider_error)?;
+        Ok(SensitiveBytes::new(key.expose()))
+    }
+
+    fn supports_key_generation(&self) -> bool {
+        false
+    }
+
+    async fn generate_key(&self, wrapping_key_id: &str) -> IceResult<GeneratedKey> {
+        Err(IceError::new(
+            ErrorKind::FeatureUnsupported,
+            format!(
+                "crypto provider '{}' does not generate keys (key '{wrapping_key_id}')",
+                self.provider.name()
+            ),
+        ))
+    }
+}
+
+/// `table` (natively encrypted) with its key encryption keys wrapped and unwrapped by
+/// `client` instead of the client its catalog built it with, still under its table key
+/// only. A fresh table: keys unwrapped through the old client are not carried over.
+pub fn with_key_client(table: &Table, client: Arc<dyn KeyManagementClient>) -> IceResult<Table> {
+    let key = table_key_id(table.metadata())
+        .unwrap_or_default()
+        .to_owned();
+    let mut builder = Table::builder()
+        .file_io(table.file_io().clone())
+        .metadata(table.metadata_ref())
+        .identifier(table.identifier().clone())
+        .runtime(iceberg::Runtime::try_current()?)
+        .kms_client(Arc::new(BoundKms { inner: client, key }) as Arc<dyn KeyManagementClient>);
+    if let Some(location) = table.metadata_location() {
+        builder = builder.metadata_location(location);
+    }
+    builder.build()
 }
 
 /// Whether iceberg-rust refused to build `e`'s table for want of a KMS client.

@@ -381,6 +381,22 @@ impl IcebergTableProvider {
         &self.table
     }
 
+    /// The same table, its key encryption keys wrapped and unwrapped by `client` (a
+    /// principal's crypto provider that keeps the table key); see
+    /// [`crate::native::with_key_client`].
+    pub fn with_key_client(
+        mut self,
+        client: Arc<dyn iceberg::encryption::KeyManagementClient>,
+    ) -> Result<Self> {
+        self.table = crate::native::with_key_client(&self.table, client).map_err(|source| {
+            Error::Iceberg {
+                table: self.name.clone(),
+                source: Box::new(source),
+            }
+        })?;
+        Ok(self)
+    }
+
     /// The master key id Iceberg encrypts this table under (`encryption.key-id`), if it
     /// encrypts it natively.
     pub fn table_key_id(&self) -> Option<&str> {

@@ -466,3 +466,137 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
     );
     assert_eq!(rows(&out)[0]["id"], 1000001);
 }
+
+/// A table Iceberg encrypts itself whose table key only the service has: the service
+/// wraps and unwraps its key encryption keys, per user; ClearIce's own keyring never
+/// holds the key.
+#[test]
+fn a_table_key_the_service_keeps_is_unwrapped_by_it_per_user() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    run_ok(
+        clearice()
+            .args(["demo", "init", "--provider", "remote"])
+            .arg(&lake),
+    );
+    let service_dir = lake.join("crypto-server");
+    let local_keys = std::fs::read_to_string(lake.join("keyring.json")).unwrap();
+    assert!(!local_keys.contains("pii_key"), "{local_keys}");
+    let service = start(
+        &service_dir.join("crypto-server.toml"),
+        &["crypto-server"],
+        &tmp.path().join("service.addr"),
+    );
+    let config = config_variant(
+        &lake,
+        "clearice.toml",
+        &service.addr,
+        "",
+        "crypto-server/jwt.secret",
+    );
+    let mut policy = std::fs::read_to_string(lake.join("policy.toml")).unwrap();
+    policy.push_str(
+        "\n[tables.\"lake.sales.vault\"]\nprovider = \"dbps\"\nwrite = [\"admin\"]\n\
+         [tables.\"lake.sales.vault\".columns.id]\naccess = { \"*\" = \"plaintext\" }\nwrite = [\"admin\"]\n\
+         [tables.\"lake.sales.vault\".columns.ssn]\n\
+         access = { admin = \"plaintext\", support = \"show_last_4\", analyst = \"plaintext\" }\nwrite = [\"admin\"]\n",
+    );
+    std::fs::write(lake.join("policy.toml"), policy).unwrap();
+    let ok = |user: &str, q: &str| rows(&sql(&config, user, q, "warn"));
+    // Each statement is its own process: nothing is carried over but the lake.
+    for q in [
+        "CREATE TABLE lake.sales.vault (id BIGINT, ssn VARCHAR) WITH (\"encryption.key-id\" = 'pii_key')",
+        "INSERT INTO lake.sales.vault VALUES (1, '111-22-3333'), (2, '444-55-6666'), (3, '777-88-9999')",
+        "DELETE FROM lake.sales.vault WHERE id = 2",
+    ] {
+        let out = sql(&config, "admin", q, "warn");
+        assert!(
+            out.status.success(),
+            "{q}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let all = ok("admin", "SELECT id, ssn FROM lake.sales.vault ORDER BY id");
+    assert_eq!(
+        all,
+        serde_json::json!([{"id": 1, "ssn": "111-22-3333"}, {"id": 3, "ssn": "777-88-9999"}])
+    );
+    // support: the service grants pii_key, the policy masks.
+    let support = ok("support", "SELECT ssn FROM lake.sales.vault ORDER BY id");
+    assert_eq!(
+        support,
+        serde_json::json!([{"ssn": "XXX-XX-3333"}, {"ssn": "XXX-XX-9999"}])
+    );
+    // analyst: the policy would show plaintext, the service refuses the table key, and
+    // that is the whole table's outcome, in one line naming table and key.
+    let (_, err) = failure(&sql(
+        &config,
+        "analyst",
+        "SELECT id FROM lake.sales.vault",
+        "warn",
+    ));
+    assert!(
+        err.contains("lake.sales.vault")
+            && err.contains("crypto provider 'dbps' refuses table key 'pii_key'"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // On disk: the data files are PME, the table's key encryption keys are wrapped by
+    // pii_key, which only the service has.
+    let table_dir = lake.join("warehouse/sales/vault");
+    let metadata = std::fs::read_dir(table_dir.join("metadata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .unwrap();
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(&metadata).unwrap()).unwrap();
+    // Key encryption keys wrapped by pii_key; manifest list keys wrapped by one of them.
+    let keys = m["encryption-keys"].as_array().unwrap();
+    let keks: Vec<&Value> = keys
+        .iter()
+        .filter(|k| k["encrypted-by-id"] == "pii_key")
+        .map(|k| &k["key-id"])
+        .collect();
+    assert!(!keks.is_empty(), "{m}");
+    assert!(
+        keys.iter()
+            .all(|k| k["encrypted-by-id"] == "pii_key" || keks.contains(&&k["encrypted-by-id"])),
+        "{m}"
+    );
+    for f in std::fs::read_dir(table_dir.join("data")).unwrap() {
+        let bytes = std::fs::read(f.unwrap().path()).unwrap();
+        assert_eq!(&bytes[..4], b"PARE");
+    }
+    // The service decided and audited every wrap and unwrap.
+    let audit: Vec<Value> = std::fs::read_to_string(service_dir.join("audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls = |op: &str, user: &str, granted: bool| {
+        audit
+            .iter()
+            .filter(|r| {
+                r["operation"] == op
+                    && r["user"] == user
+                    && r["granted"] == granted
+                    && r["key_id"] == "pii_key"
+                    && r["table"] == "lake.sales.vault"
+            })
+            .count()
+    };
+    assert!(calls("wrap_key", "admin", true) >= 1, "{audit:?}");
+    assert!(calls("unwrap_key", "admin", true) >= 2, "{audit:?}");
+    assert!(calls("unwrap_key", "support", true) >= 1, "{audit:?}");
+    assert_eq!(calls("unwrap_key", "analyst", true), 0, "{audit:?}");
+    // Without the service, nothing of the table is read.
+    drop(service);
+    let (_, err) = failure(&sql(
+        &config,
+        "admin",
+        "SELECT count(*) FROM lake.sales.vault",
+        "warn",
+    ));
+    assert!(err.contains("crypto provider 'dbps'"), "{err}");
+}

@@ -13,8 +13,8 @@ use serde_json::Value;
 use crate::common::*;
 
 /// A worker serving on loopback until dropped.
-struct TestWorker {
-    engine: Arc<Engine>,
+pub(crate) struct TestWorker {
+    pub(crate) engine: Arc<Engine>,
     url: String,
     server: tokio::task::JoinHandle<()>,
 }
@@ -45,6 +45,14 @@ async fn start_worker(config: &Path, listener: tokio::net::TcpListener) -> TestW
 /// (`extra` appended to it).
 async fn cluster(tmp: &Path, extra: &str) -> (Arc<Engine>, Vec<TestWorker>, std::path::PathBuf) {
     let config = demo::init(&tmp.join("lake")).await.unwrap();
+    let (coordinator, workers) = cluster_of(&config, extra).await;
+    (coordinator, workers, config)
+}
+
+/// Three workers and a coordinator, each an engine of `config` with `[cluster]` (and
+/// `extra`) appended, written next to it as `cluster.toml`.
+pub(crate) async fn cluster_of(config: &Path, extra: &str) -> (Arc<Engine>, Vec<TestWorker>) {
+    let dir = config.parent().unwrap();
     let mut listeners = Vec::new();
     for _ in 0..3 {
         listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
@@ -54,16 +62,16 @@ async fn cluster(tmp: &Path, extra: &str) -> (Arc<Engine>, Vec<TestWorker>, std:
         .map(|l| format!("\"http://{}\"", l.local_addr().unwrap()))
         .collect();
     std::fs::write(
-        tmp.join("lake/cluster.secret"),
+        dir.join("cluster.secret"),
         "3f1c9a0d8e7b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa998877",
     )
     .unwrap();
-    let mut text = std::fs::read_to_string(&config).unwrap();
+    let mut text = std::fs::read_to_string(config).unwrap();
     text.push_str(&format!(
         "\n[cluster]\nworkers = [{}]\nsecret_file = \"cluster.secret\"\npartitions_per_worker = 1\n{extra}",
         urls.join(", ")
     ));
-    let clustered = tmp.join("lake/cluster.toml");
+    let clustered = dir.join("cluster.toml");
     std::fs::write(&clustered, text).unwrap();
     let mut workers = Vec::new();
     for l in listeners {
@@ -76,10 +84,10 @@ async fn cluster(tmp: &Path, extra: &str) -> (Arc<Engine>, Vec<TestWorker>, std:
             .distribute()
             .unwrap(),
     );
-    (coordinator, workers, config)
+    (coordinator, workers)
 }
 
-async fn explain(engine: &Engine, principal: &str, sql: &str) -> String {
+pub(crate) async fn explain(engine: &Engine, principal: &str, sql: &str) -> String {
     let batches = query(&engine.session(principal), &format!("EXPLAIN {sql}"))
         .await
         .unwrap();
