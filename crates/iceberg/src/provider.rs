@@ -39,6 +39,8 @@ use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
 use crate::schema::arrow_schema;
 pub use crate::snapshot_exec::IcebergSnapshotExec;
+pub use crate::travel::AsOf;
+pub(crate) use crate::travel::{format_ms, listing, refs_of};
 use clearice_pme::{DecryptingReaderFactory, FileKeys, ScanKeys};
 use clearice_storage::{CATALOG_S3_SCHEME, LakeStores, Location, S3Options};
 
@@ -79,55 +81,6 @@ pub struct IcebergTableProvider {
     /// File groups per data scan, if not the session's `target_partitions` (a scan
     /// planned for workers).
     split: Option<usize>,
-}
-
-/// A snapshot named by a query (`FOR VERSION AS OF`, `FOR TIMESTAMP AS OF`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AsOf {
-    /// A snapshot id.
-    Version(i64),
-    /// A branch or tag name.
-    Ref(String),
-    /// The snapshot current at this time (milliseconds since the epoch, UTC).
-    Timestamp(i64),
-}
-
-impl std::fmt::Display for AsOf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Version(v) => write!(f, "version {v}"),
-            Self::Ref(r) => write!(f, "ref '{r}'"),
-            Self::Timestamp(ms) => write!(f, "timestamp {}", format_ms(*ms)),
-        }
-    }
-}
-
-/// The table's branches and tags (iceberg 0.10.1 has no accessor: read from the
-/// metadata's own serialization).
-pub(crate) fn refs_of(
-    m: &iceberg::spec::TableMetadata,
-) -> BTreeMap<String, iceberg::spec::SnapshotReference> {
-    serde_json::to_value(m)
-        .ok()
-        .and_then(|v| serde_json::from_value(v.get("refs")?.clone()).ok())
-        .unwrap_or_default()
-}
-
-/// `a, b, c`, or `none`.
-fn listing(items: impl Iterator<Item = String>) -> String {
-    let v: Vec<String> = items.collect();
-    if v.is_empty() {
-        "none".into()
-    } else {
-        v.join(", ")
-    }
-}
-
-/// `2024-01-02 03:04:05.678 UTC` for milliseconds since the epoch.
-pub(crate) fn format_ms(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
-        .unwrap_or_else(|| ms.to_string())
 }
 
 impl std::fmt::Debug for IcebergTableProvider {

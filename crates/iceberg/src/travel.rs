@@ -15,6 +15,7 @@
 //! Metadata tables are named like Trino's: `"t$snapshots"`, `"t$history"`,
 //! `"t$manifests"`, `"t$files"`, `"t$partitions"`, `"t$refs"`.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -31,7 +32,55 @@ use datafusion::sql::sqlparser::ast::{
     Expr, ObjectName, TableFactor, TableVersion, Value, Visit, Visitor,
 };
 
-use crate::provider::AsOf;
+/// A snapshot named by a query (`FOR VERSION AS OF`, `FOR TIMESTAMP AS OF`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AsOf {
+    /// A snapshot id.
+    Version(i64),
+    /// A branch or tag name.
+    Ref(String),
+    /// The snapshot current at this time (milliseconds since the epoch, UTC).
+    Timestamp(i64),
+}
+
+impl std::fmt::Display for AsOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Version(v) => write!(f, "version {v}"),
+            Self::Ref(r) => write!(f, "ref '{r}'"),
+            Self::Timestamp(ms) => write!(f, "timestamp {}", format_ms(*ms)),
+        }
+    }
+}
+
+/// The table's branches and tags (iceberg 0.10.1 has no accessor: read from the
+/// metadata's own serialization).
+pub(crate) fn refs_of(
+    m: &iceberg::spec::TableMetadata,
+) -> BTreeMap<String, iceberg::spec::SnapshotReference> {
+    serde_json::to_value(m)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("refs")?.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// `a, b, c`, or `none`.
+pub(crate) fn listing(items: impl Iterator<Item = String>) -> String {
+    let v: Vec<String> = items.collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// `2024-01-02 03:04:05.678 UTC` for milliseconds since the epoch.
+pub(crate) fn format_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
+        .unwrap_or_else(|| ms.to_string())
+}
+
 /// A metadata table of an Iceberg table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetadataTable {
