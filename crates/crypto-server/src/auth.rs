@@ -31,6 +31,8 @@ pub struct Caller {
     pub user: String,
     /// Roles: the token's `roles` claim (users' own tokens) and the configured roles.
     pub roles: BTreeSet<String>,
+    /// A trusted service acting for [`Caller::user`] (not a user's own token).
+    pub service: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -246,8 +248,28 @@ impl Verifier {
             subject,
             user,
             roles,
+            service,
         })
     }
+}
+
+/// Whether `key_id` is a table key (`[keys.K] table_key = true`): released as wrapped key
+/// encryption keys only, never used for module cryptography.
+pub fn is_table_key(config: &Config, key_id: &str) -> bool {
+    config.keys.get(key_id).is_some_and(|r| r.table_key)
+}
+
+/// Whether `caller` may have key encryption keys wrapped or unwrapped under table key
+/// `key_id`: a table key, its rules name the user, and a trusted service asks for it (the
+/// released key goes to an engine that enforces its policy, not to a user's own client).
+pub fn may_use_table_key(config: &Config, caller: &Caller, key_id: &str) -> bool {
+    is_table_key(config, key_id) && caller.service && allowed(config, caller, key_id)
+}
+
+/// Whether `caller` may have modules en- or decrypted under master key `key_id` (never a
+/// table key).
+pub fn may_use_module_key(config: &Config, caller: &Caller, key_id: &str) -> bool {
+    !is_table_key(config, key_id) && allowed(config, caller, key_id)
 }
 
 /// Whether `caller` may use master key `key_id` under the configured rules.

@@ -145,6 +145,14 @@ pub struct KeyRule {
     /// Roles.
     #[serde(default)]
     pub roles: Vec<String>,
+    /// A table key of tables Iceberg encrypts itself: its key encryption keys are wrapped
+    /// and unwrapped (`/wrap`, `/unwrap`, which release them) for trusted services acting
+    /// for the users and roles above, never for a user's own token; the key does no module
+    /// cryptography (`/decrypt`, `/encrypt`, `/keys` refuse it). A key without it is never
+    /// released: `/wrap` and `/unwrap` refuse it (the two wrap formats are the same, so
+    /// one key must not serve both).
+    #[serde(default)]
+    pub table_key: bool,
 }
 
 impl Config {

@@ -28,7 +28,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::Error;
-use crate::auth::{Caller, Verifier, allowed};
+use crate::auth::{Caller, Verifier, is_table_key, may_use_module_key, may_use_table_key};
 use crate::config::Config;
 
 /// The service's state.
@@ -200,7 +200,11 @@ async fn access(State(service): State<Arc<Service>>, headers: HeaderMap, body: B
         let known = service.provider.resolver().has_master_key(k) != Some(false);
         let answer = if !known {
             "unknown"
-        } else if allowed(&service.config, &caller, k) {
+        } else if if is_table_key(&service.config, k) {
+            may_use_table_key(&service.config, &caller, k)
+        } else {
+            may_use_module_key(&service.config, &caller, k)
+        } {
             "granted"
         } else {
             "denied"
@@ -232,7 +236,7 @@ async fn new_key(State(service): State<Arc<Service>>, headers: HeaderMap, body: 
     let key_id = req.encryption.key_id.clone();
     let app: BTreeMap<String, String> =
         serde_json::from_str(&req.application_context).unwrap_or_default();
-    let granted = allowed(&service.config, &caller, &key_id);
+    let granted = may_use_module_key(&service.config, &caller, &key_id);
     service
         .audit(AuditRecord {
             time: now(),
@@ -289,10 +293,16 @@ async fn unwrap(State(service): State<Arc<Service>>, headers: HeaderMap, body: B
     wrap_call(&service, &headers, &body, false).await
 }
 
+/// Longest base64 key a `/wrap` or `/unwrap` request may carry (a wrapped 256-bit key is
+/// under 100 characters in the keyring's and AWS KMS's formats).
+const MAX_WRAP_KEY_CHARS: usize = 4096;
+
 /// Wraps (`wrap`) or unwraps a key encryption key of a table Iceberg encrypts itself under
-/// the table key this service keeps, for a caller allowed to use that key (Iceberg's
-/// `KeyManagementClient`). The table key never leaves the service; audited either way.
+/// the table key this service keeps, for a trusted service acting for a user the key's
+/// rules allow ([`may_use_table_key`]). The table key never leaves the service; every call
+/// is audited with its outcome (the `table` is the caller's claim).
 async fn wrap_call(service: &Service, headers: &HeaderMap, body: &Bytes, wrap: bool) -> Response {
+    let operation = if wrap { "wrap_key" } else { "unwrap_key" };
     let parsed: protocol::WrapRequest = match parse(body) {
         Ok(r) => r,
         Err(e) => return e,
@@ -304,79 +314,202 @@ async fn wrap_call(service: &Service, headers: &HeaderMap, body: &Bytes, wrap: b
         application_context,
     } = parsed;
     let req = zeroize::Zeroizing::new(key);
-    let caller = match authenticate(service, headers, &access.user_id) {
-        Ok(c) => c,
-        Err(e) => return e,
-    };
     let app: BTreeMap<String, String> =
         serde_json::from_str(&application_context).unwrap_or_default();
-    let granted = allowed(&service.config, &caller, &key_id);
-    service
-        .audit(AuditRecord {
-            time: now(),
-            operation: if wrap { "wrap_key" } else { "unwrap_key" },
-            user: &caller.user,
-            subject: &caller.subject,
-            roles: caller.roles.iter().map(String::as_str).collect(),
-            key_id: &key_id,
-            column: None,
-            table: app.get("table").cloned(),
-            file: None,
-            granted,
-            modules: 0,
-            reference_id: "",
-            error: None,
-        })
-        .await;
-    let access = Access {
+    let table = app.get("table").map(String::as_str);
+    let caller = match authenticate(service, headers, &access.user_id) {
+        Ok(c) => c,
+        Err(e) => {
+            service
+                .audit(wrap_record(
+                    operation,
+                    &access.user_id,
+                    None,
+                    &key_id,
+                    table,
+                    false,
+                    Some("unauthenticated"),
+                ))
+                .await;
+            return e;
+        }
+    };
+    let granted = may_use_table_key(&service.config, &caller, &key_id);
+    let answer_access = Access {
         user_id: caller.user.clone(),
         roles: caller.roles.iter().cloned().collect(),
         access_control: Some(if granted { "granted" } else { "denied" }.into()),
     };
     if !granted {
-        return denied(&caller.user, &key_id, access);
+        let why = if !is_table_key(&service.config, &key_id) {
+            "not a table key ([keys.K] table_key)"
+        } else if !caller.service {
+            "table keys are released to trusted services only"
+        } else {
+            "no rule names the user"
+        };
+        service
+            .audit(wrap_record(
+                operation,
+                &access.user_id,
+                Some(&caller),
+                &key_id,
+                table,
+                false,
+                Some(why),
+            ))
+            .await;
+        return denied(&caller.user, &key_id, answer_access);
     }
-    let Some(kms) = service.provider.resolver().kms().cloned() else {
-        return error(StatusCode::NOT_FOUND, "unknown_key", "no KMS");
-    };
-    let unknown = || {
-        error(
-            StatusCode::NOT_FOUND,
-            "unknown_key",
-            format!("no master key '{key_id}'"),
-        )
-    };
-    // The KMS's text form of a wrapped key is the base64 of its bytes (the keyring, AWS).
-    let answer = if wrap {
-        let Ok(plain) = BASE64_STANDARD
+    let fail = |status: StatusCode, code: &str, message: String| (status, code.to_owned(), message);
+    let outcome = if req.len() > MAX_WRAP_KEY_CHARS {
+        Err(fail(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("key is over {MAX_WRAP_KEY_CHARS} characters"),
+        ))
+    } else if wrap {
+        match BASE64_STANDARD
             .decode(req.as_bytes())
             .map(zeroize::Zeroizing::new)
-        else {
-            return error(StatusCode::BAD_REQUEST, "bad_request", "key is not base64");
-        };
-        kms.wrap_key(&plain, &key_id)
-            .await
-            .map(zeroize::Zeroizing::new)
+        {
+            Ok(plain) if [16, 24, 32].contains(&plain.len()) => {
+                wrap_with(service, &plain, &key_id).await
+            }
+            Ok(_) => Err(fail(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "a key to wrap is a 128, 192 or 256-bit AES key".into(),
+            )),
+            Err(_) => Err(fail(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "key is not base64".into(),
+            )),
+        }
     } else {
-        kms.unwrap_key(&req, &key_id)
-            .await
-            .map(|k| zeroize::Zeroizing::new(BASE64_STANDARD.encode(k.expose())))
+        unwrap_with(service, &req, &key_id).await
     };
-    match answer {
-        Ok(key) => axum::Json(protocol::WrapResponse {
-            access,
-            key: key.to_string(),
-        })
-        .into_response(),
-        Err(clearice_crypto::Error::UnknownMasterKey { .. }) => unknown(),
+    match outcome {
+        Ok(key) => {
+            service
+                .audit(wrap_record(
+                    operation,
+                    &access.user_id,
+                    Some(&caller),
+                    &key_id,
+                    table,
+                    true,
+                    None,
+                ))
+                .await;
+            axum::Json(protocol::WrapResponse {
+                access: answer_access,
+                key: key.to_string(),
+            })
+            .into_response()
+        }
+        Err((status, code, message)) => {
+            service
+                .audit(wrap_record(
+                    operation,
+                    &access.user_id,
+                    Some(&caller),
+                    &key_id,
+                    table,
+                    true,
+                    Some(&message),
+                ))
+                .await;
+            error(status, &code, message)
+        }
+    }
+}
+
+/// The audit line of a `/wrap` or `/unwrap` call (`caller`: none when unauthenticated).
+fn wrap_record<'a>(
+    operation: &'a str,
+    named_user: &'a str,
+    caller: Option<&'a Caller>,
+    key_id: &'a str,
+    table: Option<&str>,
+    granted: bool,
+    error: Option<&str>,
+) -> AuditRecord<'a> {
+    AuditRecord {
+        time: now(),
+        operation,
+        user: caller.map_or(named_user, |c| c.user.as_str()),
+        subject: caller.map_or("", |c| c.subject.as_str()),
+        roles: caller.map_or_else(Vec::new, |c| c.roles.iter().map(String::as_str).collect()),
+        key_id,
+        column: None,
+        table: table.map(str::to_owned),
+        file: None,
+        granted,
+        modules: 0,
+        reference_id: "",
+        error: error.map(str::to_owned),
+    }
+}
+
+/// A failed wrap or unwrap: HTTP status, error code, message (no key bytes).
+type WrapFailure = (StatusCode, String, String);
+
+/// `key` wrapped under `key_id` by the service's KMS, in the KMS's text form (the base64
+/// of its bytes: the keyring, AWS).
+async fn wrap_with(
+    service: &Service,
+    key: &[u8],
+    key_id: &str,
+) -> Result<zeroize::Zeroizing<String>, WrapFailure> {
+    let kms = service_kms(service)?;
+    kms.wrap_key(key, key_id)
+        .await
+        .map(zeroize::Zeroizing::new)
+        .map_err(|e| kms_failure(e, key_id))
+}
+
+/// The key `wrapped` (the KMS's text form) holds under `key_id`, as base64.
+async fn unwrap_with(
+    service: &Service,
+    wrapped: &str,
+    key_id: &str,
+) -> Result<zeroize::Zeroizing<String>, WrapFailure> {
+    let kms = service_kms(service)?;
+    kms.unwrap_key(wrapped, key_id)
+        .await
+        .map(|k| zeroize::Zeroizing::new(BASE64_STANDARD.encode(k.expose())))
+        .map_err(|e| kms_failure(e, key_id))
+}
+
+fn service_kms(service: &Service) -> Result<Arc<dyn clearice_crypto::Kms>, WrapFailure> {
+    service.provider.resolver().kms().cloned().ok_or((
+        StatusCode::NOT_FOUND,
+        "unknown_key".to_owned(),
+        "no KMS".to_owned(),
+    ))
+}
+
+fn kms_failure(e: clearice_crypto::Error, key_id: &str) -> WrapFailure {
+    match e {
+        clearice_crypto::Error::UnknownMasterKey { .. } => (
+            StatusCode::NOT_FOUND,
+            "unknown_key".into(),
+            format!("no master key '{key_id}'"),
+        ),
         // A wrapped key that does not unwrap (tampered, or under another key): the
         // caller's input, named without its bytes.
-        Err(clearice_crypto::Error::Unwrap { .. }) => error(
+        clearice_crypto::Error::Unwrap { .. } => (
             StatusCode::BAD_REQUEST,
-            "invalid_key",
+            "invalid_key".into(),
             format!("the wrapped key does not unwrap under '{key_id}'"),
         ),
-        Err(e) => error(StatusCode::BAD_GATEWAY, "kms_unavailable", e.to_string()),
+        e => (
+            StatusCode::BAD_GATEWAY,
+            "kms_unavailable".into(),
+            e.to_string(),
+        ),
     }
 }
 
@@ -452,7 +585,7 @@ async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bo
         Ok(k) => k,
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_key_material", e.to_string()),
     };
-    let granted = allowed(&service.config, &caller, &key.key_id);
+    let granted = may_use_module_key(&service.config, &caller, &key.key_id);
     let key_id = key.key_id.clone();
     let record = |error: Option<String>, granted: bool| AuditRecord {
         time: now(),

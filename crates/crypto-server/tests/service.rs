@@ -20,7 +20,7 @@ use clearice_crypto::{
 };
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
-const KEYRING: &str = r#"{"k": "MDEyMzQ1Njc4OTAxMjM0NQ==", "nobody": "MTIzNDU2Nzg5MDEyMzQ1MA=="}"#;
+const KEYRING: &str = r#"{"k": "MDEyMzQ1Njc4OTAxMjM0NQ==", "nobody": "MTIzNDU2Nzg5MDEyMzQ1MA==", "t": "YWJjZGVmZ2hpamtsbW5vcA=="}"#;
 
 fn batch(key: clearice_crypto::KeyRef, sizes: &[usize]) -> ModuleBatch {
     ModuleBatch {
@@ -51,7 +51,7 @@ async fn service_encrypts_decrypts_refuses_limits_and_shuts_down() {
         "max_request_mb = 1\naudit = \"audit.jsonl\"\n\
          [kms]\ntype = \"keyring\"\npath = \"keyring.json\"\n\
          [auth]\naudience = \"clearice-crypto\"\nhs256_secret_file = \"jwt.secret\"\ntrusted_services = [\"clearice\"]\n\
-         [keys.k]\nusers = [\"ann\"]\n",
+         [keys.k]\nusers = [\"ann\"]\n[keys.t]\nusers = [\"ann\"]\ntable_key = true\n",
     )
     .unwrap();
     let config = clearice_crypto_server::Config::load(&d.join("c.toml")).unwrap();
@@ -192,40 +192,103 @@ async fn service_encrypts_decrypts_refuses_limits_and_shuts_down() {
         Err(ProviderError::Denied { .. })
     ));
 
-    // Table keys of tables Iceberg encrypts: the service wraps and unwraps key encryption
-    // keys under the master key it keeps, for a user its rules allow, in the KMS's own
-    // wrap format (the keyring's, which Iceberg's Java client reads too).
+    // Table keys of tables Iceberg encrypts (`table_key = true`): the service wraps and
+    // unwraps key encryption keys under the master key it keeps, for a trusted service
+    // acting for a user its rules allow, in the KMS's own wrap format (the keyring's,
+    // which Iceberg's Java client reads too).
     let kek = [7u8; 16];
-    let wrapped = remote.wrap_key(&ctx, &kek, "k").await.unwrap();
+    let wrapped = remote.wrap_key(&ctx, &kek, "t").await.unwrap();
     let local = kms
-        .unwrap_key(&BASE64_STANDARD.encode(&wrapped), "k")
+        .unwrap_key(&BASE64_STANDARD.encode(&wrapped), "t")
         .await
         .unwrap();
     assert_eq!(local.expose(), &kek);
-    let back = remote.unwrap_key(&ctx, &wrapped, "k").await.unwrap();
+    let back = remote.unwrap_key(&ctx, &wrapped, "t").await.unwrap();
     assert_eq!(back.expose(), &kek);
-    match remote.unwrap_key(&bob, &wrapped, "k").await {
+    match remote.unwrap_key(&bob, &wrapped, "t").await {
         Err(ProviderError::Denied {
             key_id, principal, ..
         }) => {
-            assert_eq!((key_id.as_str(), principal.as_str()), ("k", "bob"))
+            assert_eq!((key_id.as_str(), principal.as_str()), ("t", "bob"))
         }
         other => panic!("expected Denied, got {other:?}"),
     }
     assert!(matches!(
-        remote.wrap_key(&bob, &kek, "k").await,
+        remote.wrap_key(&bob, &kek, "t").await,
         Err(ProviderError::Denied { .. })
     ));
+    // A module key is never released: PME wraps its key encryption keys the same way, so
+    // /unwrap would hand out what /decrypt keeps in the service.
+    let pme_wrapped = remote.wrap_key(&ctx, &kek, "k").await;
+    assert!(
+        matches!(pme_wrapped, Err(ProviderError::Denied { .. })),
+        "{pme_wrapped:?}"
+    );
+    let module_kek = BASE64_STANDARD
+        .decode(kms.wrap_key(&kek, "k").await.unwrap())
+        .unwrap();
+    assert!(matches!(
+        remote.unwrap_key(&ctx, &module_kek, "k").await,
+        Err(ProviderError::Denied { .. })
+    ));
+    // ...and a table key does no module cryptography.
+    let (_, table_material) = writer.data_key("t", false).await.unwrap();
+    let table_ref = remote
+        .describe_key(&ctx, Bytes::from(table_material))
+        .await
+        .unwrap();
+    assert!(matches!(
+        remote.encrypt(&ctx, batch(table_ref, &[4])).await,
+        Err(ProviderError::Denied { .. })
+    ));
+    // A user's own token does not get table keys released, even one the rules name.
+    let ann_token = clearice_crypto::mint_hs256(
+        &SecretKey::from_bytes(SECRET.as_bytes().to_vec()),
+        "ann",
+        "clearice-crypto",
+        Duration::from_secs(60),
+    );
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/unwrap"))
+        .bearer_auth(ann_token.expose())
+        .json(&protocol::WrapRequest {
+            key_id: "t".into(),
+            key: BASE64_STANDARD.encode(&wrapped),
+            ..Default::default()
+        })
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
     let mut flipped = wrapped.clone();
     flipped[20] ^= 1;
-    match remote.unwrap_key(&ctx, &flipped, "k").await {
+    match remote.unwrap_key(&ctx, &flipped, "t").await {
         Err(ProviderError::Unavailable { reason, .. }) => {
-            assert!(reason.contains("does not unwrap under 'k'"), "{reason}")
+            assert!(reason.contains("does not unwrap under 't'"), "{reason}")
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
     let audit = std::fs::read_to_string(d.join("audit.jsonl")).unwrap();
-    assert!(audit.contains("\"operation\":\"unwrap_key\""), "{audit}");
+    let lines: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.iter().any(|r| r["operation"] == "unwrap_key"
+        && r["user"] == "ann"
+        && r["granted"] == true
+        && r["error"].is_null()));
+    assert!(lines.iter().any(|r| {
+        r["operation"] == "unwrap_key"
+            && r["user"] == "ann"
+            && r["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("does not unwrap"))
+    }));
+    assert!(
+        lines.iter().any(|r| r["operation"] == "unwrap_key"
+            && r["subject"] == "ann"
+            && r["granted"] == false)
+    );
     assert!(!audit.contains(&BASE64_STANDARD.encode(kek)), "{audit}");
 
     // Over the service's 1 MiB body limit: refused, not buffered.

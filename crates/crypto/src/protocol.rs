@@ -233,7 +233,7 @@ pub struct NewKeyResponse {
 /// `POST /wrap` and `POST /unwrap` request: a key encryption key of a table Iceberg
 /// encrypts itself, wrapped or unwrapped under the table key the service keeps (Iceberg's
 /// `KeyManagementClient`).
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Clone, Serialize, Deserialize, Default)]
 pub struct WrapRequest {
     /// The table key (`encryption.key-id`).
     pub key_id: String,
@@ -247,12 +247,30 @@ pub struct WrapRequest {
 }
 
 /// `POST /wrap` and `POST /unwrap` answer.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Clone, Serialize, Deserialize, Default)]
 pub struct WrapResponse {
     /// Who the service decided for.
     pub access: Access,
     /// base64: the wrapped key (`/wrap`) or the key (`/unwrap`).
     pub key: String,
+}
+
+// Their `key` is key bytes (wrapped or not): never shown.
+impl std::fmt::Debug for WrapRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WrapRequest")
+            .field("key_id", &self.key_id)
+            .field("access", &self.access)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for WrapResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WrapResponse")
+            .field("access", &self.access)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Content type of the binary transport of `/decrypt` and `/encrypt`: the same JSON

@@ -120,6 +120,12 @@ impl Engine {
                     ));
                 }
             }
+            // A table Iceberg encrypts itself: every file is under its own key from the
+            // manifests, which only a principal's scan unwraps (its table key may be a
+            // provider's, deciding per user): the per-user plans above are the check.
+            if clearice_iceberg::native::table_key_id(table.metadata()).is_some() {
+                continue;
+            }
             let planned = match table.scan().select_all().build() {
                 Ok(scan) => match scan.plan_files().await {
                     Ok(s) => s.try_collect::<Vec<_>>().await,
@@ -191,6 +197,10 @@ impl Engine {
                 let Ok(table) = cat.load_table(&ident).await else {
                     continue;
                 };
+                // Denied to everyone when the policy does not name it (see above).
+                if clearice_iceberg::native::table_key_id(table.metadata()).is_some() {
+                    continue;
+                }
                 let tasks = match table.scan().select_all().build() {
                     Ok(scan) => match scan.plan_files().await {
                         Ok(s) => s.try_collect::<Vec<_>>().await.unwrap_or_default(),

@@ -480,10 +480,21 @@ fn a_table_key_the_service_keeps_is_unwrapped_by_it_per_user() {
             .arg(&lake),
     );
     let service_dir = lake.join("crypto-server");
+    // The service keeps a table key of its own: released (as wrapped key encryption keys)
+    // to ClearIce for admin and support, never used for module cryptography.
+    let keyring = service_dir.join("keyring.json");
+    let mut keys: Value =
+        serde_json::from_str(&std::fs::read_to_string(&keyring).unwrap()).unwrap();
+    keys["vault_key"] = Value::from("dmF1bHQta2V5LTAxMjM0NQ==");
+    std::fs::write(&keyring, keys.to_string()).unwrap();
+    let service_config = service_dir.join("crypto-server.toml");
+    let mut text = std::fs::read_to_string(&service_config).unwrap();
+    text.push_str("\n[keys.vault_key]\nusers = [\"admin\", \"support\"]\ntable_key = true\n");
+    std::fs::write(&service_config, text).unwrap();
     let local_keys = std::fs::read_to_string(lake.join("keyring.json")).unwrap();
-    assert!(!local_keys.contains("pii_key"), "{local_keys}");
+    assert!(!local_keys.contains("vault_key"), "{local_keys}");
     let service = start(
-        &service_dir.join("crypto-server.toml"),
+        &service_config,
         &["crypto-server"],
         &tmp.path().join("service.addr"),
     );
@@ -505,7 +516,7 @@ fn a_table_key_the_service_keeps_is_unwrapped_by_it_per_user() {
     let ok = |user: &str, q: &str| rows(&sql(&config, user, q, "warn"));
     // Each statement is its own process: nothing is carried over but the lake.
     for q in [
-        "CREATE TABLE lake.sales.vault (id BIGINT, ssn VARCHAR) WITH (\"encryption.key-id\" = 'pii_key')",
+        "CREATE TABLE lake.sales.vault (id BIGINT, ssn VARCHAR) WITH (\"encryption.key-id\" = 'vault_key')",
         "INSERT INTO lake.sales.vault VALUES (1, '111-22-3333'), (2, '444-55-6666'), (3, '777-88-9999')",
         "DELETE FROM lake.sales.vault WHERE id = 2",
     ] {
@@ -521,7 +532,7 @@ fn a_table_key_the_service_keeps_is_unwrapped_by_it_per_user() {
         all,
         serde_json::json!([{"id": 1, "ssn": "111-22-3333"}, {"id": 3, "ssn": "777-88-9999"}])
     );
-    // support: the service grants pii_key, the policy masks.
+    // support: the service grants vault_key, the policy masks.
     let support = ok("support", "SELECT ssn FROM lake.sales.vault ORDER BY id");
     assert_eq!(
         support,
@@ -537,12 +548,12 @@ fn a_table_key_the_service_keeps_is_unwrapped_by_it_per_user() {
     ));
     assert!(
         err.contains("lake.sales.vault")
-            && err.contains("crypto provider 'dbps' refuses table key 'pii_key'"),
+            && err.contains("crypto provider 'dbps' refuses table key 'vault_key'"),
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     // On disk: the data files are PME, the table's key encryption keys are wrapped by
-    // pii_key, which only the service has.
+    // vault_key, which only the service has.
     let table_dir = lake.join("warehouse/sales/vault");
     let metadata = std::fs::read_dir(table_dir.join("metadata"))
         .unwrap()
@@ -551,17 +562,17 @@ fn a_table_key_the_service_keeps_is_unwrapped_by_it_per_user() {
         .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
         .unwrap();
     let m: Value = serde_json::from_str(&std::fs::read_to_string(&metadata).unwrap()).unwrap();
-    // Key encryption keys wrapped by pii_key; manifest list keys wrapped by one of them.
+    // Key encryption keys wrapped by vault_key; manifest list keys wrapped by one of them.
     let keys = m["encryption-keys"].as_array().unwrap();
     let keks: Vec<&Value> = keys
         .iter()
-        .filter(|k| k["encrypted-by-id"] == "pii_key")
+        .filter(|k| k["encrypted-by-id"] == "vault_key")
         .map(|k| &k["key-id"])
         .collect();
     assert!(!keks.is_empty(), "{m}");
     assert!(
         keys.iter()
-            .all(|k| k["encrypted-by-id"] == "pii_key" || keks.contains(&&k["encrypted-by-id"])),
+            .all(|k| k["encrypted-by-id"] == "vault_key" || keks.contains(&&k["encrypted-by-id"])),
         "{m}"
     );
     for f in std::fs::read_dir(table_dir.join("data")).unwrap() {
@@ -581,7 +592,7 @@ fn a_table_key_the_service_keeps_is_unwrapped_by_it_per_user() {
                 r["operation"] == op
                     && r["user"] == user
                     && r["granted"] == granted
-                    && r["key_id"] == "pii_key"
+                    && r["key_id"] == "vault_key"
                     && r["table"] == "lake.sales.vault"
             })
             .count()
