@@ -24,6 +24,8 @@ pub struct TableAccess {
     pub error: Option<String>,
     /// Set when the statement writes the table (or creates or drops it).
     pub write: Option<WriteAudit>,
+    /// The row filter the read was under (its rule and predicate), if any.
+    pub row_filter: Option<String>,
 }
 
 /// What one query read: its table accesses (merged per table). Queries
@@ -68,6 +70,9 @@ impl QueryAccess {
             prev.allowed &= access.allowed;
             if prev.error.is_none() {
                 prev.error = access.error;
+            }
+            if prev.row_filter.is_none() {
+                prev.row_filter = access.row_filter;
             }
         } else {
             all.push(access);

@@ -117,6 +117,7 @@ impl SessionSchemaProvider {
                     .policy()
                     .table_access(self.access.principal(), &table);
                 self.access.record(TableAccess {
+                    row_filter: None,
                     write: None,
                     table,
                     snapshot_id: None,
@@ -139,6 +140,7 @@ impl SessionSchemaProvider {
             // table, no statistics of a column not readable in plaintext.
             policy.check_readable(&self.inner.full_name(base))?;
             self.access.record(TableAccess {
+                row_filter: None,
                 write: None,
                 table: format!("{}${}", self.inner.full_name(base), kind.name()),
                 snapshot_id: policy.inner().snapshot().map(|s| s.snapshot_id()),

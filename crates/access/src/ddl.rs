@@ -39,6 +39,7 @@ impl Ddl<'_> {
             audit.committed(None, 0);
         }
         self.access.record(TableAccess {
+            row_filter: None,
             table: target.to_owned(),
             snapshot_id: None,
             columns: vec![],

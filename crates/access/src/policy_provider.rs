@@ -37,6 +37,7 @@ use crate::remote::{DistributeScans, RemoteScanExec, ScanRequest};
 use clearice_iceberg::Error;
 use clearice_iceberg::IcebergTableProvider;
 
+mod row_filter;
 mod write;
 
 /// One visible column: its decision and where its values come from.
@@ -68,6 +69,8 @@ pub struct PolicyTableProvider {
     provider_failure: Option<(BTreeSet<String>, clearice_crypto::ProviderError)>,
     /// The table's provider by name, and master keys routed to others (for workers).
     provider_route: ProviderRoute,
+    /// The rows this principal may see, if the policy filters them (`row_filter.rs`).
+    row_filter: Option<row_filter::BoundRowFilter>,
 }
 
 /// A copy of a provider failure for one more error (the variants a failed access check
@@ -132,6 +135,7 @@ impl PolicyTableProvider {
                 policy: policy.source().to_owned(),
             };
             access.record(TableAccess {
+                row_filter: None,
                 write: None,
                 table,
                 snapshot_id: inner.snapshot().map(|s| s.snapshot_id()),
@@ -319,6 +323,18 @@ impl PolicyTableProvider {
                 rule: rule.to_string(),
             }),
         };
+        // A row filter that does not parse denies the table (fail closed).
+        let (row_filter, denied) = match row_filter::bind(&policy, &principal, &table) {
+            Ok(f) => (f.filter(|f| !f.is_all_rows()), denied),
+            Err(rule) => (
+                None,
+                denied.or(Some(Error::TableDenied {
+                    table: table.clone(),
+                    principal: principal.clone(),
+                    rule,
+                })),
+            ),
+        };
         let provider_route = ProviderRoute {
             name: table_provider,
             routes: routes.into_iter().collect(),
@@ -335,6 +351,7 @@ impl PolicyTableProvider {
             crypto,
             provider_failure,
             provider_route,
+            row_filter,
         })
     }
 
@@ -361,8 +378,17 @@ impl PolicyTableProvider {
 
     /// Fails (audited) if the whole table is denied to the principal.
     pub fn check_readable(&self, table: &str) -> Result<()> {
-        if let Some(e) = self.denial() {
+        let under_filter = self.row_filter.as_ref().map(|f| Error::TableDenied {
+            table: table.to_owned(),
+            principal: self.access.principal().to_owned(),
+            rule: format!(
+                "its metadata tables count rows outside the {} that applies to the principal",
+                f.rule
+            ),
+        });
+        if let Some(e) = self.denial().or(under_filter) {
             self.access.record(TableAccess {
+                row_filter: None,
                 write: None,
                 table: table.to_owned(),
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
@@ -448,6 +474,7 @@ impl PolicyTableProvider {
         let table = self.inner.name().to_owned();
         let refuse = |e: Error| -> DataFusionError {
             self.access.record(TableAccess {
+                row_filter: None,
                 write: None,
                 table: table.clone(),
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
@@ -578,7 +605,14 @@ impl TableProvider for PolicyTableProvider {
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         // Only filters on plaintext columns may reach the scan (file pruning, row
-        // filters); anything touching a masked column runs above the mask.
+        // filters); anything touching a masked column runs above the mask. Under a row
+        // filter nothing does: a predicate must not see a row outside it.
+        if self.row_filter.is_some() {
+            return Ok(vec![
+                TableProviderFilterPushDown::Unsupported;
+                filters.len()
+            ]);
+        }
         Ok(filters
             .iter()
             .map(|f| {
@@ -617,6 +651,7 @@ impl TableProvider for PolicyTableProvider {
                 source: Box::new(copy_failure(e)),
             };
             self.access.record(TableAccess {
+                row_filter: None,
                 write: None,
                 table,
                 snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
@@ -627,6 +662,7 @@ impl TableProvider for PolicyTableProvider {
             return Err(e.into());
         }
         self.access.record(TableAccess {
+            row_filter: self.row_filter.as_ref().map(|f| f.describe()),
             write: None,
             table: table.clone(),
             snapshot_id: self.inner.snapshot().map(|s| s.snapshot_id()),
@@ -642,6 +678,19 @@ impl TableProvider for PolicyTableProvider {
             .collect();
         inner_cols.sort_unstable();
         inner_cols.dedup();
+        // Under a row filter the scan also reads the columns the filter needs, and takes
+        // neither the statement's predicates nor its limit.
+        let (scan_cols, row_filter) = match &self.row_filter {
+            Some(f) => {
+                let (cols, plan) = self.plan_row_filter(state, f, &inner_cols)?;
+                (cols, Some(plan))
+            }
+            None => (inner_cols.clone(), None),
+        };
+        let (filters, limit) = match row_filter {
+            Some(_) => (&[][..], None),
+            None => (filters, limit),
+        };
         // Keys: fail closed. Only the master keys the policy declares for the columns
         // this scan reads may be requested (and the footer key); a column encrypted
         // under any other key (a table or column the policy does not name) stays
@@ -649,7 +698,7 @@ impl TableProvider for PolicyTableProvider {
         // Each key is bound to the column it is declared for: a column the policy does
         // not declare, encrypted under the key of one it does, stays encrypted.
         let scope = if self.access.policy().is_enforcing() {
-            KeyScope::Columns(self.column_keys(inner_cols.iter().copied()))
+            KeyScope::Columns(self.column_keys(scan_cols.iter().copied()))
         } else {
             KeyScope::All
         };
@@ -662,7 +711,7 @@ impl TableProvider for PolicyTableProvider {
         let distribute = state
             .config()
             .get_extension::<DistributeScans>()
-            .filter(|_| self.access.credential().is_none());
+            .filter(|_| self.access.credential().is_none() && row_filter.is_none());
         let inner = match &distribute {
             Some(d) => self.inner.clone().split_into(d.partitions),
             None => self.inner.clone(),
@@ -672,16 +721,19 @@ impl TableProvider for PolicyTableProvider {
         // pushdown, and for workers: the leaf they get takes no pushdown either, so row
         // groups are pruned only if the scan has the predicate from the start.
         let set_predicate = !all_plaintext || distribute.is_some();
-        let inner_plan = inner
+        let mut inner_plan = inner
             .scan_with(
                 state,
-                Some(&inner_cols),
+                Some(&scan_cols),
                 filters,
                 limit,
                 grant.clone(),
                 set_predicate,
             )
             .await?;
+        if let Some(f) = row_filter {
+            inner_plan = f.apply(inner_plan)?;
+        }
         let out_schema = project_schema(&self.schema, projection)?;
         let outputs: Vec<MaskOutput> = projected
             .iter()

@@ -185,6 +185,7 @@ mod tests {
 
     fn record(user: &str, i: usize) -> AuditRecord {
         AuditRecord {
+            row_filter: None,
             time: "2026-12-01T00:00:00.000Z".into(),
             user: user.into(),
             client: "test".into(),

@@ -361,6 +361,7 @@ impl Engine {
             return Ok(());
         };
         log.write(&clearice_policy::AuditRecord {
+            row_filter: None,
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             user: user.to_owned(),
             client: client.to_owned(),

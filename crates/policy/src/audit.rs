@@ -40,6 +40,9 @@ pub struct AuditRecord {
     pub snapshot_id: Option<i64>,
     /// Columns the query used, with decisions.
     pub columns: Vec<AuditColumn>,
+    /// The row filter the read was under (rule and predicate), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row_filter: Option<String>,
     /// Whether access was allowed.
     pub allowed: bool,
     /// Rows returned by the query (None when it failed).

@@ -36,5 +36,5 @@ pub use audit::{AuditColumn, AuditRecord};
 pub use error::{Error, Result};
 pub use model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision};
 pub use policy::{
-    Area, ColumnPolicy, LOCAL_PROVIDER, Policy, Subject, TablePolicy, parse_decision,
+    Area, ColumnPolicy, LOCAL_PROVIDER, Policy, RowFilter, Subject, TablePolicy, parse_decision,
 };

@@ -71,6 +71,9 @@ pub struct TablePolicy {
     pub export: Vec<Subject>,
     /// Columns by name.
     pub columns: BTreeMap<String, ColumnPolicy>,
+    /// Row filters (`[tables."t".row_filter]`): subject → SQL predicate over the table's
+    /// columns; see [`Policy::row_filter`].
+    pub row_filter: Vec<(Subject, String)>,
 }
 
 /// The name of the in-process crypto provider (the default of every table).
@@ -95,6 +98,16 @@ impl TablePolicy {
     }
 }
 
+/// The rows one principal may see of a table ([`Policy::row_filter`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowFilter {
+    /// SQL predicate over the table's columns (`principal_attr('x')` and
+    /// `current_user()` still to be substituted).
+    pub predicate: String,
+    /// Which rules it comes from, for EXPLAIN, errors and the audit log.
+    pub rule: String,
+}
+
 /// A named directory that confined sessions (Flight SQL) may read files from by path
 /// (`read`) or export query results into (`write`), per `[areas.NAME]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +127,8 @@ pub struct Area {
 pub struct Policy {
     source: String,
     users: BTreeMap<String, Vec<String>>,
+    /// `[users.NAME] attributes`: what row filters read with `principal_attr`.
+    attributes: BTreeMap<String, BTreeMap<String, String>>,
     roles: BTreeSet<String>,
     file_decrypt: Vec<Subject>,
     areas: Vec<Area>,
@@ -130,6 +145,7 @@ impl Policy {
         Self {
             source: source.into(),
             users: BTreeMap::new(),
+            attributes: BTreeMap::new(),
             roles: BTreeSet::new(),
             file_decrypt: vec![Subject::Wildcard],
             areas: Vec::new(),
@@ -165,6 +181,14 @@ impl Policy {
             .get(principal)
             .map(Vec::as_slice)
             .unwrap_or_default()
+    }
+
+    /// A user's attribute (`[users.NAME] attributes = { region = "EU" }`).
+    pub fn attribute(&self, principal: &str, name: &str) -> Option<&str> {
+        self.attributes
+            .get(principal)?
+            .get(name)
+            .map(String::as_str)
     }
 
     /// Every `[areas.NAME]` of the policy.

@@ -26,6 +26,7 @@ impl PolicyTableProvider {
         let audit = clearice_iceberg::WriteAudit::new(action);
         let refuse = |e: Error| -> DataFusionError {
             self.access.record(TableAccess {
+                row_filter: None,
                 table: table.clone(),
                 snapshot_id: None,
                 columns: vec![],
@@ -46,6 +47,16 @@ impl PolicyTableProvider {
             }));
         }
         self.inner.check_writable(action).map_err(refuse)?;
+        if let Some(f) = &self.row_filter {
+            return Err(refuse(Error::WriteDenied {
+                what: format!("{action} on table '{table}'"),
+                principal: principal.to_owned(),
+                rule: format!(
+                    "the principal reads it under a row filter ({}); writes under a row filter are not supported yet",
+                    f.rule
+                ),
+            }));
+        }
         // A table Iceberg encrypts is written under its table key: the table-level denial
         // (not named by the policy, another declared key, the key refused) holds for
         // writes too.
@@ -160,6 +171,7 @@ impl PolicyTableProvider {
         target: clearice_iceberg::dml::WriteTarget,
     ) -> clearice_iceberg::dml::WriteTarget {
         self.access.record(TableAccess {
+            row_filter: None,
             table: target.name.clone(),
             snapshot_id: None,
             columns: self.audit_columns(&self.columns.iter().collect::<Vec<_>>()),
@@ -227,6 +239,7 @@ impl PolicyTableProvider {
                 rule: rule.to_owned(),
             };
             self.access.record(TableAccess {
+                row_filter: None,
                 table: table.to_owned(),
                 snapshot_id: None,
                 columns: vec![],
@@ -310,6 +323,7 @@ impl PolicyTableProvider {
                 rule: "a protected column is written only by its `write` list".into(),
             };
             self.access.record(TableAccess {
+                row_filter: None,
                 table: table.to_owned(),
                 snapshot_id: None,
                 columns: self.audit_columns(&[c]),

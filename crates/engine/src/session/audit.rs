@@ -71,6 +71,7 @@ impl PendingAudit {
         let outcome = outcome.map_err(|e| redact(&e));
         if let Some((action, resource)) = event {
             out.push(AuditRecord {
+                row_filter: None,
                 time: time.clone(),
                 user: self.caller.principal().to_owned(),
                 client: self.caller.client().to_owned(),
@@ -97,6 +98,7 @@ impl PendingAudit {
                 ),
             };
             out.push(AuditRecord {
+                row_filter: a.row_filter,
                 time: time.clone(),
                 user: self.caller.principal().to_owned(),
                 client: self.caller.client().to_owned(),

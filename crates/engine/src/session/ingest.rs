@@ -29,6 +29,7 @@ impl Session {
         };
         let audit = clearice_iceberg::WriteAudit::new("ingest");
         let access = clearice_access::TableAccess {
+            row_filter: None,
             table: full.clone(),
             snapshot_id: None,
             columns: vec![],

@@ -17,6 +17,7 @@ mod postgres;
 mod pyarrow;
 mod rest;
 mod rotation;
+mod row_filter;
 mod s3;
 mod spark;
 mod tamper;

@@ -4,7 +4,7 @@
 
 use crate::model::{Decision, Resolved, RuleSource, TableDecision};
 
-use super::{Area, Policy, Subject};
+use super::{Area, Policy, RowFilter, Subject};
 
 impl Policy {
     /// Whether `principal` may decrypt standalone files (not in a catalog), per `[files]`.
@@ -125,6 +125,58 @@ impl Policy {
             .unwrap_or((TableDecision::Allow, RuleSource::DefaultUnprotected))
     }
 
+    /// The rows of `table` `principal` may see, if the table has row filters: the
+    /// predicate of the principal's `user:` rule, else the predicates of the rules of its
+    /// roles (several: any of them, `OR`, as among column rules the most permissive role
+    /// wins), else the `*` rule; a table with row filters none of which matches the
+    /// principal shows it no rows (`false`: fail closed). `None`: no row filter.
+    pub fn row_filter(&self, principal: &str, table: &str) -> Option<RowFilter> {
+        let t = self.tables.get(table)?;
+        if t.row_filter.is_empty() {
+            return None;
+        }
+        let pick = |want: &dyn Fn(&Subject) -> bool| -> Vec<&(Subject, String)> {
+            t.row_filter.iter().filter(|(s, _)| want(s)).collect()
+        };
+        let roles = self.roles_of(principal);
+        let known = self.is_known(principal);
+        let mut chosen = pick(&|s| matches!(s, Subject::User(u) if u == principal));
+        if chosen.is_empty() {
+            chosen = pick(&|s| matches!(s, Subject::Role(r) if roles.contains(r)));
+        }
+        if chosen.is_empty() && known {
+            chosen = pick(&|s| *s == Subject::Wildcard);
+        }
+        if chosen.is_empty() {
+            return Some(RowFilter {
+                predicate: "false".into(),
+                rule: "no row filter matches the principal: no rows".into(),
+            });
+        }
+        let rule = chosen
+            .iter()
+            .map(|(s, _)| match s {
+                Subject::User(u) => format!("user:{u}"),
+                Subject::Role(r) => format!("role {r}"),
+                Subject::Wildcard => "*".into(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let predicate = if chosen.len() == 1 {
+            chosen[0].1.clone()
+        } else {
+            chosen
+                .iter()
+                .map(|(_, p)| format!("({p})"))
+                .collect::<Vec<_>>()
+                .join(" OR ")
+        };
+        Some(RowFilter {
+            predicate,
+            rule: format!("row_filter of {rule}"),
+        })
+    }
+
     /// What `principal` sees of `table.column`. Most specific rule wins (user over role
     /// over `*`); among a user's roles the most permissive decision wins; a protected
     /// column with no matching rule is denied, an unprotected one is plaintext.
@@ -192,6 +244,49 @@ access = { "*" = "hide", admin = "plaintext" }
     /// [`P`], parsed.
     pub(crate) fn p() -> Policy {
         Policy::parse(P, "p.toml").unwrap()
+    }
+
+    #[test]
+    fn row_filters_pick_the_user_rule_then_any_role_then_star_and_else_no_rows() {
+        let text = format!(
+            "{P}\n[users.carol]\nroles = []\nattributes = {{ region = \"EU\" }}\n\
+             [tables.\"lake.sales.orders\".row_filter]\n\
+             analyst = \"region = 'EU'\"\nsupport = \"amount < 100\"\n\
+             \"user:root\" = \"true\"\n\
+             [tables.\"lake.sales.people\".row_filter]\n\"*\" = \"region = principal_attr('region')\"\n"
+        )
+        .replace("root = { roles = [\"admin\"] }", "root = { roles = [\"admin\", \"analyst\"] }");
+        let p = Policy::parse(&text, "p.toml").unwrap();
+        let f = |u: &str, t: &str| p.row_filter(u, t).map(|r| r.predicate);
+        assert_eq!(
+            f("alice", "lake.sales.orders").as_deref(),
+            Some("region = 'EU'")
+        );
+        // bob's two roles: either role's rows.
+        assert_eq!(
+            f("bob", "lake.sales.orders").as_deref(),
+            Some("(region = 'EU') OR (amount < 100)")
+        );
+        // A user rule wins over the user's roles.
+        assert_eq!(f("root", "lake.sales.orders").as_deref(), Some("true"));
+        // No rule for carol: no rows. An unknown principal too.
+        assert_eq!(f("carol", "lake.sales.orders").as_deref(), Some("false"));
+        assert_eq!(f("mallory", "lake.sales.people").as_deref(), Some("false"));
+        assert_eq!(
+            f("carol", "lake.sales.people").as_deref(),
+            Some("region = principal_attr('region')")
+        );
+        assert_eq!(p.attribute("carol", "region"), Some("EU"));
+        assert_eq!(p.attribute("alice", "region"), None);
+        // A table without row filters has none.
+        assert_eq!(f("alice", "lake.sales.customers"), None);
+        let e = Policy::parse(
+            &format!("{P}\n[tables.\"lake.sales.orders\".row_filter]\nintern = \"true\"\n"),
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown role 'intern'"), "{e}");
     }
 
     #[test]

@@ -53,6 +53,9 @@ struct RawArea {
 struct RawUser {
     #[serde(default)]
     roles: Vec<Spanned<String>>,
+    /// Attributes row filters read (`principal_attr('region')`).
+    #[serde(default)]
+    attributes: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -89,6 +92,9 @@ struct RawTable {
     export: Vec<Spanned<String>>,
     #[serde(default)]
     columns: BTreeMap<Spanned<String>, RawColumn>,
+    /// Row filters: subject → SQL predicate over the table's columns.
+    #[serde(default)]
+    row_filter: BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -160,7 +166,11 @@ impl Policy {
         })?;
         let roles: BTreeSet<String> = raw.roles.keys().map(|k| k.get_ref().clone()).collect();
         let mut users = BTreeMap::new();
+        let mut attributes = BTreeMap::new();
         for (name, u) in &raw.users {
+            if !u.attributes.is_empty() {
+                attributes.insert(name.get_ref().clone(), u.attributes.clone());
+            }
             let mut rs = Vec::new();
             for r in &u.roles {
                 if !roles.contains(r.get_ref()) {
@@ -311,9 +321,20 @@ impl Policy {
                     },
                 );
             }
+            let mut row_filter = Vec::new();
+            for (k, v) in &t.row_filter {
+                if v.get_ref().trim().is_empty() {
+                    return Err(err(
+                        v.span().start,
+                        "an empty row filter (write \"true\" for every row)".into(),
+                    ));
+                }
+                row_filter.push((subject(k)?, v.get_ref().clone()));
+            }
             tables.insert(
                 tname.get_ref().clone(),
                 TablePolicy {
+                    row_filter,
                     footer_key: t.footer_key.clone(),
                     plaintext_footer: t.plaintext_footer,
                     aad_prefix: t.aad_prefix.clone(),
@@ -336,6 +357,7 @@ impl Policy {
         Ok(Self {
             source: source.into(),
             users,
+            attributes,
             roles,
             file_decrypt,
             areas,
