@@ -492,6 +492,21 @@ impl Ddl<'_> {
         self.check_table_write(&target, "alter_table")?;
         let policy = self.access.policy();
         let principal = self.access.principal();
+        // A principal under a row filter changes no definition (a renamed column would
+        // re-point the filter); columns any filter reads are not renamed or dropped.
+        use crate::policy_provider::row_filter;
+        let under_filter = match row_filter::bind(policy, principal, &target) {
+            Ok(f) => f.filter(|f| !f.is_all_rows()).map(|f| f.rule),
+            Err(e) => Some(e),
+        };
+        if let Some(rule) = under_filter {
+            return Err(self.refused(
+                &target,
+                "alter_table",
+                &format!("the principal reads the table under a row filter ({rule})"),
+            ));
+        }
+        let filter_columns = row_filter::filter_columns(policy, &target);
         let invalid = |reason: String| -> DataFusionError {
             Error::InvalidWrite {
                 table: target.clone(),
@@ -523,9 +538,10 @@ impl Ddl<'_> {
         }
         let schema = table.metadata().current_schema();
         let named = |c: &str| {
-            policy
-                .table(&target)
-                .is_some_and(|t| t.columns.contains_key(c))
+            filter_columns.contains(c)
+                || policy
+                    .table(&target)
+                    .is_some_and(|t| t.columns.contains_key(c))
         };
         let renames: Vec<(&str, &str)> = ops
             .iter()
@@ -604,6 +620,11 @@ impl Ddl<'_> {
                         action = action.add_column(AddColumn::optional(c, t));
                     }
                     AlterColumn::Drop { name: c, if_exists } => {
+                        if filter_columns.contains(c) {
+                            return Err(invalid(format!(
+                                "column '{c}' is read by a row filter of the table (change the policy first)"
+                            )));
+                        }
                         if schema.field_by_name(c).is_none() {
                             if *if_exists {
                                 continue;

@@ -37,7 +37,7 @@ use crate::remote::{DistributeScans, RemoteScanExec, ScanRequest};
 use clearice_iceberg::Error;
 use clearice_iceberg::IcebergTableProvider;
 
-mod row_filter;
+pub(crate) mod row_filter;
 mod write;
 
 /// One visible column: its decision and where its values come from.
@@ -682,7 +682,7 @@ impl TableProvider for PolicyTableProvider {
         // neither the statement's predicates nor its limit.
         let (scan_cols, row_filter) = match &self.row_filter {
             Some(f) => {
-                let (cols, plan) = self.plan_row_filter(state, f, &inner_cols)?;
+                let (cols, plan) = self.plan_row_filter(f, &inner_cols)?;
                 (cols, Some(plan))
             }
             None => (inner_cols.clone(), None),

@@ -101,9 +101,9 @@ impl TablePolicy {
 /// The rows one principal may see of a table ([`Policy::row_filter`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowFilter {
-    /// SQL predicate over the table's columns (`principal_attr('x')` and
-    /// `current_user()` still to be substituted).
-    pub predicate: String,
+    /// SQL predicates over the table's columns, any of which lets a row through (one per
+    /// matching rule; `principal()` and `principal_attr('x')` still to be substituted).
+    pub predicates: Vec<String>,
     /// Which rules it comes from, for EXPLAIN, errors and the audit log.
     pub rule: String,
 }

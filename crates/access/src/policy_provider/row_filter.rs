@@ -28,10 +28,10 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::array::{AsArray, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::compute::{BatchCoalescer, filter_record_batch};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
-use datafusion::catalog::{Session, TableProvider};
+use datafusion::catalog::TableProvider;
 use datafusion::common::DFSchema;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -42,10 +42,12 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use datafusion::sql::sqlparser::ast::{
-    Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Value, VisitMut, VisitorMut,
+    BinaryOperator, Expr as SqlExpr, ExprWithAlias, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Value, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::Token;
 use futures::StreamExt;
 
 use super::PolicyTableProvider;
@@ -53,16 +55,18 @@ use super::PolicyTableProvider;
 /// A row filter ready to plan: its rule, and its predicate with the principal's name and
 /// attributes put in.
 #[derive(Debug, Clone)]
-pub(super) struct BoundRowFilter {
+pub(crate) struct BoundRowFilter {
     /// Which rules it comes from.
-    pub(super) rule: String,
-    /// SQL text, substituted.
-    pub(super) sql: String,
+    pub(crate) rule: String,
+    /// The predicate, substituted (the rules' predicates OR-ed).
+    expr: SqlExpr,
+    /// Its text, for EXPLAIN and the audit log.
+    sql: String,
 }
 
 impl BoundRowFilter {
     /// Whether it lets every row through (`true`): nothing to apply.
-    pub(super) fn is_all_rows(&self) -> bool {
+    pub(crate) fn is_all_rows(&self) -> bool {
         self.sql.trim().eq_ignore_ascii_case("true")
     }
 
@@ -72,9 +76,21 @@ impl BoundRowFilter {
     }
 }
 
+/// One rule's predicate as a whole expression: text after it is an error, not ignored.
+fn parse_predicate(sql: &str) -> std::result::Result<SqlExpr, String> {
+    let mut parser = Parser::new(&GenericDialect {})
+        .try_with_sql(sql)
+        .map_err(|e| e.to_string())?;
+    let expr = parser.parse_expr().map_err(|e| e.to_string())?;
+    parser
+        .expect_token(&Token::EOF)
+        .map_err(|e| e.to_string())?;
+    Ok(expr)
+}
+
 /// `table`'s row filter for `principal`, its functions substituted; `Err`: the text does
 /// not parse (a message naming the rule).
-pub(super) fn bind(
+pub(crate) fn bind(
     policy: &clearice_policy::Policy,
     principal: &str,
     table: &str,
@@ -82,23 +98,72 @@ pub(super) fn bind(
     let Some(f) = policy.row_filter(principal, table) else {
         return Ok(None);
     };
-    let mut expr = Parser::new(&GenericDialect {})
-        .try_with_sql(&f.predicate)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|e| format!("the {} of table '{table}' does not parse: {e}", f.rule))?;
-    let mut put = Substitute {
-        policy,
-        principal,
-        error: None,
-    };
-    let _ = expr.visit(&mut put);
-    if let Some(e) = put.error {
-        return Err(format!("the {} of table '{table}': {e}", f.rule));
+    let mut combined: Option<SqlExpr> = None;
+    for predicate in &f.predicates {
+        let mut expr = parse_predicate(predicate)
+            .map_err(|e| format!("the {} of table '{table}' does not parse: {e}", f.rule))?;
+        let mut put = Substitute {
+            policy,
+            principal,
+            error: None,
+        };
+        let _ = expr.visit(&mut put);
+        if let Some(e) = put.error {
+            return Err(format!("the {} of table '{table}': {e}", f.rule));
+        }
+        let expr = SqlExpr::Nested(Box::new(expr));
+        combined = Some(match combined {
+            None => expr,
+            Some(left) => SqlExpr::BinaryOp {
+                left: Box::new(left),
+                op: BinaryOperator::Or,
+                right: Box::new(expr),
+            },
+        });
     }
+    let expr = combined.unwrap_or(SqlExpr::Value(Value::Boolean(false).into()));
+    let sql = match &expr {
+        SqlExpr::Nested(e) => e.to_string(),
+        e => e.to_string(),
+    };
     Ok(Some(BoundRowFilter {
         rule: f.rule,
-        sql: expr.to_string(),
+        expr,
+        sql,
     }))
+}
+
+/// The columns any row filter of `table` names (by the names the policy uses): renaming
+/// or dropping one would change what the filter reads.
+pub(crate) fn filter_columns(
+    policy: &clearice_policy::Policy,
+    table: &str,
+) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let Some(t) = policy.table(table) else {
+        return out;
+    };
+    for (_, predicate) in &t.row_filter {
+        // A filter that does not parse denies the table; it names nothing here.
+        let Ok(expr) = parse_predicate(predicate) else {
+            continue;
+        };
+        let _ = datafusion::sql::sqlparser::ast::visit_expressions(&expr, |e| {
+            let ident = match e {
+                SqlExpr::Identifier(i) => Some(i),
+                SqlExpr::CompoundIdentifier(parts) => parts.last(),
+                _ => None,
+            };
+            if let Some(i) = ident {
+                out.insert(match i.quote_style {
+                    None => i.value.to_ascii_lowercase(),
+                    Some(_) => i.value.clone(),
+                });
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+    }
+    out
 }
 
 /// Replaces `principal()` and `principal_attr('x')` with string literals.
@@ -156,7 +221,6 @@ impl PolicyTableProvider {
     /// that puts the filter on the scan of them.
     pub(super) fn plan_row_filter(
         &self,
-        state: &dyn Session,
         filter: &BoundRowFilter,
         inner_cols: &[usize],
     ) -> Result<(Vec<usize>, RowFilterPlan)> {
@@ -168,10 +232,9 @@ impl PolicyTableProvider {
                 crate::one_line(&e)
             ))
         };
-        let state = state
-            .as_any()
-            .downcast_ref::<datafusion::execution::SessionState>()
-            .ok_or_else(|| DataFusionError::Internal("row filters need a SessionState".into()))?;
+        // Planned under fixed settings, not the session's (its dialect, identifier
+        // normalization or time zone must not change what the filter means).
+        let state = fixed_state();
         // Columns by the names the policy uses (the table's current names).
         let inner_schema = self.inner.schema();
         let named = |cols: &mut dyn Iterator<Item = usize>| -> Result<DFSchema> {
@@ -184,7 +247,15 @@ impl PolicyTableProvider {
             DFSchema::try_from(Schema::new(fields))
         };
         let all = named(&mut (0..inner_schema.fields().len()))?;
-        let expr: Expr = state.create_logical_expr(&filter.sql, &all).map_err(fail)?;
+        let expr: Expr = state
+            .create_logical_expr_from_sql_expr(
+                ExprWithAlias {
+                    expr: filter.expr.clone(),
+                    alias: None,
+                },
+                &all,
+            )
+            .map_err(fail)?;
         let mut scan_cols: Vec<usize> = inner_cols.to_vec();
         for c in expr.column_refs() {
             let i = all.index_of_column(c).map_err(fail)?;
@@ -204,6 +275,10 @@ impl PolicyTableProvider {
                 predicate,
                 keep,
                 display: filter.describe(),
+                failed: format!(
+                    "the {} of table '{table}' could not be evaluated on a row of the table",
+                    filter.rule
+                ),
             },
         ))
     }
@@ -215,6 +290,20 @@ pub(super) struct RowFilterPlan {
     /// Columns of the scan's output to keep, in order (the statement's).
     keep: Vec<usize>,
     display: String,
+    /// The one error a failing predicate gives (its own message may quote a value).
+    failed: String,
+}
+
+/// The settings row filters are planned under: DataFusion's defaults (generic dialect,
+/// identifiers normalized, UTC), whatever the session set.
+fn fixed_state() -> &'static datafusion::execution::SessionState {
+    static STATE: std::sync::OnceLock<datafusion::execution::SessionState> =
+        std::sync::OnceLock::new();
+    STATE.get_or_init(|| {
+        datafusion::execution::SessionStateBuilder::new()
+            .with_default_features()
+            .build()
+    })
 }
 
 impl RowFilterPlan {
@@ -234,6 +323,7 @@ impl RowFilterPlan {
             predicate: self.predicate,
             keep: self.keep,
             display: self.display,
+            failed: self.failed,
             schema,
             props: Arc::new(props),
         }))
@@ -248,6 +338,7 @@ pub struct RowFilterExec {
     predicate: Arc<dyn PhysicalExpr>,
     keep: Vec<usize>,
     display: String,
+    failed: String,
     schema: SchemaRef,
     props: Arc<PlanProperties>,
 }
@@ -297,22 +388,149 @@ impl ExecutionPlan for RowFilterExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let target = context.session_config().batch_size().max(1);
         let input = self.scan.execute(partition, context)?;
-        let predicate = Arc::clone(&self.predicate);
-        let keep = self.keep.clone();
-        let stream = input.map(move |batch| {
-            let batch = batch?;
-            let verdict = predicate.evaluate(&batch)?.into_array(batch.num_rows())?;
-            let verdict = verdict.as_boolean_opt().ok_or_else(|| {
-                DataFusionError::Plan("a row filter must be a boolean predicate".into())
-            })?;
-            // NULL is not true: the row is filtered out.
-            let passed = filter_record_batch(&batch, verdict)?;
-            Ok(passed.project(&keep)?)
+        let state = Filtering {
+            input,
+            predicate: Arc::clone(&self.predicate),
+            keep: self.keep.clone(),
+            failed: self.failed.clone(),
+            out: Coalesce::new(Arc::clone(&self.schema), target),
+        };
+        // Batches leave full (`batch_size` rows, the last one less), so how many there
+        // are says nothing of the rows filtered out.
+        let stream = futures::stream::unfold(Some(state), |state| async move {
+            let mut s = state?;
+            loop {
+                if let Some(b) = s.out.next() {
+                    return Some((Ok(b), Some(s)));
+                }
+                match s.input.next().await {
+                    Some(Ok(batch)) => {
+                        if let Err(e) = s.push(batch) {
+                            return Some((Err(e), None));
+                        }
+                    }
+                    Some(Err(e)) => return Some((Err(e), None)),
+                    None => return s.out.finish().map(|b| (b, None)),
+                }
+            }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
             stream,
         )))
     }
+}
+
+/// One partition of a [`RowFilterExec`] running.
+struct Filtering {
+    input: SendableRecordBatchStream,
+    predicate: Arc<dyn PhysicalExpr>,
+    keep: Vec<usize>,
+    failed: String,
+    out: Coalesce,
+}
+
+impl Filtering {
+    /// Filters `batch` into the output.
+    fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        let failed = || DataFusionError::Execution(self.failed.clone());
+        let verdict = self
+            .predicate
+            .evaluate(&batch)
+            .and_then(|v| v.into_array(batch.num_rows()))
+            .map_err(|_| failed())?;
+        let verdict = verdict.as_boolean_opt().ok_or_else(failed)?;
+        // NULL is not true: the row is filtered out.
+        let passed = filter_record_batch(&batch, verdict)?.project(&self.keep)?;
+        self.out.push(passed)
+    }
+}
+
+/// Output batches of `batch_size` rows: arrow's coalescer, or, for a scan of no columns
+/// (`count(*)`), a row count.
+enum Coalesce {
+    Columns(Box<BatchCoalescer>),
+    Rows {
+        schema: SchemaRef,
+        target: usize,
+        pending: usize,
+        ready: usize,
+    },
+}
+
+impl Coalesce {
+    fn new(schema: SchemaRef, target: usize) -> Self {
+        if schema.fields().is_empty() {
+            Self::Rows {
+                schema,
+                target,
+                pending: 0,
+                ready: 0,
+            }
+        } else {
+            Self::Columns(Box::new(BatchCoalescer::new(schema, target)))
+        }
+    }
+
+    fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        match self {
+            Self::Columns(c) => Ok(c.push_batch(batch)?),
+            Self::Rows {
+                target,
+                pending,
+                ready,
+                ..
+            } => {
+                *pending += batch.num_rows();
+                *ready += *pending / *target;
+                *pending %= *target;
+                Ok(())
+            }
+        }
+    }
+
+    fn next(&mut self) -> Option<RecordBatch> {
+        match self {
+            Self::Columns(c) => c.next_completed_batch(),
+            Self::Rows {
+                schema,
+                target,
+                ready,
+                ..
+            } => {
+                if *ready == 0 {
+                    return None;
+                }
+                *ready -= 1;
+                rows_only(schema, *target).ok()
+            }
+        }
+    }
+
+    /// The last, partial batch, if any.
+    fn finish(&mut self) -> Option<Result<RecordBatch>> {
+        match self {
+            Self::Columns(c) => match c.finish_buffered_batch() {
+                Ok(()) => c.next_completed_batch().map(Ok),
+                Err(e) => Some(Err(e.into())),
+            },
+            Self::Rows {
+                schema, pending, ..
+            } => {
+                let n = std::mem::take(pending);
+                (n > 0).then(|| rows_only(schema, n))
+            }
+        }
+    }
+}
+
+/// A batch of `n` rows and no columns.
+fn rows_only(schema: &SchemaRef, n: usize) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        vec![],
+        &RecordBatchOptions::new().with_row_count(Some(n)),
+    )?)
 }

@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::common::*;
 
 const FILTERS: &str = "\n[tables.\"lake.sales.customers\".row_filter]\n\
-    analyst = \"country = principal_attr('country')\"\n\
+    analyst = \"\\\"country\\\" = principal_attr('country')\"\n\
     \"user:admin\" = \"id % 2 = 0\"\n";
 
 async fn open(config: &Path) -> Arc<Engine> {
@@ -125,7 +125,7 @@ async fn each_principal_sees_exactly_the_rows_its_filter_grants() {
     .unwrap()
     .to_string();
     assert!(
-        plan.contains("RowFilterExec: row_filter of role analyst: country = 'FR'"),
+        plan.contains("RowFilterExec: row_filter of role analyst: \"country\" = 'FR'"),
         "{plan}"
     );
     let fr = rows(
@@ -209,16 +209,58 @@ async fn each_principal_sees_exactly_the_rows_its_filter_grants() {
         Value::from(total)
     );
 
+    let err = query_err(
+        &filtered.session("admin"),
+        "ALTER TABLE lake.sales.customers RENAME COLUMN name TO name2",
+    )
+    .await;
+    assert!(err.contains("row filter"), "{err}");
+
     // Audited with the rule.
     let audit = std::fs::read_to_string(tmp.path().join("lake/filtered-audit.jsonl")).unwrap();
     assert!(
         audit.lines().any(|l| {
             let r: Value = serde_json::from_str(l).unwrap();
             r["user"] == "analyst"
-                && r["row_filter"] == "row_filter of role analyst: country = 'FR'"
+                && r["row_filter"] == "row_filter of role analyst: \"country\" = 'FR'"
         }),
         "{audit}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_a_row_filter_reads_are_neither_renamed_nor_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, filtered) = lakes(tmp.path()).await;
+    let dir = tmp.path().join("lake");
+    // admin reads every row: it may change the table, but not the filter's columns.
+    let text = std::fs::read_to_string(dir.join("filtered.toml"))
+        .unwrap()
+        .replace("id % 2 = 0", "true");
+    std::fs::write(dir.join("filtered.toml"), text).unwrap();
+    let engine = open(&dir.join("filtered-config.toml")).await;
+    let admin = engine.session("admin");
+    for sql in [
+        "ALTER TABLE lake.sales.customers RENAME COLUMN country TO country_x",
+        "ALTER TABLE lake.sales.customers RENAME COLUMN name TO country",
+        "ALTER TABLE lake.sales.customers DROP COLUMN country",
+    ] {
+        let err = query_err(&admin, sql).await;
+        assert!(
+            err.contains("country") && err.contains("lake.sales.customers"),
+            "{sql}: {err}"
+        );
+    }
+    let n = json_rows(
+        &query(
+            &admin,
+            "SELECT count(*) FROM lake.sales.customers WHERE country IS NOT NULL",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(n[0][0].as_i64().unwrap() > 0);
+    drop(filtered);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,20 +268,29 @@ async fn a_row_filter_that_does_not_parse_denies_the_table() {
     let tmp = tempfile::tempdir().unwrap();
     let (_, filtered) = lakes(tmp.path()).await;
     let dir = tmp.path().join("lake");
-    let text = std::fs::read_to_string(dir.join("filtered.toml"))
-        .unwrap()
-        .replace("id % 2 = 0", "no_such_column = 1");
-    std::fs::write(dir.join("filtered.toml"), text).unwrap();
-    let engine = open(&dir.join("filtered-config.toml")).await;
-    let err = query_err(
-        &engine.session("admin"),
-        "SELECT count(*) FROM lake.sales.customers",
-    )
-    .await;
-    assert!(
-        err.contains("row_filter of user:admin") && err.contains("no_such_column"),
-        "{err}"
-    );
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let original = std::fs::read_to_string(dir.join("filtered.toml")).unwrap();
+    for (bad, named) in [
+        ("no_such_column = 1", "no_such_column"),
+        // Text after a whole predicate is an error, not ignored.
+        ("id % 2 = 0 AMD NOT id = 3", "does not parse"),
+        ("id % 2 = 0, id = 3", "does not parse"),
+    ] {
+        std::fs::write(
+            dir.join("filtered.toml"),
+            original.replace("id % 2 = 0", bad),
+        )
+        .unwrap();
+        let engine = open(&dir.join("filtered-config.toml")).await;
+        let err = query_err(
+            &engine.session("admin"),
+            "SELECT count(*) FROM lake.sales.customers",
+        )
+        .await;
+        assert!(
+            err.contains("row_filter of user:admin") && err.contains(named),
+            "{bad}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
     drop(filtered);
 }

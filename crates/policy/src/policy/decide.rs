@@ -127,9 +127,10 @@ impl Policy {
 
     /// The rows of `table` `principal` may see, if the table has row filters: the
     /// predicate of the principal's `user:` rule, else the predicates of the rules of its
-    /// roles (several: any of them, `OR`, as among column rules the most permissive role
-    /// wins), else the `*` rule; a table with row filters none of which matches the
-    /// principal shows it no rows (`false`: fail closed). `None`: no row filter.
+    /// roles (several: any of them lets a row through, as among column rules the most
+    /// permissive role wins), else the `*` rule; a table with row filters none of which
+    /// matches the principal shows it no rows (`false`: fail closed). `None`: no row
+    /// filter.
     pub fn row_filter(&self, principal: &str, table: &str) -> Option<RowFilter> {
         let t = self.tables.get(table)?;
         if t.row_filter.is_empty() {
@@ -149,7 +150,7 @@ impl Policy {
         }
         if chosen.is_empty() {
             return Some(RowFilter {
-                predicate: "false".into(),
+                predicates: vec!["false".into()],
                 rule: "no row filter matches the principal: no rows".into(),
             });
         }
@@ -162,17 +163,8 @@ impl Policy {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let predicate = if chosen.len() == 1 {
-            chosen[0].1.clone()
-        } else {
-            chosen
-                .iter()
-                .map(|(_, p)| format!("({p})"))
-                .collect::<Vec<_>>()
-                .join(" OR ")
-        };
         Some(RowFilter {
-            predicate,
+            predicates: chosen.iter().map(|(_, p)| p.clone()).collect(),
             rule: format!("row_filter of {rule}"),
         })
     }
@@ -257,7 +249,7 @@ access = { "*" = "hide", admin = "plaintext" }
         )
         .replace("root = { roles = [\"admin\"] }", "root = { roles = [\"admin\", \"analyst\"] }");
         let p = Policy::parse(&text, "p.toml").unwrap();
-        let f = |u: &str, t: &str| p.row_filter(u, t).map(|r| r.predicate);
+        let f = |u: &str, t: &str| p.row_filter(u, t).map(|r| r.predicates.join(" | "));
         assert_eq!(
             f("alice", "lake.sales.orders").as_deref(),
             Some("region = 'EU'")
@@ -265,7 +257,7 @@ access = { "*" = "hide", admin = "plaintext" }
         // bob's two roles: either role's rows.
         assert_eq!(
             f("bob", "lake.sales.orders").as_deref(),
-            Some("(region = 'EU') OR (amount < 100)")
+            Some("region = 'EU' | amount < 100")
         );
         // A user rule wins over the user's roles.
         assert_eq!(f("root", "lake.sales.orders").as_deref(), Some("true"));
