@@ -233,8 +233,10 @@ impl PolicyTableProvider {
             ))
         };
         // Planned under fixed settings, not the session's (its dialect, identifier
-        // normalization or time zone must not change what the filter means).
-        let state = fixed_state();
+        // normalization or time zone must not change what the filter means), with this
+        // scan's start time (`now()` in a filter is now, not when the process started).
+        let mut state = fixed_state().clone();
+        state.execution_props_mut().start_execution();
         // Columns by the names the policy uses (the table's current names).
         let inner_schema = self.inner.schema();
         let named = |cols: &mut dyn Iterator<Item = usize>| -> Result<DFSchema> {
