@@ -173,6 +173,9 @@ export CLEARICE_SUPERSET_PYTHON=$SVENV/bin/python
 export CLEARICE_JDBC_JARS=$JARS
 export CLEARICE_DATAFUSION_SLT_DIR=$DFSLT
 export CLEARICE_REQUIRE_FIXTURES=1
+# Debug builds poll deep async plans (planning under the policy, native-table scans) on
+# test threads and tokio workers: 8 MiB stacks, as the CLI's runtimes have.
+export RUST_MIN_STACK=${RUST_MIN_STACK:-8388608}
 
 # The fuzz targets (fuzz/: cargo fuzz on nightly, libFuzzer): the Thrift footer code of the
 # plaintext view, PME key material, the policy parser; each runs FUZZ_SECONDS (default 30)

@@ -13,14 +13,19 @@ fn main() {
         .init();
     // Two runtimes: the front end's (shell input, signals, progress; the server's network
     // IO) and the queries' (DataFusion's CPU work).
+    // 8 MiB stacks: planning a deep statement under the policy recurses (2 MiB is
+    // tokio's default).
+    const STACK: usize = 8 << 20;
     let runtimes = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("clearice-io")
+        .thread_stack_size(STACK)
         .enable_all()
         .build()
         .and_then(|io| {
             let cpu = tokio::runtime::Builder::new_multi_thread()
                 .thread_name("clearice-cpu")
+                .thread_stack_size(STACK)
                 .enable_all()
                 .build()?;
             Ok((io, cpu))
