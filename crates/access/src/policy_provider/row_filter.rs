@@ -236,7 +236,8 @@ impl PolicyTableProvider {
         // normalization or time zone must not change what the filter means), with this
         // scan's start time (`now()` in a filter is now, not when the process started).
         let mut state = fixed_state().clone();
-        state.execution_props_mut().start_execution();
+        let options = Arc::clone(state.config_options());
+        state.execution_props_mut().mark_start_execution(options);
         // Columns by the names the policy uses (the table's current names).
         let inner_schema = self.inner.schema();
         let named = |cols: &mut dyn Iterator<Item = usize>| -> Result<DFSchema> {
