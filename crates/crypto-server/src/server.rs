@@ -317,19 +317,17 @@ async fn wrap_call(service: &Service, headers: &HeaderMap, body: &Bytes, wrap: b
     let app: BTreeMap<String, String> =
         serde_json::from_str(&application_context).unwrap_or_default();
     let table = app.get("table").map(String::as_str);
+    let audit = WrapAudit {
+        operation,
+        named_user: &access.user_id,
+        key_id: &key_id,
+        table,
+    };
     let caller = match authenticate(service, headers, &access.user_id) {
         Ok(c) => c,
         Err(e) => {
             service
-                .audit(wrap_record(
-                    operation,
-                    &access.user_id,
-                    None,
-                    &key_id,
-                    table,
-                    false,
-                    Some("unauthenticated"),
-                ))
+                .audit(audit.record(None, false, Some("unauthenticated")))
                 .await;
             return e;
         }
@@ -349,15 +347,7 @@ async fn wrap_call(service: &Service, headers: &HeaderMap, body: &Bytes, wrap: b
             "no rule names the user"
         };
         service
-            .audit(wrap_record(
-                operation,
-                &access.user_id,
-                Some(&caller),
-                &key_id,
-                table,
-                false,
-                Some(why),
-            ))
+            .audit(audit.record(Some(&caller), false, Some(why)))
             .await;
         return denied(&caller.user, &key_id, answer_access);
     }
@@ -392,17 +382,7 @@ async fn wrap_call(service: &Service, headers: &HeaderMap, body: &Bytes, wrap: b
     };
     match outcome {
         Ok(key) => {
-            service
-                .audit(wrap_record(
-                    operation,
-                    &access.user_id,
-                    Some(&caller),
-                    &key_id,
-                    table,
-                    true,
-                    None,
-                ))
-                .await;
+            service.audit(audit.record(Some(&caller), true, None)).await;
             axum::Json(protocol::WrapResponse {
                 access: answer_access,
                 key: key.to_string(),
@@ -411,45 +391,45 @@ async fn wrap_call(service: &Service, headers: &HeaderMap, body: &Bytes, wrap: b
         }
         Err((status, code, message)) => {
             service
-                .audit(wrap_record(
-                    operation,
-                    &access.user_id,
-                    Some(&caller),
-                    &key_id,
-                    table,
-                    true,
-                    Some(&message),
-                ))
+                .audit(audit.record(Some(&caller), true, Some(&message)))
                 .await;
             error(status, &code, message)
         }
     }
 }
 
-/// The audit line of a `/wrap` or `/unwrap` call (`caller`: none when unauthenticated).
-fn wrap_record<'a>(
+/// What every audit line of one `/wrap` or `/unwrap` call shares.
+struct WrapAudit<'a> {
     operation: &'a str,
+    /// The user the request names (the line's user while the caller is unknown).
     named_user: &'a str,
-    caller: Option<&'a Caller>,
     key_id: &'a str,
-    table: Option<&str>,
-    granted: bool,
-    error: Option<&str>,
-) -> AuditRecord<'a> {
-    AuditRecord {
-        time: now(),
-        operation,
-        user: caller.map_or(named_user, |c| c.user.as_str()),
-        subject: caller.map_or("", |c| c.subject.as_str()),
-        roles: caller.map_or_else(Vec::new, |c| c.roles.iter().map(String::as_str).collect()),
-        key_id,
-        column: None,
-        table: table.map(str::to_owned),
-        file: None,
-        granted,
-        modules: 0,
-        reference_id: "",
-        error: error.map(str::to_owned),
+    table: Option<&'a str>,
+}
+
+impl<'a> WrapAudit<'a> {
+    /// The line for `caller` (none: unauthenticated).
+    fn record(
+        &self,
+        caller: Option<&'a Caller>,
+        granted: bool,
+        error: Option<&str>,
+    ) -> AuditRecord<'a> {
+        AuditRecord {
+            time: now(),
+            operation: self.operation,
+            user: caller.map_or(self.named_user, |c| c.user.as_str()),
+            subject: caller.map_or("", |c| c.subject.as_str()),
+            roles: caller.map_or_else(Vec::new, |c| c.roles.iter().map(String::as_str).collect()),
+            key_id: self.key_id,
+            column: None,
+            table: self.table.map(str::to_owned),
+            file: None,
+            granted,
+            modules: 0,
+            reference_id: "",
+            error: error.map(str::to_owned),
+        }
     }
 }
 

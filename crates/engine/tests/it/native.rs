@@ -63,6 +63,17 @@ fn sql_catalog(lake: &Path) -> String {
     )
 }
 
+/// The config of a test over Spark's SQL catalog with the interop keyring KMS and
+/// `policy` (the text of [`policy`] or [`policy_with`]).
+fn sql_config(lake: &Path, interop: &Path, policy: String) -> String {
+    format!(
+        "{}{}{}",
+        sql_catalog(lake),
+        kms(&interop.join("keyring.json")),
+        policy
+    )
+}
+
 fn kms(keyring: &Path) -> String {
     format!(
         "[kms]\ntype = \"keyring\"\npath = \"{}\"\n",
@@ -90,12 +101,7 @@ async fn every_snapshot_of_a_table_iceberg_encrypts_equals_sparks_answer() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "{}{}{}",
-        sql_catalog(&lake),
-        kms(&interop.join("keyring.json")),
-        policy(dir.path(), "spark.db.enc")
-    );
+    let config = sql_config(&lake, &interop, policy(dir.path(), "spark.db.enc"));
     let engine = engine(dir.path(), &config).await;
     let admin = engine.session("admin");
     let analyst = engine.session("analyst");
@@ -224,12 +230,7 @@ async fn a_table_key_the_kms_lacks_or_a_table_the_policy_does_not_name_is_denied
     }
     // The policy does not name the table: denied, not decrypted by default.
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "{}{}{}",
-        sql_catalog(&lake),
-        kms(&interop.join("keyring.json")),
-        policy(dir.path(), "other.db.enc")
-    );
+    let config = sql_config(&lake, &interop, policy(dir.path(), "other.db.enc"));
     let unnamed = engine(dir.path(), &config).await;
     let err = query_err(&unnamed.session("admin"), "SELECT id FROM spark.db.enc").await;
     assert!(
@@ -259,12 +260,7 @@ async fn a_table_key_the_kms_lacks_or_a_table_the_policy_does_not_name_is_denied
     // Metadata claiming table key `pii_key` whose key encryption keys `finance_key` wraps
     // (a policy on `pii_key` would pass): the keys are not unwrapped under another key.
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "{}{}{}",
-        sql_catalog(&lake),
-        kms(&interop.join("keyring.json")),
-        policy(dir.path(), "spark.db.rekeyed")
-    );
+    let config = sql_config(&lake, &interop, policy(dir.path(), "spark.db.rekeyed"));
     let rekeyed = engine(dir.path(), &config).await;
     let err = query_err(&rekeyed.session("admin"), "SELECT id FROM spark.db.rekeyed").await;
     assert!(
@@ -275,17 +271,16 @@ async fn a_table_key_the_kms_lacks_or_a_table_the_policy_does_not_name_is_denied
     );
     // A column no rule names is denied, even to admin; the named ones read.
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "{}{}{}",
-        sql_catalog(&lake),
-        kms(&interop.join("keyring.json")),
+    let config = sql_config(
+        &lake,
+        &interop,
         policy_with(dir.path(), "spark.db.enc", |text| {
             let cut = text
                 .find("[tables.\"spark.db.enc\".columns.amount]")
                 .unwrap();
             let end = cut + text[cut..].find("\n[").unwrap() + 1;
             format!("{}{}", &text[..cut], &text[end..])
-        })
+        }),
     );
     let partial = engine(dir.path(), &config).await;
     let admin = partial.session("admin");
@@ -298,16 +293,15 @@ async fn a_table_key_the_kms_lacks_or_a_table_the_policy_does_not_name_is_denied
     );
     // A rule declaring another master key than the table's: the table is denied.
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "{}{}{}",
-        sql_catalog(&lake),
-        kms(&interop.join("keyring.json")),
+    let config = sql_config(
+        &lake,
+        &interop,
         policy_with(dir.path(), "spark.db.enc", |text| {
             text.replace(
                 "[tables.\"spark.db.enc\".columns.name]\n",
                 "[tables.\"spark.db.enc\".columns.name]\nmaster_key = \"other_key\"\n",
             )
-        })
+        }),
     );
     let other = engine(dir.path(), &config).await;
     let err = query_err(&other.session("admin"), "SELECT id FROM spark.db.enc").await;
@@ -361,12 +355,7 @@ async fn workers_scan_a_table_iceberg_encrypts_as_one_node_does() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "{}{}{}",
-        sql_catalog(&lake),
-        kms(&interop.join("keyring.json")),
-        policy(dir.path(), "spark.db.enc")
-    );
+    let config = sql_config(&lake, &interop, policy(dir.path(), "spark.db.enc"));
     let single = engine(dir.path(), &config).await;
     let (coordinator, workers) = cluster_of(&dir.path().join("clearice.toml"), "").await;
     let e = expected(&lake);
@@ -474,12 +463,7 @@ async fn a_flipped_byte_in_a_manifest_list_manifest_data_file_or_deletion_vector
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "{}{}{}",
-        sql_catalog(&lake),
-        kms(&interop.join("keyring.json")),
-        policy(dir.path(), "spark.db.tamper")
-    );
+    let config = sql_config(&lake, &interop, policy(dir.path(), "spark.db.tamper"));
     let engine = engine(dir.path(), &config).await;
     let admin = engine.session("admin");
     let sql = "SELECT id, region, name, amount FROM spark.db.tamper ORDER BY id";
