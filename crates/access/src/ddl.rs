@@ -353,6 +353,7 @@ impl Ddl<'_> {
                 }
             }
         }
+        clearice_iceberg::parquet_layout::check(&props).map_err(|e| invalid(e.to_string()))?;
         // Rows sorted, or files partitioned, by a protected column would give its order
         // (or its values, in paths and manifests) to every reader: refused. Not
         // protected: a column everyone reads in plaintext, not encrypted under its own key.

@@ -38,6 +38,7 @@ pub mod lineage;
 pub mod metadata;
 pub mod native;
 pub mod native_write;
+pub mod parquet_layout;
 mod provider;
 mod report;
 mod schema;

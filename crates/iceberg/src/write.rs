@@ -26,9 +26,8 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
 use parquet::encryption::encrypt::FileEncryptionProperties;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::properties::WriterPropertiesBuilder;
 
 use crate::error::{Error, Result};
 use clearice_pme::ProviderColumnKey;
@@ -115,6 +114,8 @@ pub struct FileWriter {
     /// Iceberg encrypts the table itself: each file under its own key
     /// ([`crate::native_write`]), `spec` and `providers` unused.
     native: bool,
+    /// Row groups, pages and codec from the table's `write.parquet.*` properties.
+    layout: WriterPropertiesBuilder,
     /// Files are named `data/<commit id>-<n>.parquet`.
     commit_id: String,
     next_file: std::sync::atomic::AtomicUsize,
@@ -139,6 +140,8 @@ impl FileWriter {
                 table: name.clone(),
                 source: Box::new(source),
             })?;
+        let layout = crate::parquet_layout::writer_properties(table.metadata().properties())
+            .map_err(|e| werr(e.to_string()))?;
         let native = crate::native::table_key_id(table.metadata()).is_some();
         if native {
             return Ok(Self {
@@ -149,6 +152,7 @@ impl FileWriter {
                 kms,
                 providers: WriteProviders::default(),
                 native,
+                layout,
                 commit_id: format!("{:016x}", rand::random::<u64>()),
                 next_file: Default::default(),
                 written: Default::default(),
@@ -195,6 +199,7 @@ impl FileWriter {
             kms,
             providers,
             native,
+            layout,
             commit_id: format!("{:016x}", rand::random::<u64>()),
             next_file: Default::default(),
             written: Default::default(),
@@ -302,11 +307,12 @@ impl FileWriter {
             None => (None, None),
         };
         let (schema, spec) = (Arc::clone(&self.schema), Arc::clone(&self.spec));
+        let layout = self.layout.clone();
         let ischema = Arc::clone(self.table.metadata().current_schema());
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let (encoded, stand_ins) =
             datafusion::common::runtime::SpawnedTask::spawn_blocking(move || {
-                let encoded = write_file(&schema, &batches, &spec, keys, native_properties)
+                let encoded = write_file(&schema, &batches, layout, &spec, keys, native_properties)
                     .and_then(|(bytes, footer)| {
                         let metrics = plaintext_metrics(&ischema, &batches, &spec)?;
                         Ok((bytes, footer, metrics))
@@ -468,18 +474,13 @@ async fn file_keys(
 fn write_file(
     schema: &SchemaRef,
     batches: &[RecordBatch],
+    layout: WriterPropertiesBuilder,
     spec: &EncryptionSpec,
     keys: Option<FileKeys>,
     native: Option<Arc<FileEncryptionProperties>>,
 ) -> std::result::Result<(Vec<u8>, Option<SecretKey>), String> {
     let mut footer_key = None;
-    // Page statistics: the column and offset index (encrypted with each column's key)
-    // let selective queries skip pages.
-    let mut props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .set_data_page_row_count_limit(8192)
-        .set_bloom_filter_enabled(false);
+    let mut props = layout;
     if let Some(keys) = keys {
         footer_key = Some(keys.footer.clone());
         let mut b = FileEncryptionProperties::builder(keys.footer.expose().to_vec())
