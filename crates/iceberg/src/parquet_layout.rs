@@ -1,21 +1,25 @@
 //! How ClearIce lays out the Parquet files it writes: Iceberg's `write.parquet.*` table
 //! properties, where a table sets them, and ClearIce's defaults where it does not.
 //!
-//! | table property | Parquet setting | ClearIce default (Iceberg Java's) |
-//! |---|---|---|
-//! | `write.parquet.row-group-size-bytes` | row group size, encoded bytes | 128 MiB (128 MiB) |
-//! | `write.parquet.page-size-bytes` | data page size | 1 MiB (1 MiB) |
-//! | `write.parquet.page-row-limit` | rows per data page | 20,000 (20,000) |
-//! | `write.parquet.dict-size-bytes` | dictionary page size | 2 MiB (2 MiB) |
-//! | `write.parquet.compression-codec` | codec: `zstd`, `snappy`, `gzip`, `lz4`, `brotli`, `uncompressed` | `snappy` (`zstd`) |
-//! | `write.parquet.compression-level` | the codec's level | the codec's default |
+//! | table property | Parquet setting | ClearIce default (Iceberg Java's) | ClearIce takes |
+//! |---|---|---|---|
+//! | `write.parquet.row-group-size-bytes` | row group size, encoded bytes | 128 MiB (128 MiB) | 1 MiB to 1 GiB |
+//! | `write.parquet.page-size-bytes` | data page size | 1 MiB (1 MiB) | 4 KiB to 16 MiB |
+//! | `write.parquet.page-row-limit` | rows per data page | 20,000 (20,000) | 1 to 262,144 |
+//! | `write.parquet.dict-size-bytes` | dictionary page size | 2 MiB (2 MiB) | 4 KiB to 16 MiB |
+//! | `write.parquet.compression-codec` | codec | `snappy` (`zstd`) | `zstd`, `snappy`, `gzip`, `brotli`, `lz4_raw`, `uncompressed` |
+//! | `write.parquet.compression-level` | the codec's level | the codec's default | up to 9 (zstd from 1) |
+//!
+//! The bounds keep a table's layout, which its creator picks (here or in another engine),
+//! from costing the server unbounded memory or CPU on the blocking threads that encode.
 //!
 //! Row groups also hold at most [`ROW_GROUP_ROWS`] rows: DataFusion reads a file in parallel
 //! by row groups, so a 5M-row table in 1M-row groups keeps one of two cores idle for a
 //! fifth of a scan (measured: benches/RESULTS.md, "Tables Iceberg encrypts itself").
 //! Every column gets a page index (encrypted with its key), so selective reads skip pages.
 //! Pages hold 20,000 rows (Iceberg Java's and parquet-rs's default; 8,192 before), so a
-//! full scan of a table Iceberg encrypts opens 2.4 times fewer page modules.
+//! full scan of a table Iceberg encrypts opens up to 2.4 times fewer page modules (pages
+//! are also cut at their size in bytes).
 
 use std::collections::HashMap;
 
@@ -37,8 +41,6 @@ pub const CODEC_LEVEL: &str = "write.parquet.compression-level";
 
 /// The most rows a row group holds, whatever its size in bytes.
 pub const ROW_GROUP_ROWS: usize = 256 * 1024;
-const DEFAULT_ROW_GROUP_BYTES: usize = 128 * 1024 * 1024;
-const DEFAULT_PAGE_ROWS: usize = 20_000;
 
 /// A table property that does not give a valid layout: `property`, its value, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,39 +55,25 @@ pub struct LayoutError {
 }
 
 /// The Parquet writer settings of a table with `properties` (statistics per page, no
-/// Bloom filters: parquet-rs writes them unencrypted).
+/// Bloom filters: parquet-rs writes them unencrypted). Values are bounded: a table's
+/// creator (here or in another engine) picks the layout, not the server's memory or CPU.
 pub fn writer_properties(
     properties: &HashMap<String, String>,
 ) -> Result<WriterPropertiesBuilder, LayoutError> {
-    let size = |key: &str| -> Result<Option<usize>, LayoutError> {
-        let Some(v) = properties.get(key) else {
-            return Ok(None);
-        };
-        match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(Some(n)),
-            _ => Err(LayoutError {
-                property: key.to_owned(),
-                value: v.clone(),
-                reason: "must be a positive whole number".into(),
-            }),
-        }
+    const KIB: i64 = 1024;
+    const MIB: i64 = 1024 * KIB;
+    let size = |key: &str, default: i64, lo: i64, hi: i64| -> Result<usize, LayoutError> {
+        Ok(bounded(properties, key, lo, hi)?.unwrap_or(default) as usize)
     };
-    let mut b = WriterProperties::builder()
+    Ok(WriterProperties::builder()
         .set_compression(compression(properties)?)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_bloom_filter_enabled(false)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
-        .set_max_row_group_bytes(Some(
-            size(ROW_GROUP_BYTES)?.unwrap_or(DEFAULT_ROW_GROUP_BYTES),
-        ))
-        .set_data_page_row_count_limit(size(PAGE_ROWS)?.unwrap_or(DEFAULT_PAGE_ROWS));
-    if let Some(n) = size(PAGE_BYTES)? {
-        b = b.set_data_page_size_limit(n);
-    }
-    if let Some(n) = size(DICTIONARY_BYTES)? {
-        b = b.set_dictionary_page_size_limit(n);
-    }
-    Ok(b)
+        .set_max_row_group_bytes(Some(size(ROW_GROUP_BYTES, 128 * MIB, MIB, 1024 * MIB)?))
+        .set_data_page_row_count_limit(size(PAGE_ROWS, 20_000, 1, ROW_GROUP_ROWS as i64)?)
+        .set_data_page_size_limit(size(PAGE_BYTES, MIB, 4 * KIB, 16 * MIB)?)
+        .set_dictionary_page_size_limit(size(DICTIONARY_BYTES, 2 * MIB, 4 * KIB, 16 * MIB)?))
 }
 
 /// Checks the `write.parquet.*` properties a CREATE TABLE sets.
@@ -93,54 +81,62 @@ pub fn check(properties: &HashMap<String, String>) -> Result<(), LayoutError> {
     writer_properties(properties).map(drop)
 }
 
+/// `properties[key]` as a whole number in `lo..=hi`, if set.
+fn bounded(
+    properties: &HashMap<String, String>,
+    key: &str,
+    lo: i64,
+    hi: i64,
+) -> Result<Option<i64>, LayoutError> {
+    let Some(v) = properties.get(key) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<i64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
+        _ => Err(LayoutError {
+            property: key.to_owned(),
+            // One line whatever the value holds.
+            value: v.escape_debug().to_string(),
+            reason: format!("ClearIce takes a whole number from {lo} to {hi}"),
+        }),
+    }
+}
+
+fn in_range<T>(level: parquet::errors::Result<T>) -> T {
+    level.expect("the level was checked to be in 0..=9 (zstd: 1..=9), which every codec takes")
+}
+
 fn compression(properties: &HashMap<String, String>) -> Result<Compression, LayoutError> {
-    let err = |key: &str, value: &str, reason: String| LayoutError {
-        property: key.to_owned(),
-        value: value.to_owned(),
-        reason,
-    };
     let codec = properties.get(CODEC).map(|c| c.trim().to_ascii_lowercase());
-    let level = match properties.get(CODEC_LEVEL) {
-        None => None,
-        Some(v) => Some(
-            v.trim()
-                .parse::<i32>()
-                .map_err(|_| err(CODEC_LEVEL, v, "must be a whole number".into()))?,
-        ),
-    };
-    let bad_level = |e: parquet::errors::ParquetError| {
-        err(
-            CODEC_LEVEL,
-            properties.get(CODEC_LEVEL).map_or("", String::as_str),
-            e.to_string(),
-        )
-    };
+    // Levels above 9 cost tens of times the CPU of the default on a blocking thread that
+    // no statement timeout stops, and zstd's window grows with them.
+    let level = |lo: i64| bounded(properties, CODEC_LEVEL, lo, 9);
+    // Checked whatever the codec (snappy, lz4_raw and uncompressed take none).
+    level(0)?;
     Ok(match codec.as_deref() {
         None | Some("snappy") => Compression::SNAPPY,
-        Some("zstd") => Compression::ZSTD(match level {
-            Some(l) => ZstdLevel::try_new(l).map_err(bad_level)?,
+        Some("zstd") => Compression::ZSTD(match level(1)? {
+            Some(l) => in_range(ZstdLevel::try_new(l as i32)),
             None => ZstdLevel::default(),
         }),
-        Some("gzip") => Compression::GZIP(match level {
-            Some(l) => {
-                GzipLevel::try_new(u32::try_from(l).unwrap_or(u32::MAX)).map_err(bad_level)?
-            }
+        Some("gzip") => Compression::GZIP(match level(0)? {
+            Some(l) => in_range(GzipLevel::try_new(l as u32)),
             None => GzipLevel::default(),
         }),
-        Some("brotli") => Compression::BROTLI(match level {
-            Some(l) => {
-                BrotliLevel::try_new(u32::try_from(l).unwrap_or(u32::MAX)).map_err(bad_level)?
-            }
+        Some("brotli") => Compression::BROTLI(match level(0)? {
+            Some(l) => in_range(BrotliLevel::try_new(l as u32)),
             None => BrotliLevel::default(),
         }),
-        Some("lz4") => Compression::LZ4_RAW,
+        Some("lz4_raw") => Compression::LZ4_RAW,
         Some("uncompressed") => Compression::UNCOMPRESSED,
         Some(other) => {
-            return Err(err(
-                CODEC,
-                other,
-                "ClearIce writes zstd, snappy, gzip, brotli, lz4 or uncompressed".into(),
-            ));
+            return Err(LayoutError {
+                property: CODEC.to_owned(),
+                value: other.escape_debug().to_string(),
+                reason: "ClearIce writes zstd, snappy, gzip, brotli, lz4_raw or uncompressed \
+                         (Parquet deprecates the Hadoop-framed lz4; lzo is not written)"
+                    .into(),
+            });
         }
     })
 }
@@ -160,8 +156,9 @@ mod tests {
     fn defaults_cap_row_groups_by_rows_and_bytes() {
         let p = writer_properties(&HashMap::new()).unwrap().build();
         assert_eq!(p.max_row_group_row_count(), Some(ROW_GROUP_ROWS));
-        assert_eq!(p.max_row_group_bytes(), Some(DEFAULT_ROW_GROUP_BYTES));
-        assert_eq!(p.data_page_row_count_limit(), DEFAULT_PAGE_ROWS);
+        assert_eq!(p.max_row_group_bytes(), Some(128 * 1024 * 1024));
+        assert_eq!(p.data_page_row_count_limit(), 20_000);
+        assert_eq!(p.dictionary_page_size_limit(), 2 * 1024 * 1024);
         assert_eq!(
             p.compression(&parquet::schema::types::ColumnPath::from("c")),
             Compression::SNAPPY
@@ -195,10 +192,16 @@ mod tests {
     fn bad_values_name_the_property() {
         for (k, v) in [
             (ROW_GROUP_BYTES, "0"),
+            (ROW_GROUP_BYTES, "1"),
             (PAGE_ROWS, "-1"),
             (PAGE_BYTES, "1MB"),
+            (PAGE_BYTES, "1073741824"),
+            (DICTIONARY_BYTES, "1073741824"),
             (CODEC, "lzo"),
+            (CODEC, "lz4"),
             (CODEC_LEVEL, "x"),
+            (CODEC_LEVEL, "22"),
+            (CODEC_LEVEL, "-5"),
         ] {
             let e = check(&props(&[(CODEC, "zstd"), (k, v)])).unwrap_err();
             assert_eq!(
@@ -206,7 +209,8 @@ mod tests {
                 (k, v.to_lowercase())
             );
         }
-        let e = check(&props(&[(CODEC, "zstd"), (CODEC_LEVEL, "99")])).unwrap_err();
-        assert_eq!(e.property, CODEC_LEVEL);
+        // A value with a line break is shown on one line.
+        let e = check(&props(&[(PAGE_ROWS, "1\nforged")])).unwrap_err();
+        assert_eq!(e.to_string().lines().count(), 1, "{e}");
     }
 }
