@@ -6,7 +6,7 @@
 //! | `write.parquet.row-group-size-bytes` | row group size, encoded bytes | 128 MiB (128 MiB) | 1 MiB to 1 GiB |
 //! | `write.parquet.page-size-bytes` | data page size | 1 MiB (1 MiB) | 4 KiB to 16 MiB |
 //! | `write.parquet.page-row-limit` | rows per data page | 20,000 (20,000) | 1 to 262,144 |
-//! | `write.parquet.dict-size-bytes` | dictionary page size | 2 MiB (2 MiB) | 4 KiB to 16 MiB |
+//! | `write.parquet.dict-size-bytes` | dictionary page size | 1 MiB (2 MiB) | 4 KiB to 16 MiB |
 //! | `write.parquet.compression-codec` | codec | `snappy` (`zstd`) | `zstd`, `snappy`, `gzip`, `brotli`, `lz4_raw`, `uncompressed` |
 //! | `write.parquet.compression-level` | the codec's level | the codec's default | up to 9 (zstd from 1) |
 //!
@@ -73,7 +73,7 @@ pub fn writer_properties(
         .set_max_row_group_bytes(Some(size(ROW_GROUP_BYTES, 128 * MIB, MIB, 1024 * MIB)?))
         .set_data_page_row_count_limit(size(PAGE_ROWS, 20_000, 1, ROW_GROUP_ROWS as i64)?)
         .set_data_page_size_limit(size(PAGE_BYTES, MIB, 4 * KIB, 16 * MIB)?)
-        .set_dictionary_page_size_limit(size(DICTIONARY_BYTES, 2 * MIB, 4 * KIB, 16 * MIB)?))
+        .set_dictionary_page_size_limit(size(DICTIONARY_BYTES, MIB, 4 * KIB, 16 * MIB)?))
 }
 
 /// Checks the `write.parquet.*` properties a CREATE TABLE sets.
@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(p.max_row_group_row_count(), Some(ROW_GROUP_ROWS));
         assert_eq!(p.max_row_group_bytes(), Some(128 * 1024 * 1024));
         assert_eq!(p.data_page_row_count_limit(), 20_000);
-        assert_eq!(p.dictionary_page_size_limit(), 2 * 1024 * 1024);
+        assert_eq!(p.dictionary_page_size_limit(), 1024 * 1024);
         assert_eq!(
             p.compression(&parquet::schema::types::ColumnPath::from("c")),
             Compression::SNAPPY
