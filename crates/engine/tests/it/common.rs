@@ -19,6 +19,12 @@ pub async fn engine(dir: &Path, toml: &str) -> Arc<Engine> {
     engine_at(dir, "clearice.toml", toml).await
 }
 
+/// A demo lake created in `dir` and an engine over its config.
+pub async fn demo_engine(dir: &Path) -> Arc<Engine> {
+    let config = clearice_demo::init(dir).await.unwrap();
+    Arc::new(Engine::open(Config::load(&config).unwrap()).await.unwrap())
+}
+
 /// An engine over config text written into `dir/name`.
 pub async fn engine_at(dir: &Path, name: &str, toml: &str) -> Arc<Engine> {
     let path = dir.join(name);

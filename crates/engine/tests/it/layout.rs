@@ -1,11 +1,7 @@
 //! The Parquet layout of the files ClearIce writes: Iceberg's `write.parquet.*` table
 //! properties, and row groups small enough for every core to scan its share.
 
-use std::sync::Arc;
-
 use crate::common::{query, query_err};
-use clearice_demo as demo;
-use clearice_engine::{Config, Engine};
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::metadata::ParquetMetaDataReader;
 
@@ -22,8 +18,7 @@ fn data_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 async fn row_groups_are_capped_and_table_properties_set_the_layout() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("lake");
-    let config = demo::init(&dir).await.unwrap();
-    let engine = Arc::new(Engine::open(Config::load(&config).unwrap()).await.unwrap());
+    let engine = crate::common::demo_engine(&dir).await;
     let admin = engine.session("admin");
     query(
         &admin,

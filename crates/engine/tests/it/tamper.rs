@@ -1,12 +1,8 @@
 //! A flipped byte in each module of a ClearIce-written file: one line naming the file, the
 //! column (for column modules) and what failed authentication, never `ring::error`.
 
-use std::sync::Arc;
-
 use crate::common::local_side_file_reader;
 use clearice_crypto::KeyScope;
-use clearice_demo as demo;
-use clearice_engine::{Config, Engine};
 use datafusion::parquet::encryption::decrypt::FileDecryptionProperties;
 use datafusion::parquet::file::metadata::ParquetMetaDataReader;
 
@@ -20,8 +16,7 @@ fn flip(path: &std::path::Path, at: u64) {
 async fn a_flipped_byte_in_each_module_is_named_with_file_and_column() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("lake");
-    let config = demo::init(&dir).await.unwrap();
-    let engine = Arc::new(Engine::open(Config::load(&config).unwrap()).await.unwrap());
+    let engine = crate::common::demo_engine(&dir).await;
     let mut files: Vec<_> = std::fs::read_dir(dir.join("warehouse/sales/customers/data"))
         .unwrap()
         .map(|e| e.unwrap().path())
