@@ -19,6 +19,8 @@
 //! `datafusion` is DataFusion 53 as a user would set it up (defaults, no ClearIce code
 //! on the read path) with parquet-rs's own PME decryption; keys come from the same
 //! keyring through an `EncryptionFactory` that resolves PKMT1 key material.
+//!
+//! Both engines run on mimalloc, the allocator of the `clearice` binary and of datafusion-cli.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -38,6 +40,9 @@ use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
 use clearice_crypto::{KeyResolver, KeyringKms, Kms};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[expect(
     clippy::large_enum_variant,

@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod exec;
+pub mod memory;
 pub mod output;
 pub mod repl;
 pub mod serve;

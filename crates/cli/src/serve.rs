@@ -89,7 +89,7 @@ pub async fn run(
         loop {
             tick.tick().await;
             if idle.memory_reserved() == 0 {
-                let _ = tokio::task::spawn_blocking(Engine::release_free_memory).await;
+                let _ = tokio::task::spawn_blocking(crate::memory::release_free_memory).await;
             }
         }
     });

@@ -714,8 +714,10 @@ fn csv_export_of_millions_of_rows_streams_in_bounded_memory() {
         peak / 1024,
         small_peak / 1024
     );
-    // Bounded: 30x the rows costs (almost) no more memory, and stays under 150 MiB.
-    assert!(peak < 150 * 1024, "peak RSS {} MiB", peak / 1024);
+    // Bounded: 30x the rows costs (almost) no more memory, and stays under 192 MiB (a
+    // debug binary on mimalloc starts at ~144 MiB here; the 3M rows alone are ~120 MiB of
+    // Arrow, so a buffered result would not fit).
+    assert!(peak < 192 * 1024, "peak RSS {} MiB", peak / 1024);
     assert!(
         peak - small_peak < 24 * 1024,
         "RSS grows with rows: {} KiB more for 30x the rows",
