@@ -9,9 +9,23 @@ use serde_json::Value;
 
 use crate::common::{python, run_ok, start};
 
+/// The row filters of the differential's policy.
+const ROW_FILTERS: &str = r#"
+[tables."lake.sales.customers".row_filter]
+"user:admin" = "true"
+analyst = "country = principal_attr('country') OR id % 4 = 0"
+support = "id % 3 <> 1"
+
+[tables."lake.sales.orders".row_filter]
+"user:admin" = "true"
+analyst = "status <> 'returned' AND customer_id % 2 = 0"
+support = "amount < 5000"
+"#;
+
 /// Generated SELECTs (projections, filters, joins, aggregates, windows, ORDER BY + LIMIT,
 /// subqueries, functions over masked columns, time travel) as admin, analyst and support
-/// agree with DuckDB over the principal's masked views, or both refuse (a denied column
+/// agree with DuckDB over the principal's masked views of the rows its row filter lets
+/// through, or both refuse (a denied column
 /// with a denial, a hidden one as not found); no plaintext of a column the principal
 /// sees masked, hidden or denied reaches a result, an error or the principal's audit lines.
 #[test]
@@ -24,6 +38,16 @@ fn policy_differential_matches_duckdb_and_leaks_nothing() {
             .args(["demo", "init"])
             .arg(&lake),
     );
+    // Row filters on both tables (admin's `true`: every row, no filter), one through the
+    // analyst's attribute; the oracle applies them to DuckDB's views.
+    let policy = lake.join("policy.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let with_attribute = text.replace(
+        "analyst = { roles = [\"analyst\"] }",
+        "analyst = { roles = [\"analyst\"], attributes = { country = \"DE\" } }",
+    );
+    assert_ne!(with_attribute, text, "the demo policy's users changed");
+    std::fs::write(&policy, with_attribute + ROW_FILTERS).unwrap();
     let server = start(
         &lake.join("clearice.toml"),
         &["serve"],

@@ -79,6 +79,34 @@ class Policy:
         rank = {"allow": 3, "deny": 2, "hide": 1}
         return self._pick(principal, t.get("access", {}), rank.__getitem__) or "allow"
 
+    def row_filter(self, principal, table):
+        """The DuckDB predicate of the rows `principal` sees of `table`, or None (no row
+        filter): the `user:` rule, else any of its roles' rules (OR), else `*`; a table with
+        row filters none of which matches shows no rows (crates/policy/src/policy/decide.rs)."""
+        rules = self.raw.get("tables", {}).get(TABLES[table], {}).get("row_filter", {})
+        if not rules:
+            return None
+        chosen = [rules[f"user:{principal}"]] if f"user:{principal}" in rules else []
+        if not chosen:
+            chosen = [sql for s, sql in rules.items() if s in self.users.get(principal, [])]
+        if not chosen and principal in self.users and "*" in rules:
+            chosen = [rules["*"]]
+        if not chosen:
+            return "false"
+        if chosen == ["true"]:
+            return None
+        attrs = self.raw.get("users", {}).get(principal, {}).get("attributes", {})
+
+        def attr(m):
+            v = attrs.get(m.group(1))
+            return "NULL" if v is None else "'" + v.replace("'", "''") + "'"
+        out = []
+        for sql in chosen:
+            sql = re.sub(r"principal_attr\('([^']*)'\)", attr, sql)
+            sql = sql.replace("principal()", "'" + principal.replace("'", "''") + "'")
+            out.append(f"({sql})")
+        return " OR ".join(out)
+
     def column(self, principal, table, column):
         """(decision name, fixed value or None)."""
         col = self.raw.get("tables", {}).get(TABLES[table], {}).get("columns", {}).get(column)
@@ -159,7 +187,12 @@ class Oracle:
                     # the harness before they reach DuckDB.
                     expr = '"' + col + '"' if d == "deny" else mask_expr(d, v, col, dtype)
                     items.append(f'{expr} AS "{col}"')
-                self.db.execute(f"CREATE VIEW {p}_{name} AS SELECT {', '.join(items)} FROM plain_{name}")
+                rows = policy.row_filter(p, base)
+                where = f" WHERE {rows}" if rows else ""
+                self.db.execute(f"CREATE VIEW {p}_{name} AS SELECT {', '.join(items)} FROM plain_{name}{where}")
+                # The values of the rows the filter keeps from `p` (for the leak check).
+                self.db.execute(f"CREATE VIEW {p}_{name}_filtered_out AS SELECT * FROM plain_{name} "
+                                f"WHERE NOT coalesce({rows or 'true'}, false)")
 
     def rows(self, sql):
         return self.db.execute(sql).fetchall()
@@ -224,7 +257,7 @@ class Leaks:
     """The real values of each protected string column, and the columns each principal
     may not see in plaintext."""
 
-    def __init__(self, policy, plain, rng):
+    def __init__(self, policy, plain, rng, oracle):
         self.values = {}
         self.samples = {}
         for (table, col) in sorted(LEAK_COLUMNS):
@@ -238,18 +271,41 @@ class Leaks:
             p: [tc for tc in sorted(LEAK_COLUMNS) if policy.column(p, *tc)[0] != "plaintext"]
             for p in PRINCIPALS
         }
+        # Values of the rows a principal's row filter keeps from it, of the columns it
+        # sees in plaintext (values a row it sees also holds are not counted).
+        self.filtered_out = {}
+        for p in PRINCIPALS:
+            for (table, col) in sorted(LEAK_COLUMNS):
+                if (table, col) in self.protected[p]:
+                    continue
+                out, kept = set(), set()
+                for name in plain:
+                    if name.split("@")[0] != table:
+                        continue
+                    name = name.replace("@", "_")
+                    out |= {r[0] for r in oracle.rows(
+                        f'SELECT "{col}" FROM {p}_{name}_filtered_out WHERE "{col}" IS NOT NULL')}
+                    kept |= {r[0] for r in oracle.rows(
+                        f'SELECT "{col}" FROM {p}_{name} WHERE "{col}" IS NOT NULL')}
+                out -= kept
+                if out:
+                    self.filtered_out[(p, table, col)] = (out, rng.sample(sorted(out), min(300, len(out))))
 
     def find(self, principal, text, allowed=()):
-        """A plaintext value of a column `principal` may not see, found in `text`."""
-        if not text or not self.protected[principal]:
+        """A plaintext value of a column `principal` may not see, or of a row its filter
+        keeps from it, found in `text`."""
+        if not text:
             return None
         tokens = set(TOKEN.findall(text))
-        for tc in self.protected[principal]:
-            hit = next((t for t in tokens if t in self.values[tc] and t not in allowed), None)
+        places = [(tc, self.values[tc], self.samples[tc], "value") for tc in self.protected[principal]]
+        places += [((t, c), vals, samples, "value of a filtered-out row")
+                   for (p, t, c), (vals, samples) in self.filtered_out.items() if p == principal]
+        for tc, values, samples, what in places:
+            hit = next((t for t in tokens if t in values and t not in allowed), None)
             if hit is None:
-                hit = next((s for s in self.samples[tc] if s in text and s not in allowed), None)
+                hit = next((s for s in samples if s in text and s not in allowed), None)
             if hit is not None:
-                return f"{tc[0]}.{tc[1]} value {hit!r}"
+                return f"{tc[0]}.{tc[1]} {what} {hit!r}"
         return None
 
 
@@ -734,7 +790,7 @@ def main():
                 mismatch(principal=p, sql=sql, why="mask forms differ", clearice=repr(bad[0])[:600],
                          duckdb=repr(bad[1])[:600])
 
-    leaks = Leaks(policy, plain, random.Random(seeds[0]))
+    leaks = Leaks(policy, plain, random.Random(seeds[0]), oracle)
 
     def leak(p, where, text, sql, allowed=()):
         hit = leaks.find(p, text, allowed)
