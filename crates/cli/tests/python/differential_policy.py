@@ -6,12 +6,14 @@ DuckDB over views that apply that principal's policy to the admin's plaintext:
     admin's plaintext (Arrow) --> DuckDB tables --> per principal views
         masked columns: the mask as a DuckDB expression (sha256(email), ...)
         hidden columns: absent; denied columns: a query naming them must be refused
+        row filters: the principal's predicate (principal_attr substituted) as the
+        view's WHERE, on the plaintext below the masks
 
 The answers must be equal (rows compared sorted, or in order under an ORDER BY that is a
 total order), or both sides must refuse: a query naming a denied column must fail with a
 denial, one naming a hidden column with a not-found error. No plaintext value of a column
-a principal sees masked, hidden or denied may appear in a ClearIce result, error message or
-in the audit lines written for that principal. Used by crates/cli/tests/it/policy_differential.rs.
+a principal sees masked, hidden or denied, nor of a row its row filter keeps from it, may
+appear in a ClearIce result, error message or in the audit lines written for that principal. Used by crates/cli/tests/it/policy_differential.rs.
 
 usage: differential_policy.py ADDR LAKE_DIR SEED[,SEED...] QUERIES_PER_SEED -> prints JSON
 """
