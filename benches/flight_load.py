@@ -5,7 +5,9 @@ mixing point queries, large scans and denied queries.
                                   [--killed 0.1] [--basic-client]
 
 Starts the server itself (target/release/clearice, or --bin), reports queries/s, p50/p99
-latency per kind, unexpected errors (must be 0), the server's RSS (idle before, peak, and
+latency per kind, unexpected errors (must be 0), statements the per-principal concurrency
+limit refused (`[server.limits] max_concurrent_statements`: 29 clients of one principal pass
+the default 16), the server's RSS (idle before, peak, and
 idle again after the load), the latency of a point query from a single client on an
 otherwise idle server, and the streaming throughput of a large scan over Flight vs the same
 scan in-process (`clearice -c`).
@@ -96,6 +98,10 @@ def any_command(type_name, payload):
     return field(1, url) + field(2, payload)
 
 
+LIMITED_BY = "too many statements running for principal"
+LIMITED = {}  # kind -> statements refused by the per-principal concurrency limit
+
+
 def basic_client(addr, deadline, results, errors, lock):
     """Sends Basic credentials on every call (no handshake, no token)."""
     import pyarrow.flight as fl
@@ -113,7 +119,10 @@ def basic_client(addr, deadline, results, errors, lock):
                 client.do_get(ep.ticket, opts).read_all()
         except Exception as e:  # noqa: BLE001
             with lock:
-                errors.append(f"basic: {e}")
+                if LIMITED_BY in str(e):
+                    LIMITED["basic"] = LIMITED.get("basic", 0) + 1
+                else:
+                    errors.append(f"basic: {e}")
             continue
         with lock:
             results.setdefault("basic", []).append(time.perf_counter() - t0)
@@ -145,7 +154,12 @@ def client(addr, deadline, results, errors, lock):
             ok = kind != "denied"
         except Exception as e:  # noqa: BLE001
             ok = kind == "denied" and "card_number" in str(e)
-            if not ok:
+            if LIMITED_BY in str(e):
+                # More clients of one principal than `[server.limits]
+                # max_concurrent_statements` (16 by default): the limit answering.
+                with lock:
+                    LIMITED[kind] = LIMITED.get(kind, 0) + 1
+            elif not ok:
                 with lock:
                     errors.append(f"{kind}: {e}")
         dt = time.perf_counter() - t0
@@ -227,6 +241,9 @@ def main():
         print(f"unexpected errors: {len(errors)}")
         for e in errors[:5]:
             print("   ", e)
+        if LIMITED:
+            print(f"refused by the per-principal limit (max_concurrent_statements): {sum(LIMITED.values())} "
+                  f"({', '.join(f'{k} {n}' for k, n in sorted(LIMITED.items()))}; all rounds)")
         if n_killed:
             print(f"clients killed mid-stream: {stats.get('killed', 0)} ({n_killed} at a time)")
         time.sleep(12)  # the server gives freed memory back every 10 s when idle

@@ -4,11 +4,12 @@
 //!
 //! What a statement holds stays in server memory until it is closed or idle for a token
 //! lifetime, so both are bounded: at most [`MAX_PREPARED_PER_PRINCIPAL`] open statements
-//! per principal, each with at most [`MAX_PARAMETER_BYTES`] of bound parameters (one
-//! principal holds at most 64 MiB of parameters). Beyond, calls are refused with
-//! `RESOURCE_EXHAUSTED`.
+//! per principal (a new one beyond forgets the principal's least recently used one), each
+//! with at most [`MAX_PARAMETER_BYTES`] of bound parameters (one principal holds at most
+//! 64 MiB of parameters; more is refused with `RESOURCE_EXHAUSTED`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,8 +17,11 @@ use datafusion::arrow::array::RecordBatch;
 use tonic::Status;
 
 /// Most open prepared statements one principal may hold (across its connections and
-/// tokens): 64. A JDBC or ADBC client closes its statements; one that never does hits
-/// this, or sees its statements forgotten after a token lifetime.
+/// tokens): 64. A JDBC or ADBC client closes its statements, but one that dies (a killed
+/// notebook or BI worker) leaves its statement open: the 65th therefore forgets the
+/// principal's least recently used statement instead of refusing, so 64 crashed clients do
+/// not lock their principal out for a token lifetime. A client still holding a forgotten
+/// handle gets `NOT_FOUND` naming it, never another statement's rows.
 pub(crate) const MAX_PREPARED_PER_PRINCIPAL: usize = 64;
 
 /// Most bytes of Arrow memory one bound parameter set may hold: 1 MiB (values of one
@@ -30,12 +34,16 @@ struct Prepared {
     params: Option<RecordBatch>,
     /// Last use.
     used: Instant,
+    /// Order of last use (which one a new statement beyond the cap forgets).
+    seq: u64,
 }
 
 /// The prepared statements of a server.
 #[derive(Default)]
 pub(crate) struct PreparedStatements {
     by_handle: Mutex<HashMap<String, Prepared>>,
+    /// Counts uses, for [`Prepared::seq`].
+    uses: AtomicU64,
 }
 
 fn not_found(handle: &str) -> Status {
@@ -51,16 +59,29 @@ impl PreparedStatements {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Stores `sql` for `user`; returns its new handle. Statements idle for `ttl` go.
-    /// Refused when `user` already holds [`MAX_PREPARED_PER_PRINCIPAL`] statements.
-    pub(crate) fn insert(&self, user: &str, sql: String, ttl: Duration) -> Result<String, Status> {
+    fn tick(&self) -> u64 {
+        self.uses.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Stores `sql` for `user`; returns its new handle. Statements idle for `ttl` go, and
+    /// when `user` already holds [`MAX_PREPARED_PER_PRINCIPAL`], its least recently used.
+    pub(crate) fn insert(&self, user: &str, sql: String, ttl: Duration) -> String {
         let handle = hex::encode(rand::random::<[u8; 16]>());
         let mut all = self.lock();
         all.retain(|_, p| p.used.elapsed() < ttl);
-        if all.values().filter(|p| p.user == user).count() >= MAX_PREPARED_PER_PRINCIPAL {
-            return Err(Status::resource_exhausted(format!(
-                "principal '{user}' has {MAX_PREPARED_PER_PRINCIPAL} open prepared statements, the most it may hold: close some (ClosePreparedStatement)"
-            )));
+        let mine = all.values().filter(|p| p.user == user).count();
+        if mine >= MAX_PREPARED_PER_PRINCIPAL
+            && let Some(oldest) = all
+                .iter()
+                .filter(|(_, p)| p.user == user)
+                .min_by_key(|(_, p)| p.seq)
+                .map(|(h, _)| h.clone())
+        {
+            all.remove(&oldest);
+            tracing::info!(
+                principal = user,
+                "{MAX_PREPARED_PER_PRINCIPAL} open prepared statements: the least recently used one is forgotten"
+            );
         }
         all.insert(
             handle.clone(),
@@ -69,9 +90,10 @@ impl PreparedStatements {
                 sql,
                 params: None,
                 used: Instant::now(),
+                seq: self.tick(),
             },
         );
-        Ok(handle)
+        handle
     }
 
     /// Binds parameters (the first non-empty batch; none clears them). The caller reads
@@ -89,6 +111,7 @@ impl PreparedStatements {
             .ok_or_else(|| not_found(handle))?;
         p.params = batches.into_iter().find(|b| b.num_rows() > 0);
         p.used = Instant::now();
+        p.seq = self.tick();
         Ok(())
     }
 
@@ -104,6 +127,7 @@ impl PreparedStatements {
             .filter(|p| p.user == user)
             .ok_or_else(|| not_found(handle))?;
         p.used = Instant::now();
+        p.seq = self.tick();
         Ok((p.sql.clone(), p.params.clone()))
     }
 
@@ -121,18 +145,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_principal_holds_at_most_the_cap_of_statements() {
+    fn a_principal_holds_at_most_the_cap_and_a_new_one_forgets_the_least_recently_used() {
         let p = PreparedStatements::default();
         let ttl = Duration::from_secs(60);
         let handles: Vec<String> = (0..MAX_PREPARED_PER_PRINCIPAL)
-            .map(|i| p.insert("ann", format!("SELECT {i}"), ttl).unwrap())
+            .map(|i| p.insert("ann", format!("SELECT {i}"), ttl))
             .collect();
-        let e = p.insert("ann", "SELECT 1".into(), ttl).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
-        assert!(e.message().contains("64 open prepared statements"), "{e}");
-        // another principal is not affected, and closing one makes room
-        p.insert("bob", "SELECT 1".into(), ttl).unwrap();
-        p.close(&handles[0], "ann");
-        p.insert("ann", "SELECT 1".into(), ttl).unwrap();
+        // The first is used again: the second is now the least recently used.
+        assert_eq!(p.get(&handles[0], "ann").unwrap().0, "SELECT 0");
+        let newest = p.insert("ann", "SELECT new".into(), ttl);
+        let e = p.get(&handles[1], "ann").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+        assert!(e.message().contains(&handles[1]), "{e}");
+        assert_eq!(p.get(&handles[0], "ann").unwrap().0, "SELECT 0");
+        assert_eq!(p.get(&newest, "ann").unwrap().0, "SELECT new");
+        let held = p.lock().values().filter(|s| s.user == "ann").count();
+        assert_eq!(held, MAX_PREPARED_PER_PRINCIPAL);
+        // Another principal's statements are neither counted nor forgotten.
+        let bob = p.insert("bob", "SELECT 1".into(), ttl);
+        for i in 0..MAX_PREPARED_PER_PRINCIPAL {
+            p.insert("ann", format!("SELECT again {i}"), ttl);
+        }
+        assert_eq!(p.get(&bob, "bob").unwrap().0, "SELECT 1");
+        assert!(p.get(&bob, "ann").is_err(), "a handle is its owner's only");
     }
 }

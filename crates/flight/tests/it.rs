@@ -937,17 +937,31 @@ async fn prepared_statement_parameters_and_count_are_capped() {
     // a normal parameter set still binds
     stmt.set_parameters(params("nobody".into())).unwrap();
     assert!(stmt.execute().await.is_ok());
-    // at most 64 open prepared statements per principal, across its logins
+    // at most 64 open prepared statements per principal, across its logins: the 65th
+    // forgets the least recently used one (`stmt`), so clients that died without closing
+    // theirs do not lock the principal out
     let mut other = fx.client("analyst", "analyst").await.unwrap();
+    let mut held = Vec::new();
     for i in 1..64 {
         let c = if i % 2 == 0 { &mut analyst } else { &mut other };
-        c.prepare(format!("SELECT {i}"), None).await.unwrap();
+        held.push(c.prepare(format!("SELECT {i} AS n"), None).await.unwrap());
     }
-    let e = status_of_flight(other.prepare("SELECT 64".into(), None).await.unwrap_err());
-    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
-    assert!(e.message().contains("64 open prepared statements"), "{e}");
-    // closing one makes room
-    stmt.close().await.unwrap();
-    assert!(analyst.prepare("SELECT 65".into(), None).await.is_ok());
+    held.push(other.prepare("SELECT 64 AS n".into(), None).await.unwrap());
+    let e = status_of_flight(stmt.execute().await.unwrap_err());
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    assert!(e.message().contains("no prepared statement"), "{e}");
+    // the others still answer their own statement (the first, the last before, the new one)
+    for i in [0, 62, 63] {
+        let info = held[i].execute().await.unwrap();
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        let batches: Vec<RecordBatch> = other
+            .do_get(ticket)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(batches[0].num_rows(), 1);
+    }
     fx.shutdown().await;
 }
