@@ -156,10 +156,13 @@ def client(addr, deadline, results, errors, lock):
             ok = kind == "denied" and "card_number" in str(e)
             if LIMITED_BY in str(e):
                 # More clients of one principal than `[server.limits]
-                # max_concurrent_statements` (16 by default): the limit answering.
+                # max_concurrent_statements` (16 by default): the limit answering, counted
+                # apart and kept out of the latencies and queries/s.
+                cur.close()
                 with lock:
                     LIMITED[kind] = LIMITED.get(kind, 0) + 1
-            elif not ok:
+                continue
+            if not ok:
                 with lock:
                     errors.append(f"{kind}: {e}")
         dt = time.perf_counter() - t0

@@ -18,11 +18,17 @@ use tonic::Status;
 
 /// Most open prepared statements one principal may hold (across its connections and
 /// tokens): 64. A JDBC or ADBC client closes its statements, but one that dies (a killed
-/// notebook or BI worker) leaves its statement open: the 65th therefore forgets the
-/// principal's least recently used statement instead of refusing, so 64 crashed clients do
-/// not lock their principal out for a token lifetime. A client still holding a forgotten
-/// handle gets `NOT_FOUND` naming it, never another statement's rows.
+/// notebook or BI worker) leaves its statement open, and refusing the 65th locked the
+/// principal out of every ADBC query for a token lifetime. So the 65th forgets the
+/// principal's least recently used statement if that one has been idle for
+/// [`IDLE_BEFORE_FORGOTTEN`] (a client still holding it gets `NOT_FOUND` naming it, never
+/// another statement's rows), and is refused only while all 64 were used more recently:
+/// one session preparing in a loop cannot take the statements other sessions are using.
 pub(crate) const MAX_PREPARED_PER_PRINCIPAL: usize = 64;
+
+/// How long a statement must have been unused before a new one beyond the cap may take its
+/// place: 10 s.
+pub(crate) const IDLE_BEFORE_FORGOTTEN: Duration = Duration::from_secs(10);
 
 /// Most bytes of Arrow memory one bound parameter set may hold: 1 MiB (values of one
 /// statement's placeholders; far more than any parameter row needs).
@@ -63,20 +69,26 @@ impl PreparedStatements {
         self.uses.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Stores `sql` for `user`; returns its new handle. Statements idle for `ttl` go, and
-    /// when `user` already holds [`MAX_PREPARED_PER_PRINCIPAL`], its least recently used.
-    pub(crate) fn insert(&self, user: &str, sql: String, ttl: Duration) -> String {
+    /// Stores `sql` for `user`; returns its new handle. Statements idle for `ttl` go; when
+    /// `user` already holds [`MAX_PREPARED_PER_PRINCIPAL`], its least recently used goes if
+    /// idle for [`IDLE_BEFORE_FORGOTTEN`], else the call is refused.
+    pub(crate) fn insert(&self, user: &str, sql: String, ttl: Duration) -> Result<String, Status> {
         let handle = hex::encode(rand::random::<[u8; 16]>());
         let mut all = self.lock();
         all.retain(|_, p| p.used.elapsed() < ttl);
-        let mine = all.values().filter(|p| p.user == user).count();
-        if mine >= MAX_PREPARED_PER_PRINCIPAL
-            && let Some(oldest) = all
+        if all.values().filter(|p| p.user == user).count() >= MAX_PREPARED_PER_PRINCIPAL {
+            let oldest = all
                 .iter()
                 .filter(|(_, p)| p.user == user)
                 .min_by_key(|(_, p)| p.seq)
-                .map(|(h, _)| h.clone())
-        {
+                .filter(|(_, p)| p.used.elapsed() >= IDLE_BEFORE_FORGOTTEN)
+                .map(|(h, _)| h.clone());
+            let Some(oldest) = oldest else {
+                return Err(Status::resource_exhausted(format!(
+                    "principal '{user}' has {MAX_PREPARED_PER_PRINCIPAL} open prepared statements, all used in the last {} s, the most it may hold: close some (ClosePreparedStatement)",
+                    IDLE_BEFORE_FORGOTTEN.as_secs()
+                )));
+            };
             all.remove(&oldest);
             tracing::info!(
                 principal = user,
@@ -93,7 +105,7 @@ impl PreparedStatements {
                 seq: self.tick(),
             },
         );
-        handle
+        Ok(handle)
     }
 
     /// Binds parameters (the first non-empty batch; none clears them). The caller reads
@@ -144,16 +156,34 @@ impl PreparedStatements {
 mod tests {
     use super::*;
 
+    /// Makes every statement of `user` look unused for longer than
+    /// [`IDLE_BEFORE_FORGOTTEN`] (their order of use stays).
+    fn age(p: &PreparedStatements, user: &str) {
+        let long_ago = Instant::now()
+            .checked_sub(IDLE_BEFORE_FORGOTTEN + Duration::from_secs(1))
+            .unwrap();
+        for s in p.lock().values_mut().filter(|s| s.user == user) {
+            s.used = long_ago;
+        }
+    }
+
     #[test]
-    fn a_principal_holds_at_most_the_cap_and_a_new_one_forgets_the_least_recently_used() {
+    fn beyond_the_cap_the_least_recently_used_idle_statement_goes_and_else_it_is_refused() {
         let p = PreparedStatements::default();
         let ttl = Duration::from_secs(60);
         let handles: Vec<String> = (0..MAX_PREPARED_PER_PRINCIPAL)
-            .map(|i| p.insert("ann", format!("SELECT {i}"), ttl))
+            .map(|i| p.insert("ann", format!("SELECT {i}"), ttl).unwrap())
             .collect();
-        // The first is used again: the second is now the least recently used.
+        // All 64 used just now: refused, nothing forgotten.
+        let e = p.insert("ann", "SELECT 1".into(), ttl).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+        assert!(e.message().contains("64 open prepared statements"), "{e}");
+        assert!(handles.iter().all(|h| p.get(h, "ann").is_ok()));
+        // Idle (a crashed client's): the least recently used goes. The first was used
+        // again last, so the second is the one.
+        age(&p, "ann");
         assert_eq!(p.get(&handles[0], "ann").unwrap().0, "SELECT 0");
-        let newest = p.insert("ann", "SELECT new".into(), ttl);
+        let newest = p.insert("ann", "SELECT new".into(), ttl).unwrap();
         let e = p.get(&handles[1], "ann").unwrap_err();
         assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
         assert!(e.message().contains(&handles[1]), "{e}");
@@ -162,11 +192,17 @@ mod tests {
         let held = p.lock().values().filter(|s| s.user == "ann").count();
         assert_eq!(held, MAX_PREPARED_PER_PRINCIPAL);
         // Another principal's statements are neither counted nor forgotten.
-        let bob = p.insert("bob", "SELECT 1".into(), ttl);
+        let bob = p.insert("bob", "SELECT 1".into(), ttl).unwrap();
+        age(&p, "bob");
         for i in 0..MAX_PREPARED_PER_PRINCIPAL {
-            p.insert("ann", format!("SELECT again {i}"), ttl);
+            age(&p, "ann");
+            p.insert("ann", format!("SELECT again {i}"), ttl).unwrap();
         }
         assert_eq!(p.get(&bob, "bob").unwrap().0, "SELECT 1");
         assert!(p.get(&bob, "ann").is_err(), "a handle is its owner's only");
+        // Closing one makes room at once.
+        p.close(&newest, "ann");
+        assert!(p.get(&newest, "ann").is_err());
+        p.insert("ann", "SELECT after close".into(), ttl).unwrap();
     }
 }

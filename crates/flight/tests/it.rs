@@ -937,15 +937,25 @@ async fn prepared_statement_parameters_and_count_are_capped() {
     // a normal parameter set still binds
     stmt.set_parameters(params("nobody".into())).unwrap();
     assert!(stmt.execute().await.is_ok());
-    // at most 64 open prepared statements per principal, across its logins: the 65th
-    // forgets the least recently used one (`stmt`), so clients that died without closing
-    // theirs do not lock the principal out
+    // at most 64 open prepared statements per principal, across its logins: while all
+    // were used in the last 10 s the 65th is refused; once the least recently used one
+    // (`stmt`) has been idle that long (a client that died without closing it), the 65th
+    // takes its place, so crashed clients do not lock the principal out
     let mut other = fx.client("analyst", "analyst").await.unwrap();
     let mut held = Vec::new();
     for i in 1..64 {
         let c = if i % 2 == 0 { &mut analyst } else { &mut other };
         held.push(c.prepare(format!("SELECT {i} AS n"), None).await.unwrap());
     }
+    let e = status_of_flight(
+        other
+            .prepare("SELECT 64 AS n".into(), None)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    assert!(e.message().contains("64 open prepared statements"), "{e}");
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
     held.push(other.prepare("SELECT 64 AS n".into(), None).await.unwrap());
     let e = status_of_flight(stmt.execute().await.unwrap_err());
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
@@ -961,7 +971,11 @@ async fn prepared_statement_parameters_and_count_are_capped() {
             .try_collect()
             .await
             .unwrap();
-        assert_eq!(batches[0].num_rows(), 1);
+        let n = batches[0]
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .value(0);
+        assert_eq!(n, i as i64 + 1, "statement {i}");
     }
     fx.shutdown().await;
 }

@@ -79,6 +79,22 @@ fn policy_differential_matches_duckdb_and_leaks_nothing() {
         // The audit check saw this principal's lines.
         assert!(v["audit_lines"][p].as_u64().unwrap() >= 50, "{p}: {v}");
     }
+    // The row filters bite: admin sees every row; analyst and support see some rows of each
+    // table, not all, and the leak check looks for values of the rows kept from them.
+    for t in ["customers", "orders"] {
+        let all = v["all_rows"][t].as_u64().unwrap();
+        assert_eq!(v["visible_rows"]["admin"][t].as_u64(), Some(all), "{v}");
+        for p in ["analyst", "support"] {
+            let n = v["visible_rows"][p][t].as_u64().unwrap();
+            assert!(n > 0 && n < all, "{p} sees {n} of {all} rows of {t}: {v}");
+        }
+    }
+    for p in ["analyst", "support"] {
+        assert!(
+            v["filtered_out_values"][p].as_u64().unwrap() > 1000,
+            "{p}: {v}"
+        );
+    }
     // The restricted principals had queries refused for naming denied or hidden columns.
     for p in ["analyst", "support"] {
         assert!(v["refused"][p].as_u64().unwrap() >= 10, "{p}: {v}");

@@ -192,9 +192,10 @@ class Oracle:
                 rows = policy.row_filter(p, base)
                 where = f" WHERE {rows}" if rows else ""
                 self.db.execute(f"CREATE VIEW {p}_{name} AS SELECT {', '.join(items)} FROM plain_{name}{where}")
-                # The values of the rows the filter keeps from `p` (for the leak check).
-                self.db.execute(f"CREATE VIEW {p}_{name}_filtered_out AS SELECT * FROM plain_{name} "
-                                f"WHERE NOT coalesce({rows or 'true'}, false)")
+                # The rows the filter keeps from `p`, as `p` would see them (for the leak
+                # check).
+                self.db.execute(f"CREATE VIEW {p}_{name}_filtered_out AS SELECT {', '.join(items)} "
+                                f"FROM plain_{name} WHERE NOT coalesce({rows or 'true'}, false)")
 
     def rows(self, sql):
         return self.db.execute(sql).fetchall()
@@ -273,12 +274,13 @@ class Leaks:
             p: [tc for tc in sorted(LEAK_COLUMNS) if policy.column(p, *tc)[0] != "plaintext"]
             for p in PRINCIPALS
         }
-        # Values of the rows a principal's row filter keeps from it, of the columns it
-        # sees in plaintext (values a row it sees also holds are not counted).
+        # Values of the rows a principal's row filter keeps from it, as it would see them
+        # (plaintext or masked: an e-mail's sha256 is as unique as the e-mail) in the
+        # columns it may read; values a row it sees also holds are not counted.
         self.filtered_out = {}
         for p in PRINCIPALS:
             for (table, col) in sorted(LEAK_COLUMNS):
-                if (table, col) in self.protected[p]:
+                if policy.column(p, table, col)[0] in ("hide", "deny", "null"):
                     continue
                 out, kept = set(), set()
                 for name in plain:
@@ -793,6 +795,13 @@ def main():
                          duckdb=repr(bad[1])[:600])
 
     leaks = Leaks(policy, plain, random.Random(seeds[0]), oracle)
+    # That the row filters bite: the rows each principal's views hold of each table, and
+    # how many values of filtered-out rows the leak check looks for.
+    out["visible_rows"] = {p: {t: oracle.rows(f"SELECT count(*) FROM {p}_{t}")[0][0] for t in TABLES}
+                           for p in PRINCIPALS}
+    out["all_rows"] = {t: oracle.rows(f"SELECT count(*) FROM plain_{t}")[0][0] for t in TABLES}
+    out["filtered_out_values"] = {p: sum(len(v[0]) for (q, _, _), v in leaks.filtered_out.items() if q == p)
+                                  for p in PRINCIPALS}
 
     def leak(p, where, text, sql, allowed=()):
         hit = leaks.find(p, text, allowed)

@@ -95,7 +95,7 @@ impl ClearIceFlightSql {
                 .collect::<Vec<_>>(),
         );
         // Clients that crash never close their statements: idle ones go after a token TTL.
-        let handle = self.prepared.insert(&user, sql, self.auth.ttl());
+        let handle = self.prepared.insert(&user, sql, self.auth.ttl())?;
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into_bytes().into(),
             dataset_schema: schema_bytes(&dataset)?,
