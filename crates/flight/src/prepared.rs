@@ -4,9 +4,10 @@
 //!
 //! What a statement holds stays in server memory until it is closed or idle for a token
 //! lifetime, so both are bounded: at most [`MAX_PREPARED_PER_PRINCIPAL`] open statements
-//! per principal (a new one beyond forgets the principal's least recently used one), each
-//! with at most [`MAX_PARAMETER_BYTES`] of bound parameters (one principal holds at most
-//! 64 MiB of parameters; more is refused with `RESOURCE_EXHAUSTED`).
+//! per principal (a new one beyond forgets the principal's least recently used one if it
+//! has been idle [`IDLE_BEFORE_FORGOTTEN`], else it is refused), each with at most
+//! [`MAX_PARAMETER_BYTES`] of bound parameters (one principal holds at most 64 MiB of
+//! parameters). Refusals are `RESOURCE_EXHAUSTED`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
