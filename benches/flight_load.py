@@ -102,6 +102,17 @@ LIMITED_BY = "too many statements running for principal"
 LIMITED = {}  # kind -> statements refused by the per-principal concurrency limit
 
 
+def limited(kind, error, lock):
+    """Counts `error` if the per-principal concurrency limit (`[server.limits]
+    max_concurrent_statements`, 16 by default) answered it; such refusals are kept out of
+    the errors, latencies and queries/s."""
+    if LIMITED_BY not in str(error):
+        return False
+    with lock:
+        LIMITED[kind] = LIMITED.get(kind, 0) + 1
+    return True
+
+
 def basic_client(addr, deadline, results, errors, lock):
     """Sends Basic credentials on every call (no handshake, no token)."""
     import pyarrow.flight as fl
@@ -118,10 +129,8 @@ def basic_client(addr, deadline, results, errors, lock):
             for ep in info.endpoints:
                 client.do_get(ep.ticket, opts).read_all()
         except Exception as e:  # noqa: BLE001
-            with lock:
-                if LIMITED_BY in str(e):
-                    LIMITED["basic"] = LIMITED.get("basic", 0) + 1
-                else:
+            if not limited("basic", e, lock):
+                with lock:
                     errors.append(f"basic: {e}")
             continue
         with lock:
@@ -154,13 +163,8 @@ def client(addr, deadline, results, errors, lock):
             ok = kind != "denied"
         except Exception as e:  # noqa: BLE001
             ok = kind == "denied" and "card_number" in str(e)
-            if LIMITED_BY in str(e):
-                # More clients of one principal than `[server.limits]
-                # max_concurrent_statements` (16 by default): the limit answering, counted
-                # apart and kept out of the latencies and queries/s.
+            if limited(kind, e, lock):
                 cur.close()
-                with lock:
-                    LIMITED[kind] = LIMITED.get(kind, 0) + 1
                 continue
             if not ok:
                 with lock:

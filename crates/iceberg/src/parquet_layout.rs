@@ -109,21 +109,21 @@ fn in_range<T>(level: parquet::errors::Result<T>) -> T {
 fn compression(properties: &HashMap<String, String>) -> Result<Compression, LayoutError> {
     let codec = properties.get(CODEC).map(|c| c.trim().to_ascii_lowercase());
     // Levels above 9 cost tens of times the CPU of the default on a blocking thread that
-    // no statement timeout stops, and zstd's window grows with them.
-    let level = |lo: i64| bounded(properties, CODEC_LEVEL, lo, 9);
-    // Checked whatever the codec (snappy, lz4_raw and uncompressed take none).
-    level(0)?;
+    // no statement timeout stops, and zstd's window grows with them. Checked whatever the
+    // codec (snappy, lz4_raw and uncompressed take none).
+    let lowest = i64::from(codec.as_deref() == Some("zstd")); // zstd has no level 0
+    let level = bounded(properties, CODEC_LEVEL, lowest, 9)?;
     Ok(match codec.as_deref() {
         None | Some("snappy") => Compression::SNAPPY,
-        Some("zstd") => Compression::ZSTD(match level(1)? {
+        Some("zstd") => Compression::ZSTD(match level {
             Some(l) => in_range(ZstdLevel::try_new(l as i32)),
             None => ZstdLevel::default(),
         }),
-        Some("gzip") => Compression::GZIP(match level(0)? {
+        Some("gzip") => Compression::GZIP(match level {
             Some(l) => in_range(GzipLevel::try_new(l as u32)),
             None => GzipLevel::default(),
         }),
-        Some("brotli") => Compression::BROTLI(match level(0)? {
+        Some("brotli") => Compression::BROTLI(match level {
             Some(l) => in_range(BrotliLevel::try_new(l as u32)),
             None => BrotliLevel::default(),
         }),
