@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use clearice_crypto::{AccessToken, KeyResolver, Providers};
+use clearice_crypto::{AccessToken, KeyResolver, MaskKey, Providers};
 use clearice_iceberg::WriteAudit;
 
 use crate::caller::Caller;
@@ -95,6 +95,8 @@ pub struct SessionAccess {
     policy: Arc<Policy>,
     resolver: Arc<KeyResolver>,
     providers: Arc<Providers>,
+    /// The `hmac_sha256` mask's secret, if the policy has one.
+    mask_key: Option<Arc<MaskKey>>,
     /// Records made outside any [`QueryAccess::scope`].
     unscoped: QueryAccess,
 }
@@ -112,8 +114,20 @@ impl SessionAccess {
             policy,
             resolver,
             providers,
+            mask_key: None,
             unscoped: QueryAccess::default(),
         }
+    }
+
+    /// With the `hmac_sha256` mask's secret (the policy's `[masks] hmac_key_file`).
+    pub fn with_mask_key(mut self, key: Option<Arc<MaskKey>>) -> Self {
+        self.mask_key = key;
+        self
+    }
+
+    /// The `hmac_sha256` mask's secret, if loaded.
+    pub fn mask_key(&self) -> Option<&Arc<MaskKey>> {
+        self.mask_key.as_ref()
     }
 
     /// Who is asking.

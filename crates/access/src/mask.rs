@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use clearice_crypto::MaskKey;
 use clearice_policy::Mask;
 use datafusion::arrow::array::builder::NullBufferBuilder;
 use datafusion::arrow::array::{
@@ -19,7 +20,7 @@ use sha2::{Digest, Sha256};
 /// Output type of a mask over a column of type `input`.
 pub fn output_type(mask: &Mask, input: &DataType) -> DataType {
     match mask {
-        Mask::Sha256 => DataType::Utf8,
+        Mask::Sha256 | Mask::HmacSha256 => DataType::Utf8,
         _ => input.clone(),
     }
 }
@@ -75,8 +76,15 @@ fn fixed_default(dt: &DataType, len: usize) -> Result<ArrayRef> {
     })
 }
 
-/// Applies `mask`; `input` is the decrypted column, absent for constant masks.
-pub fn apply(mask: &Mask, input: Option<&ArrayRef>, dt: &DataType, len: usize) -> Result<ArrayRef> {
+/// Applies `mask`; `input` is the decrypted column, absent for constant masks; `key`:
+/// the `hmac_sha256` mask's secret, where the policy has one.
+pub fn apply(
+    mask: &Mask,
+    input: Option<&ArrayRef>,
+    dt: &DataType,
+    len: usize,
+    key: Option<&MaskKey>,
+) -> Result<ArrayRef> {
     let input = || {
         input.ok_or_else(|| {
             DataFusionError::Internal(format!("mask {} needs its column", mask.name()))
@@ -88,7 +96,15 @@ pub fn apply(mask: &Mask, input: Option<&ArrayRef>, dt: &DataType, len: usize) -
         Mask::Fixed(Some(v)) => ScalarValue::try_from_string(v.clone(), dt)?.to_array_of_size(len),
         Mask::ShowLast4 => keep_chars(input()?, false),
         Mask::ShowFirst4 => keep_chars(input()?, true),
-        Mask::Sha256 => sha256(input()?),
+        Mask::Sha256 => hash(input()?, &Hash::Plain),
+        Mask::HmacSha256 => {
+            let key = key.ok_or_else(|| {
+                DataFusionError::Execution(
+                    "mask 'hmac_sha256': the policy's secret is not loaded in this process ([masks] hmac_key_file)".into(),
+                )
+            })?;
+            hash(input()?, &Hash::keyed(key))
+        }
         Mask::TruncateToYear => truncate(input()?, false),
         Mask::TruncateToMonth => truncate(input()?, true),
     }
@@ -201,10 +217,85 @@ const SHA256_IV: [u32; 8] = [
     0x5be0_cd19,
 ];
 
-/// Lower-case hex of SHA-256 of `v` into `out`. Values under 56 bytes (ids, e-mails,
-/// card numbers: nearly all masked values) are padded into one block and compressed
-/// directly, without a hasher's buffering; longer ones go through [`Sha256`].
-fn sha256_hex(v: &[u8], out: &mut [u8; 64]) {
+fn compress(state: &mut [u32; 8], block: &[u8]) {
+    sha2::compress256(
+        state,
+        std::slice::from_ref(sha2::digest::generic_array::GenericArray::from_slice(block)),
+    );
+}
+
+/// SHA-256 of `prefix_len` bytes already compressed into `state`, then `v`: whole blocks
+/// of `v` compressed directly, the tail padded into one or two blocks. Values under 56
+/// bytes (ids, e-mails, card numbers: nearly all masked values) take one compression and
+/// no hasher's buffering.
+fn sha256_from(mut state: [u32; 8], prefix_len: u64, v: &[u8]) -> [u32; 8] {
+    let whole = v.len() / 64 * 64;
+    for block in v[..whole].chunks_exact(64) {
+        compress(&mut state, block);
+    }
+    let rest = &v[whole..];
+    let mut tail = [0u8; 128];
+    tail[..rest.len()].copy_from_slice(rest);
+    tail[rest.len()] = 0x80;
+    let n = if rest.len() < 56 { 64 } else { 128 };
+    tail[n - 8..n].copy_from_slice(&((prefix_len + v.len() as u64) * 8).to_be_bytes());
+    for block in tail[..n].chunks_exact(64) {
+        compress(&mut state, block);
+    }
+    state
+}
+
+/// What a hash mask computes: SHA-256, or HMAC-SHA256 (RFC 2104) under the policy's key,
+/// whose two padded key blocks are compressed once per batch, not per value.
+enum Hash {
+    Plain,
+    /// The states after `K ^ ipad` and `K ^ opad` (zeroed when dropped: each is as good
+    /// as the key for computing the mask).
+    Keyed(zeroize::Zeroizing<[[u32; 8]; 2]>),
+}
+
+impl Hash {
+    fn keyed(key: &MaskKey) -> Self {
+        let k = key.expose();
+        let mut block = zeroize::Zeroizing::new([0u8; 64]);
+        if k.len() > 64 {
+            block[..32].copy_from_slice(&Sha256::digest(k));
+        } else {
+            block[..k.len()].copy_from_slice(k);
+        }
+        let mut states = zeroize::Zeroizing::new([SHA256_IV; 2]);
+        for (state, pad) in states.iter_mut().zip([0x36u8, 0x5c]) {
+            let mut padded = zeroize::Zeroizing::new(*block);
+            padded.iter_mut().for_each(|b| *b ^= pad);
+            compress(state, &*padded);
+        }
+        Hash::Keyed(states)
+    }
+
+    fn digest(&self, v: &[u8]) -> [u32; 8] {
+        match self {
+            Hash::Plain => sha256_from(SHA256_IV, 0, v),
+            Hash::Keyed(states) => {
+                let inner = sha256_from(states[0], 64, v);
+                let mut bytes = [0u8; 32];
+                for (o, w) in bytes.chunks_exact_mut(4).zip(inner) {
+                    o.copy_from_slice(&w.to_be_bytes());
+                }
+                sha256_from(states[1], 64, &bytes)
+            }
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Hash::Plain => "sha256",
+            Hash::Keyed(_) => "hmac_sha256",
+        }
+    }
+}
+
+/// Lower-case hex of a digest into `out`.
+fn hex_into(state: [u32; 8], out: &mut [u8; 64]) {
     /// Two hex digits per byte value.
     const HEX: [[u8; 2]; 256] = {
         let digits = b"0123456789abcdef";
@@ -216,24 +307,6 @@ fn sha256_hex(v: &[u8], out: &mut [u8; 64]) {
         }
         t
     };
-    let mut state = SHA256_IV;
-    if v.len() < 56 {
-        let mut block = [0u8; 64];
-        block[..v.len()].copy_from_slice(v);
-        block[v.len()] = 0x80;
-        block[56..].copy_from_slice(&(v.len() as u64 * 8).to_be_bytes());
-        sha2::compress256(
-            &mut state,
-            std::slice::from_ref(sha2::digest::generic_array::GenericArray::from_slice(
-                &block,
-            )),
-        );
-    } else {
-        let digest = Sha256::digest(v);
-        for (w, d) in state.iter_mut().zip(digest.chunks_exact(4)) {
-            *w = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
-        }
-    }
     for (o, w) in out.chunks_exact_mut(8).zip(state) {
         let [a, b, c, d] = w.to_be_bytes();
         o[0..2].copy_from_slice(&HEX[usize::from(a)]);
@@ -243,21 +316,25 @@ fn sha256_hex(v: &[u8], out: &mut [u8; 64]) {
     }
 }
 
-/// Lower-case hex SHA-256 of each value, written into one buffer of 64 bytes per
-/// non-null value (no per-row allocation); dictionary arrays hash each distinct value once.
+/// Lower-case hex SHA-256 of each value's text.
+#[cfg(test)]
 fn sha256(a: &ArrayRef) -> Result<ArrayRef> {
+    hash(a, &Hash::Plain)
+}
+
+/// Lower-case hex hash of each value's text, written into one buffer of 64 bytes per
+/// non-null value (no per-row allocation); dictionary arrays hash each distinct value once.
+fn hash(a: &ArrayRef, how: &Hash) -> Result<ArrayRef> {
     if let DataType::Dictionary(_, _) = a.data_type() {
         let dict = a.as_any_dictionary();
-        let hashed = sha256(dict.values())?;
+        let hashed = hash(dict.values(), how)?;
         return Ok(cast(&dict.with_values(hashed), &DataType::Utf8)?);
     }
-    fn hash_all<'a>(
-        len: usize,
-        values: impl Iterator<Item = Option<&'a [u8]>>,
-    ) -> Result<StringArray> {
+    let hash_all = |len: usize, values: &mut dyn Iterator<Item = Option<&[u8]>>| {
         if len > i32::MAX as usize / 64 {
             return Err(DataFusionError::ResourcesExhausted(format!(
-                "sha256 mask: a batch of {len} rows is too large (at most {} rows)",
+                "{} mask: a batch of {len} rows is too large (at most {} rows)",
+                how.name(),
                 i32::MAX / 64
             )));
         }
@@ -269,7 +346,7 @@ fn sha256(a: &ArrayRef) -> Result<ArrayRef> {
         for v in values {
             match v {
                 Some(v) => {
-                    sha256_hex(v, &mut hex);
+                    hex_into(how.digest(v), &mut hex);
                     bytes.extend_from_slice(&hex);
                     nulls.append_non_null();
                 }
@@ -282,20 +359,20 @@ fn sha256(a: &ArrayRef) -> Result<ArrayRef> {
             bytes.into(),
             nulls.finish(),
         ))
-    }
+    };
     Ok(Arc::new(match a.data_type() {
         DataType::Utf8View => {
             let v = a.as_string_view();
-            hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))?
+            hash_all(v.len(), &mut v.iter().map(|s| s.map(str::as_bytes)))?
         }
         DataType::Utf8 => {
             let v = a.as_string::<i32>();
-            hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))?
+            hash_all(v.len(), &mut v.iter().map(|s| s.map(str::as_bytes)))?
         }
         _ => {
             let s = cast(a, &DataType::Utf8)?;
             let v = s.as_string::<i32>();
-            hash_all(v.len(), v.iter().map(|s| s.map(str::as_bytes)))?
+            hash_all(v.len(), &mut v.iter().map(|s| s.map(str::as_bytes)))?
         }
     }))
 }
@@ -477,15 +554,16 @@ mod tests {
 
     #[test]
     fn constant_masks_need_no_input() {
-        let a = apply(&Mask::Null, None, &DataType::Utf8View, 3).unwrap();
+        let a = apply(&Mask::Null, None, &DataType::Utf8View, 3, None).unwrap();
         assert_eq!(a.null_count(), 3);
-        let f = apply(&Mask::Fixed(None), None, &DataType::Utf8View, 2).unwrap();
+        let f = apply(&Mask::Fixed(None), None, &DataType::Utf8View, 2, None).unwrap();
         assert_eq!(f.as_string_view().value(1), "****");
         let f = apply(
             &Mask::Fixed(Some("7.50".into())),
             None,
             &DataType::Decimal128(12, 2),
             1,
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -524,5 +602,85 @@ mod tests {
         assert_eq!(h.data_type(), &DataType::Utf8);
         assert_eq!(h.as_string::<i32>().value(2), h.as_string::<i32>().value(0));
         assert!(h.is_null(1));
+    }
+
+    /// HMAC-SHA256 as RFC 2104 writes it, with the hasher (the kernel must agree).
+    fn hmac_reference(key: &[u8], m: &[u8]) -> String {
+        let mut k = [0u8; 64];
+        if key.len() > 64 {
+            k[..32].copy_from_slice(&Sha256::digest(key));
+        } else {
+            k[..key.len()].copy_from_slice(key);
+        }
+        let pad = |p: u8| k.iter().map(|b| b ^ p).collect::<Vec<u8>>();
+        let inner = Sha256::new()
+            .chain_update(pad(0x36))
+            .chain_update(m)
+            .finalize();
+        hex::encode(
+            Sha256::new()
+                .chain_update(pad(0x5c))
+                .chain_update(inner)
+                .finalize(),
+        )
+    }
+
+    #[test]
+    fn hmac_sha256_matches_rfc_4231_and_the_reference_at_every_block_boundary() {
+        let hmac = |key: &MaskKey, values: Vec<&str>| -> Vec<Option<String>> {
+            let a: ArrayRef = Arc::new(StringArray::from(values));
+            apply(
+                &Mask::HmacSha256,
+                Some(&a),
+                &DataType::Utf8,
+                a.len(),
+                Some(key),
+            )
+            .unwrap()
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.map(str::to_owned))
+            .collect()
+        };
+        // RFC 4231 test cases 6 and 7: a 131-byte key (hashed first), short and long data.
+        let rfc = MaskKey::from_file_bytes("k", vec![0xaa; 131]).unwrap();
+        assert_eq!(
+            hmac(
+                &rfc,
+                vec![
+                    "Test Using Larger Than Block-Size Key - Hash Key First",
+                    "This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm."
+                ]
+            ),
+            vec![
+                Some("60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54".into()),
+                Some("9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2".into()),
+            ]
+        );
+        for key_len in [32, 64] {
+            let bytes: Vec<u8> = (0..key_len as u8).map(|i| b'A' + i % 26).collect();
+            let key = MaskKey::from_file_bytes("k", bytes.clone()).unwrap();
+            for n in [0, 1, 54, 55, 56, 63, 64, 65, 119, 120, 1000] {
+                let text = "é".repeat(n / 2) + &"x".repeat(n % 2);
+                assert_eq!(
+                    hmac(&key, vec![text.as_str()])[0].as_deref(),
+                    Some(hmac_reference(&bytes, text.as_bytes()).as_str()),
+                    "{key_len}-byte key, {n} bytes"
+                );
+            }
+        }
+        // Keyed: not the unkeyed hash, and another key gives another hash.
+        let key = MaskKey::from_file_bytes("k", vec![b'k'; 32]).unwrap();
+        let other = MaskKey::from_file_bytes("k", vec![b'o'; 32]).unwrap();
+        let a: ArrayRef = Arc::new(StringArray::from(vec!["ann@example.com"]));
+        let plain = sha256(&a).unwrap();
+        let h = hmac(&key, vec!["ann@example.com"]);
+        assert_ne!(h[0].as_deref(), Some(plain.as_string::<i32>().value(0)));
+        assert_ne!(h, hmac(&other, vec!["ann@example.com"]));
+        // Without its key the mask fails, naming what is missing.
+        let e = apply(&Mask::HmacSha256, Some(&a), &DataType::Utf8, 1, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hmac_key_file"), "{e}");
     }
 }

@@ -4,6 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use clearice_crypto::MaskKey;
 use clearice_policy::Decision;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -35,6 +36,8 @@ pub struct PolicyMaskExec {
     outputs: Vec<MaskOutput>,
     schema: SchemaRef,
     principal: String,
+    /// The `hmac_sha256` mask's secret (`Debug` shows its check value only).
+    mask_key: Option<Arc<MaskKey>>,
     properties: Arc<PlanProperties>,
 }
 
@@ -44,6 +47,7 @@ impl PolicyMaskExec {
         outputs: Vec<MaskOutput>,
         schema: SchemaRef,
         principal: String,
+        mask_key: Option<Arc<MaskKey>>,
     ) -> Self {
         let properties = mapped_properties(&input, &schema);
         Self {
@@ -51,6 +55,7 @@ impl PolicyMaskExec {
             outputs,
             schema,
             principal,
+            mask_key,
             properties,
         }
     }
@@ -100,6 +105,7 @@ impl ExecutionPlan for PolicyMaskExec {
             self.outputs.clone(),
             Arc::clone(&self.schema),
             self.principal.clone(),
+            self.mask_key.clone(),
         )))
     }
 
@@ -112,6 +118,7 @@ impl ExecutionPlan for PolicyMaskExec {
         let outputs = self.outputs.clone();
         let schema = Arc::clone(&self.schema);
         let s = Arc::clone(&schema);
+        let key = self.mask_key.clone();
         Ok(map_batches(input, schema, move |batch| {
             let rows = batch.num_rows();
             let cols: Vec<ArrayRef> = outputs
@@ -122,7 +129,9 @@ impl ExecutionPlan for PolicyMaskExec {
                         Decision::Plaintext => col
                             .cloned()
                             .ok_or_else(|| DataFusionError::Internal("no input".into())),
-                        Decision::Mask(m) => mask::apply(m, col, &o.data_type, rows),
+                        Decision::Mask(m) => {
+                            mask::apply(m, col, &o.data_type, rows, key.as_deref())
+                        }
                         Decision::Hide | Decision::Deny => {
                             Err(DataFusionError::Internal("hidden column in output".into()))
                         }

@@ -756,6 +756,7 @@ impl TableProvider for PolicyTableProvider {
                 outputs.clone(),
                 Arc::clone(&out_schema),
                 principal.to_owned(),
+                self.access.mask_key().cloned(),
             ))
         };
         if distribute.is_none() {
@@ -781,6 +782,11 @@ impl TableProvider for PolicyTableProvider {
             limit,
             set_predicate,
             grant,
+            mask_key_check: outputs
+                .iter()
+                .any(|o| o.decision == Decision::Mask(Mask::HmacSha256))
+                .then(|| self.access.mask_key().map(|k| k.check().to_owned()))
+                .flatten(),
             masks: (!all_plaintext).then_some(outputs),
             partitions: plan.properties().output_partitioning().partition_count(),
             // The masked schema, or the inner scan's (its column order) when plaintext.

@@ -21,7 +21,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use clearice_crypto::{CallContext, ScanGrant};
+use clearice_crypto::{CallContext, MaskKey, ScanGrant};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::Statistics;
@@ -76,6 +76,9 @@ pub struct ScanRequest {
     pub grant: ScanGrant,
     /// The principal's masks, one per output column; `None`: every column in plaintext.
     pub masks: Option<Vec<MaskOutput>>,
+    /// The check value ([`MaskKey::check`]) of the `hmac_sha256` mask's secret, when a
+    /// mask needs it: the worker masks only with a secret of the same check value.
+    pub mask_key_check: Option<String>,
     /// The scan's output schema.
     pub schema: SchemaRef,
     /// File groups (output partitions).
@@ -280,8 +283,29 @@ pub async fn scan_request(
     state: &dyn Session,
     request: &ScanRequest,
     grant: ScanGrant,
+    mask_key: Option<&Arc<MaskKey>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let name = request.table_name();
+    let keyed =
+        request.masks.iter().flatten().any(|m| {
+            m.decision == clearice_policy::Decision::Mask(clearice_policy::Mask::HmacSha256)
+        });
+    // The keyed mask with this process's secret, only if it is the coordinator's: another
+    // secret would give other hashes (wrong joins), none would fail mid-stream.
+    let mask_key = match (keyed, &request.mask_key_check, mask_key) {
+        (false, _, _) => None,
+        (true, Some(want), Some(k)) if k.check() == want => Some(Arc::clone(k)),
+        (true, Some(_), Some(_)) => {
+            return Err(DataFusionError::Execution(format!(
+                "table {name}: this process's hmac_sha256 secret ([masks] hmac_key_file) is not the coordinator's"
+            )));
+        }
+        (true, _, _) => {
+            return Err(DataFusionError::Execution(format!(
+                "table {name}: the hmac_sha256 mask's secret ([masks] hmac_key_file) is not loaded here"
+            )));
+        }
+    };
     let table = match (request.snapshot_id, request.travel) {
         (Some(id), true) => table.clone().as_of(clearice_iceberg::AsOf::Version(id))?,
         (Some(id), false) => table.pinned(id)?,
@@ -338,6 +362,7 @@ pub async fn scan_request(
             masks.clone(),
             Arc::clone(&request.schema),
             request.grant.principal.clone(),
+            mask_key,
         )),
     })
 }

@@ -68,6 +68,7 @@ fn request() -> ScanRequest {
                 data_type: DataType::Utf8,
             },
         ]),
+        mask_key_check: Some("00112233445566ff".into()),
         schema: Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("ssn", DataType::Utf8, true),
@@ -134,6 +135,7 @@ fn a_scan_request_survives_the_wire() {
     assert!(!String::from_utf8_lossy(&buf).contains("the-analysts-own-token"));
     assert_eq!(got.schema, want.schema);
     assert_eq!(got.partitions, 3);
+    assert_eq!(got.mask_key_check, want.mask_key_check);
     let masks: Vec<_> = got
         .masks
         .as_ref()

@@ -44,6 +44,9 @@ pub(crate) struct WireScan {
     /// travel: see [`clearice_crypto::ScanGrant`]).
     grant: ScanGrant,
     masks: Option<Vec<WireMask>>,
+    /// The check value of the `hmac_sha256` mask's secret (never the secret).
+    #[serde(default)]
+    mask_key_check: Option<String>,
     /// Arrow schema (datafusion-proto), base64.
     schema: String,
     partitions: usize,
@@ -86,6 +89,7 @@ impl WireScan {
                     })
                     .collect()
             }),
+            mask_key_check: r.mask_key_check.clone(),
             schema: b64().encode(schema),
             partitions: r.partitions,
         })
@@ -147,6 +151,7 @@ impl WireScan {
             set_predicate: self.set_predicate,
             grant: self.grant,
             masks,
+            mask_key_check: self.mask_key_check,
             schema,
             partitions: self.partitions,
         })

@@ -32,6 +32,8 @@ pub struct WorkerScans {
     pub catalogs: Vec<(String, Arc<IcebergCatalogProvider>)>,
     /// The worker's crypto providers (a scan's provider route is resolved with them).
     pub providers: Arc<Providers>,
+    /// The worker's `hmac_sha256` mask secret (the policy's `[masks] hmac_key_file`).
+    pub mask_key: Option<Arc<clearice_crypto::MaskKey>>,
 }
 
 #[async_trait::async_trait]
@@ -93,7 +95,14 @@ impl ScanBuilder for WorkerScans {
             .with_default_features()
             .build();
         let loaded = started.elapsed();
-        let plan = clearice_access::remote::scan_request(&table, &state, request, grant).await?;
+        let plan = clearice_access::remote::scan_request(
+            &table,
+            &state,
+            request,
+            grant,
+            self.mask_key.as_ref(),
+        )
+        .await?;
         tracing::debug!(
             table = %name,
             principal = %request.grant.principal,

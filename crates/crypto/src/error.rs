@@ -33,6 +33,14 @@ pub enum Error {
         /// Master key id.
         key_id: String,
     },
+    /// The `hmac_sha256` mask's secret file is unusable.
+    #[error("mask key file '{path}': {reason}")]
+    MaskKey {
+        /// File path.
+        path: String,
+        /// What is wrong (never key bytes).
+        reason: String,
+    },
     /// A keyring or key file could not be read or parsed.
     #[error("keyring '{path}': {reason}")]
     Keyring {

@@ -42,6 +42,7 @@ mod grant;
 mod key_material;
 mod kms;
 mod local;
+mod mask_key;
 pub mod modules;
 pub mod protocol;
 mod provider;
@@ -58,6 +59,7 @@ pub use grant::{ProviderRoute, ScanGrant};
 pub use key_material::{KeyMaterial, side_file_name};
 pub use kms::{KeyringKms, Kms, KmsConfig, KmsKind};
 pub use local::LocalProvider;
+pub use mask_key::MaskKey;
 pub use modules::{Algorithm, ModuleCipher, ModuleError, ModulePosition, ModuleType};
 pub use provider::{
     AccessToken, CallContext, CryptoProvider, KeyAccess, KeyRef, Module, ModuleBatch, NewDataKey,

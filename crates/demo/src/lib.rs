@@ -647,8 +647,8 @@ pub fn demo_policy(owner: Option<&str>) -> String {
     };
     format!(
         r#"# ClearIce demo policy. Who sees what of each column, and how columns are encrypted.
-# Decisions: plaintext, null, fixed, show_last_4, show_first_4, sha256, truncate_to_year,
-# truncate_to_month, hide, deny. Most specific rule wins (user:NAME over role over "*");
+# Decisions: plaintext, null, fixed, show_last_4, show_first_4, sha256, hmac_sha256 (keyed:
+# needs [masks] hmac_key_file), truncate_to_year, truncate_to_month, hide, deny. Most specific rule wins (user:NAME over role over "*");
 # a protected column (master_key set) with no matching rule is denied.
 # Writes: `[writes] create` may create and drop schemas and tables (and write tables
 # without their own `write`); a table's `write` may change its rows; a protected column

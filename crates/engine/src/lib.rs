@@ -105,6 +105,8 @@ pub struct Engine {
     signer: Option<Arc<TaskSigner>>,
     /// Sends scans to workers (after [`Engine::distribute`]).
     coordinator: Option<clearice_cluster::Coordinator>,
+    /// The `hmac_sha256` mask's secret (the policy's `[masks] hmac_key_file`).
+    mask_key: Option<Arc<clearice_crypto::MaskKey>>,
 }
 
 impl Engine {
@@ -121,6 +123,7 @@ impl Engine {
             s3,
             catalog_props,
             signer,
+            mask_key,
         } = tokio::task::spawn_blocking(move || LocalParts::load(&cfg))
             .await
             .map_err(|e| Error::ConfigRead {
@@ -267,6 +270,7 @@ impl Engine {
             policy: Arc::new(policy),
             permits: Arc::default(),
             signer: signer.map(Arc::new),
+            mask_key,
             coordinator: None,
         })
     }
@@ -337,6 +341,7 @@ impl Engine {
         let builder = Arc::new(clearice_cluster::WorkerScans {
             catalogs: self.catalogs.clone(),
             providers: Arc::clone(&self.providers),
+            mask_key: self.mask_key.clone(),
         });
         ClearIceCodec::worker(signer, builder)
     }
@@ -604,12 +609,15 @@ impl Engine {
             ));
         }
         let ctx = SessionContext::new_with_state(state);
-        let access = Arc::new(SessionAccess::new(
-            caller.clone(),
-            Arc::clone(&self.policy),
-            Arc::clone(&self.resolver),
-            Arc::clone(&self.providers),
-        ));
+        let access = Arc::new(
+            SessionAccess::new(
+                caller.clone(),
+                Arc::clone(&self.policy),
+                Arc::clone(&self.resolver),
+                Arc::clone(&self.providers),
+            )
+            .with_mask_key(self.mask_key.clone()),
+        );
         for (name, provider) in &self.catalogs {
             let catalog = SessionCatalogProvider::new(Arc::clone(provider), Arc::clone(&access));
             ctx.register_catalog(name, Arc::new(catalog));

@@ -32,6 +32,8 @@ pub(crate) struct LocalParts {
     pub(crate) catalog_props: HashMap<String, HashMap<String, String>>,
     /// `[cluster]`: the signer over its secret.
     pub(crate) signer: Option<TaskSigner>,
+    /// The policy's `[masks] hmac_key_file`, read.
+    pub(crate) mask_key: Option<Arc<clearice_crypto::MaskKey>>,
 }
 
 impl LocalParts {
@@ -72,6 +74,22 @@ impl LocalParts {
             None => None,
         };
         let area_roots = Confinement::resolve_roots(&policy, &policy_dir);
+        // The keyed hash mask's secret, relative to the policy file.
+        let mask_key = match policy.hmac_key_file() {
+            Some(f) => {
+                let path = policy_dir.join(f);
+                let shown = path.display().to_string();
+                let bytes = std::fs::read(&path).map_err(|e| Error::ConfigValue {
+                    path: policy.source().to_owned(),
+                    key: "masks.hmac_key_file".into(),
+                    reason: format!("'{shown}': {e}"),
+                })?;
+                Some(Arc::new(clearice_crypto::MaskKey::from_file_bytes(
+                    &shown, bytes,
+                )?))
+            }
+            None => None,
+        };
         // Every provider the policy names must be configured.
         for (tname, t) in policy.tables() {
             let named = t.provider.iter().map(|p| (p, String::new())).chain(
@@ -175,6 +193,7 @@ impl LocalParts {
             s3,
             catalog_props,
             signer,
+            mask_key,
         })
     }
 }

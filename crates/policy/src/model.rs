@@ -34,6 +34,12 @@ pub enum Mask {
     /// Lowercase hex SHA-256 of the value's text, **unkeyed** (same value, same hash, in
     /// every query: joinable, but guessable for small domains) (`sha256_global`).
     Sha256,
+    /// Lowercase hex HMAC-SHA256 of the value's text under the policy's secret
+    /// (`[masks] hmac_key_file`): the same value gives the same hash in every query of
+    /// every principal under one policy (joinable), but nobody without the secret can
+    /// confirm a guess by hashing it.
+    #[serde(rename = "hmac_sha256")]
+    HmacSha256,
     /// Date or timestamp truncated to January 1st of its year (`truncate_to_year`).
     TruncateToYear,
     /// Date or timestamp truncated to the first of its month (`truncate_to_month`).
@@ -54,6 +60,7 @@ impl Mask {
             Mask::ShowLast4 => "show_last_4",
             Mask::ShowFirst4 => "show_first_4",
             Mask::Sha256 => "sha256",
+            Mask::HmacSha256 => "hmac_sha256",
             Mask::TruncateToYear => "truncate_to_year",
             Mask::TruncateToMonth => "truncate_to_month",
         }
@@ -62,7 +69,7 @@ impl Mask {
     /// Whether the mask applies to a column of this kind.
     pub fn applies_to(&self, kind: ColumnKind) -> bool {
         match self {
-            Mask::Null | Mask::Fixed(_) | Mask::Sha256 => true,
+            Mask::Null | Mask::Fixed(_) | Mask::Sha256 | Mask::HmacSha256 => true,
             Mask::ShowLast4 | Mask::ShowFirst4 => kind == ColumnKind::String,
             Mask::TruncateToYear | Mask::TruncateToMonth => {
                 matches!(kind, ColumnKind::Date | ColumnKind::Timestamp)
@@ -94,11 +101,13 @@ impl Decision {
     /// Permissiveness rank: a user with several roles gets the most permissive decision.
     pub fn rank(&self) -> u8 {
         match self {
-            Decision::Plaintext => 9,
-            Decision::Mask(Mask::TruncateToMonth) => 8,
-            Decision::Mask(Mask::TruncateToYear) => 7,
-            Decision::Mask(Mask::ShowFirst4 | Mask::ShowLast4) => 6,
-            Decision::Mask(Mask::Sha256) => 5,
+            Decision::Plaintext => 10,
+            Decision::Mask(Mask::TruncateToMonth) => 9,
+            Decision::Mask(Mask::TruncateToYear) => 8,
+            Decision::Mask(Mask::ShowFirst4 | Mask::ShowLast4) => 7,
+            // An unkeyed hash can be confirmed by guessing; a keyed one cannot.
+            Decision::Mask(Mask::Sha256) => 6,
+            Decision::Mask(Mask::HmacSha256) => 5,
             Decision::Mask(Mask::Fixed(_)) => 4,
             Decision::Mask(Mask::Null) => 3,
             Decision::Hide => 2,

@@ -137,6 +137,10 @@ pub struct Policy {
     /// `[writes] create`: who may create and drop schemas and tables, and write tables
     /// without their own `write`.
     creators: Vec<Subject>,
+    /// `[masks] hmac_key_file`: the file holding the `hmac_sha256` mask's secret, as
+    /// written (relative: to the policy file's directory). The policy never holds the
+    /// secret itself; the engine reads it.
+    hmac_key_file: Option<String>,
 }
 
 impl Policy {
@@ -152,6 +156,7 @@ impl Policy {
             tables: BTreeMap::new(),
             on_missing_key: MissingKey::Error,
             creators: vec![Subject::Wildcard],
+            hmac_key_file: None,
         }
     }
 
@@ -189,6 +194,12 @@ impl Policy {
             .get(principal)?
             .get(name)
             .map(String::as_str)
+    }
+
+    /// `[masks] hmac_key_file` as written: where the `hmac_sha256` mask's secret is
+    /// (relative: to the policy file's directory).
+    pub fn hmac_key_file(&self) -> Option<&str> {
+        self.hmac_key_file.as_deref()
     }
 
     /// Every `[areas.NAME]` of the policy.

@@ -10,6 +10,7 @@ mod confine;
 mod demo;
 mod hms;
 mod interop;
+mod keyed_mask;
 mod layout;
 mod native;
 mod parquet_testing;

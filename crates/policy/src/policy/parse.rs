@@ -29,6 +29,16 @@ struct RawPolicy {
     areas: BTreeMap<Spanned<String>, RawArea>,
     #[serde(default)]
     writes: Option<RawWrites>,
+    #[serde(default)]
+    masks: Option<RawMasks>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMasks {
+    /// The `hmac_sha256` mask's secret (a file; relative: to the policy file).
+    #[serde(default)]
+    hmac_key_file: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -141,6 +151,7 @@ pub fn parse_decision(name: &str, fixed_value: Option<String>) -> Option<Decisio
         "show_last_4" => Decision::Mask(Mask::ShowLast4),
         "show_first_4" => Decision::Mask(Mask::ShowFirst4),
         "sha256" => Decision::Mask(Mask::Sha256),
+        "hmac_sha256" => Decision::Mask(Mask::HmacSha256),
         "truncate_to_year" => Decision::Mask(Mask::TruncateToYear),
         "truncate_to_month" => Decision::Mask(Mask::TruncateToMonth),
         "hide" => Decision::Hide,
@@ -149,7 +160,7 @@ pub fn parse_decision(name: &str, fixed_value: Option<String>) -> Option<Decisio
     })
 }
 
-const DECISIONS: &str = "plaintext, null, fixed, show_last_4, show_first_4, sha256, truncate_to_year, truncate_to_month, hide, deny";
+const DECISIONS: &str = "plaintext, null, fixed, show_last_4, show_first_4, sha256, hmac_sha256, truncate_to_year, truncate_to_month, hide, deny";
 
 impl Policy {
     /// Parses and validates policy text. `source` names it in errors.
@@ -236,6 +247,18 @@ impl Policy {
             Some(v) => parse_missing_key(v, &err)?,
             None => MissingKey::Error,
         };
+        let hmac_key_file = raw
+            .masks
+            .as_ref()
+            .and_then(|m| m.hmac_key_file.as_ref())
+            .map(|f| {
+                if f.get_ref().trim().is_empty() {
+                    Err(err(f.span().start, "an empty hmac_key_file".into()))
+                } else {
+                    Ok(f.get_ref().clone())
+                }
+            })
+            .transpose()?;
         let mut tables = BTreeMap::new();
         for (tname, t) in &raw.tables {
             // catalog.namespace.table, the namespace of any depth (`cat.a.b.t`).
@@ -303,6 +326,12 @@ impl Policy {
                             ),
                         )
                     })?;
+                    if d == Decision::Mask(Mask::HmacSha256) && hmac_key_file.is_none() {
+                        return Err(err(
+                            v.span().start,
+                            "mask 'hmac_sha256' needs the policy's secret: add [masks] hmac_key_file = \"FILE\"".into(),
+                        ));
+                    }
                     rules.push((s, d));
                 }
                 let on_missing_key = c
@@ -364,6 +393,7 @@ impl Policy {
             tables,
             on_missing_key,
             creators,
+            hmac_key_file,
         })
     }
 
@@ -417,6 +447,39 @@ mod tests {
             e.contains("p.toml' line 14") && e.contains("show_last_5"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn hmac_mask_without_a_key_file_is_reported_and_with_one_is_less_permissive_than_sha256() {
+        let keyed = P.replace("support = \"null\"", "support = \"hmac_sha256\"");
+        let e = Policy::parse(&keyed, "p.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("line 14") && e.contains("add [masks] hmac_key_file"),
+            "{e}"
+        );
+        let p = Policy::parse(
+            &format!("[masks]\nhmac_key_file = \"hmac.key\"\n{keyed}"),
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(p.hmac_key_file(), Some("hmac.key"));
+        let d = |u: &str| p.decide(u, "lake.sales.customers", "ssn").decision;
+        assert_eq!(
+            d("root"),
+            Decision::Plaintext,
+            "the fixture changed: root is admin"
+        );
+        // bob is analyst (show_last_4) and support (hmac_sha256): the most permissive.
+        assert_eq!(d("bob"), Decision::Mask(Mask::ShowLast4));
+        assert!(
+            Decision::Mask(Mask::HmacSha256).rank() < Decision::Mask(Mask::Sha256).rank()
+                && Decision::Mask(Mask::HmacSha256).rank()
+                    > Decision::Mask(Mask::Fixed(None)).rank()
+        );
+        let e = Policy::parse("[masks]\nhmac_key_file = \" \"\n", "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("an empty hmac_key_file"), "{e}");
     }
 
     #[test]
