@@ -143,25 +143,26 @@ async fn a_missing_or_short_hmac_key_file_fails_the_engine_in_one_line() {
     let dir = tmp.path().join("lake");
     let config = keyed_lake(&dir).await;
     std::fs::remove_file(dir.join("hmac.key")).unwrap();
-    let e = Engine::open(Config::load(&config).unwrap())
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let e = open_error(&config).await;
     assert!(
         e.contains("masks.hmac_key_file") && e.contains("hmac.key") && !e.contains('\n'),
         "{e}"
     );
     std::fs::write(dir.join("hmac.key"), "tooshortasecret\n").unwrap();
-    let e = Engine::open(Config::load(&config).unwrap())
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let e = open_error(&config).await;
     assert!(
         e.contains("holds 15 bytes") && !e.contains("tooshort"),
         "{e}"
     );
+}
+
+/// The one-line error of opening the engine on `config`.
+async fn open_error(config: &std::path::Path) -> String {
+    Engine::open(Config::load(config).unwrap())
+        .await
+        .err()
+        .unwrap()
+        .to_string()
 }
 
 fn find(
