@@ -157,7 +157,7 @@ async fn a_missing_or_short_hmac_key_file_fails_the_engine_in_one_line() {
 }
 
 /// The one-line error of opening the engine on `config`.
-async fn open_error(config: &std::path::Path) -> String {
+async fn open_error(config: &Path) -> String {
     Engine::open(Config::load(config).unwrap())
         .await
         .err()
