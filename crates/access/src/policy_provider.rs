@@ -593,6 +593,8 @@ impl TableProvider for PolicyTableProvider {
         } else {
             self.admit(self.write_target(action)?)
         };
+        // Under a row filter every row written must pass it.
+        let input = self.check_inserted_rows(input)?;
         Ok(Arc::new(clearice_iceberg::dml::IcebergWriteExec::new(
             input,
             Arc::new(target),

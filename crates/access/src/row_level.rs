@@ -167,6 +167,17 @@ impl RowLevelStatement {
                 "its condition calls a volatile function (random(), ...): the rows it picks could not be found twice",
             ));
         }
+        if let RowLevel::Update(assignments) = &self.kind
+            && let Some(c) = policy.filter_reads(assignments.iter().map(|(c, _)| c.as_str()))
+        {
+            return Err(refuse(
+                &table,
+                "UPDATE",
+                format!(
+                    "it sets column '{c}', which the principal's row filter reads (the row could leave the rows the principal sees)"
+                ),
+            ));
+        }
         let target = policy.check_row_level(action, &used)?;
         let predicate = match self.predicate {
             Some(p) => Some(inline_subqueries(p, state, &table, op_name(action)).await?),

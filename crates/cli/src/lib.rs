@@ -154,6 +154,26 @@ pub enum PolicyAction {
     /// Check the configured policy against the catalogs: tables, columns, mask types,
     /// and the master keys encrypted columns really use.
     Check,
+    /// Import an Apache Ranger policy export (Hive or Trino service JSON) as policy TOML,
+    /// merged into a base policy; what cannot be carried over exactly is listed (never
+    /// imported more permissively), and a restriction ClearIce cannot express fails.
+    ImportRanger {
+        /// The export (JSON, as Ranger's Export button or `exportJson` writes it).
+        export: PathBuf,
+        /// The ClearIce catalog the Hive databases (Trino schemas) are namespaces of.
+        #[arg(long)]
+        catalog: String,
+        /// Import only this Ranger service's policies (default: every Hive and Trino one).
+        #[arg(long)]
+        service: Option<String>,
+        /// Policy to merge into (its users' roles decide where Ranger's precedence needs
+        /// a user rule; its comments are kept).
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Where to write the policy (replaced whole; may be the base). Default: stdout.
+        #[arg(long, short = 'o')]
+        output: Option<PathBuf>,
+    },
 }
 
 /// `keys` actions.
@@ -420,6 +440,25 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             );
             return Ok(1);
         }
+        Some(Command::Policy {
+            action:
+                PolicyAction::ImportRanger {
+                    export,
+                    catalog,
+                    service,
+                    base,
+                    output,
+                },
+        }) => {
+            return import_ranger(
+                export,
+                catalog,
+                service.as_deref(),
+                base.as_deref(),
+                output.as_deref(),
+            )
+            .await;
+        }
         Some(Command::Slt {
             paths,
             complete,
@@ -538,6 +577,56 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             .await
             .with_context(|| format!("cannot read '{}'", f.display()))?;
         exec::run_script(&ctx, &text, cli.format, cli.quiet).await?;
+    }
+    Ok(0)
+}
+
+/// `clearice policy import-ranger`: the notes on stderr, the policy to `output` (written
+/// beside it and renamed, so a failed import leaves it as it was) or stdout.
+async fn import_ranger(
+    export: &Path,
+    catalog: &str,
+    service: Option<&str>,
+    base: Option<&Path>,
+    output: Option<&Path>,
+) -> Result<i32> {
+    async fn read(p: &Path) -> Result<String> {
+        tokio::fs::read_to_string(p)
+            .await
+            .with_context(|| format!("reading '{}'", p.display()))
+    }
+    let text = read(export).await?;
+    let base_text = match base {
+        Some(b) => Some(read(b).await?),
+        None => None,
+    };
+    let base_name = base.map(|p| p.display().to_string());
+    let options = clearice_policy::RangerOptions { catalog, service };
+    let imported = clearice_policy::import_ranger(
+        &text,
+        &export.display().to_string(),
+        &options,
+        base_text.as_deref().zip(base_name.as_deref()),
+    )?;
+    for n in &imported.notes {
+        eprintln!("note: {n}");
+    }
+    match output {
+        Some(path) => {
+            let tmp = path.with_extension("toml.importing");
+            tokio::fs::write(&tmp, &imported.policy_text)
+                .await
+                .with_context(|| format!("writing '{}'", tmp.display()))?;
+            tokio::fs::rename(&tmp, path)
+                .await
+                .with_context(|| format!("writing '{}'", path.display()))?;
+            eprintln!(
+                "policy written to '{}' ({} note(s)); check it against the catalogs with `clearice policy check`",
+                path.display(),
+                imported.notes.len()
+            );
+        }
+        None => print!("{}", imported.policy_text),
     }
     Ok(0)
 }

@@ -76,6 +76,23 @@ pub struct WriteTarget {
     pub source: IcebergTableProvider,
     /// What the rewrite scans may decrypt, and as whom.
     pub grant: ScanGrant,
+    /// The rows the writer may change, when not all of them (a row filter): a DELETE or
+    /// UPDATE finds and changes only those, and copies the others as they are.
+    pub gate: Option<Arc<dyn RowGate>>,
+}
+
+/// The rows of a table a writer may change (decided above this crate: a row filter).
+/// Applied to the row-level write's scans, inside them, so the statement's condition and
+/// new values are evaluated on those rows only (a condition failing on another row would
+/// tell it exists) and the other rows are copied untouched.
+pub trait RowGate: Send + Sync + fmt::Debug {
+    /// `scan` (the table's columns in order, then any columns the write adds) cut to the
+    /// rows the writer may change (`changeable`), or to all the others.
+    fn apply(
+        &self,
+        scan: Arc<dyn ExecutionPlan>,
+        changeable: bool,
+    ) -> Result<Arc<dyn ExecutionPlan>>;
 }
 
 impl fmt::Debug for WriteTarget {
@@ -684,20 +701,26 @@ async fn row_level(
     if lineage {
         crate::lineage::check_writable(&target.name, &target.source.table_schema(), &target.spec)?;
     }
-    let source = |files: Option<Arc<HashSet<String>>>, file_column: bool| {
+    // Under a gate, the scans that find and change rows see only the rows the writer may
+    // change (`true`); the others (`false`) are copied as they are.
+    let source = |files: Option<Arc<HashSet<String>>>, file_column: bool, changeable: bool| {
         let mut inner = target.source.for_rewrite(files, file_column);
         if lineage && !file_column {
             inner = inner.with_lineage();
         }
         let keys = target.grant.clone();
-        datafusion::datasource::provider_as_source(Arc::new(if file_column {
+        let mut source = if file_column {
             RewriteSource::pruning(inner, keys)
         } else {
             RewriteSource::whole(inner, keys)
-        }))
+        };
+        if let Some(g) = &target.gate {
+            source = source.gated(Arc::clone(g), changeable);
+        }
+        datafusion::datasource::provider_as_source(Arc::new(source))
     };
     // 1. Which data files hold matching rows, and how many.
-    let mut b = LogicalPlanBuilder::scan("t", source(None, true), None)?;
+    let mut b = LogicalPlanBuilder::scan("t", source(None, true, true), None)?;
     if let Some(p) = &predicate {
         b = b.filter(p.clone())?;
     }
@@ -737,9 +760,9 @@ async fn row_level(
         Some(p) => coalesce(vec![p.clone(), lit(false)]),
         None => lit(true),
     };
-    let b = LogicalPlanBuilder::scan("t", source(Some(Arc::clone(&affected)), false), None)?;
+    let b = LogicalPlanBuilder::scan("t", source(Some(Arc::clone(&affected)), false, true), None)?;
     let schema = datafusion::catalog::TableProvider::schema(&target.source);
-    let plan = match kind {
+    let mut plan = match kind {
         RowLevel::Delete => b.filter(Expr::Not(Box::new(matches())))?.build()?,
         RowLevel::Update(assignments) => {
             let mut exprs = schema
@@ -773,6 +796,18 @@ async fn row_level(
             b.project(exprs)?.build()?
         }
     };
+    if target.gate.is_some() {
+        // The rows the writer may not change, as they are, beside those it changed.
+        let others =
+            LogicalPlanBuilder::scan("o", source(Some(Arc::clone(&affected)), false, false), None)?
+                .project(
+                    plan.schema().fields().iter().map(|f| {
+                        Expr::Column(datafusion::common::Column::new(Some("o"), f.name()))
+                    }),
+                )?
+                .build()?;
+        plan = LogicalPlanBuilder::from(plan).union(others)?.build()?;
+    }
     let physical = state.create_physical_plan(&plan).await?;
     let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
     let removed: HashSet<String> = affected.iter().cloned().collect();
@@ -799,6 +834,8 @@ pub struct RewriteSource {
     /// rewrites files must read every row of them (a file pruned there would be removed
     /// with rows it should have kept).
     prune: bool,
+    /// The rows scanned: those the writer may change (`true`) or the others, per the gate.
+    gate: Option<(Arc<dyn RowGate>, bool)>,
 }
 
 impl RewriteSource {
@@ -808,6 +845,7 @@ impl RewriteSource {
             inner,
             keys,
             prune: true,
+            gate: None,
         }
     }
 
@@ -817,7 +855,17 @@ impl RewriteSource {
             inner,
             keys,
             prune: false,
+            gate: None,
         }
+    }
+
+    /// The scan cut by `gate` to the rows the writer may change (`changeable`) or the
+    /// others. Such a scan reads every column and row of its files and prunes nothing
+    /// by the statement's condition (pruning would evaluate it on every file's values).
+    pub fn gated(mut self, gate: Arc<dyn RowGate>, changeable: bool) -> Self {
+        self.prune = false;
+        self.gate = Some((gate, changeable));
+        self
     }
 }
 
@@ -857,9 +905,33 @@ impl datafusion::catalog::TableProvider for RewriteSource {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let keys = self.keys.clone();
         let filters = if self.prune { filters } else { &[] };
-        self.inner
-            .scan_with(state, projection, filters, limit, keys, false)
-            .await
+        let Some((gate, changeable)) = &self.gate else {
+            return self
+                .inner
+                .scan_with(state, projection, filters, limit, keys, false)
+                .await;
+        };
+        // Every column, so the gate's predicate has what it reads; then the projection.
+        let scan = self
+            .inner
+            .scan_with(state, None, &[], None, keys, false)
+            .await?;
+        let gated = gate.apply(scan, *changeable)?;
+        let Some(projection) = projection else {
+            return Ok(gated);
+        };
+        let schema = gated.schema();
+        let exprs: Vec<(Arc<dyn datafusion::physical_expr::PhysicalExpr>, String)> = projection
+            .iter()
+            .map(|&i| {
+                let name = schema.field(i).name();
+                let column = datafusion::physical_expr::expressions::Column::new(name, i);
+                (Arc::new(column) as _, name.clone())
+            })
+            .collect();
+        Ok(Arc::new(
+            datafusion::physical_plan::projection::ProjectionExec::try_new(exprs, gated)?,
+        ))
     }
 }
 

@@ -23,6 +23,15 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A Ranger export that cannot be imported (`clearice policy import-ranger`): malformed,
+    /// or a restriction ClearIce cannot express, naming the Ranger policy.
+    #[error("Ranger export '{source_name}': {message}")]
+    RangerExport {
+        /// File name.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// Result with this crate's [`Error`].

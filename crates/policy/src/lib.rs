@@ -6,6 +6,7 @@
 //!  (principal, table, column) ─▶ Policy::decide ─▶ Decision (plaintext, mask, hide, deny)
 //!                                                  + the rule that decided, for the audit
 //!  (principal, table, column) ─▶ may_write_table / may_write_column / may_export ─▶ bool
+//!  Ranger export (JSON) + base policy ─▶ import_ranger ─▶ policy text + notes
 //! ```
 //!
 //! ```
@@ -31,6 +32,7 @@ mod audit;
 mod error;
 mod model;
 mod policy;
+mod ranger;
 
 pub use audit::{AuditColumn, AuditRecord};
 pub use error::{Error, Result};
@@ -38,3 +40,4 @@ pub use model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, Ta
 pub use policy::{
     Area, ColumnPolicy, LOCAL_PROVIDER, Policy, RowFilter, Subject, TablePolicy, parse_decision,
 };
+pub use ranger::{RangerImport, RangerOptions, import_ranger};

@@ -17,7 +17,7 @@
 //!   and plans carry no statistics (no `count(*)` answered from file metadata);
 //! - metadata tables (`$files`, `$partitions`, ...) count rows: denied under a row filter;
 //! - such scans run on the coordinator, never on cluster workers;
-//! - writes by a principal under a row filter are refused (not supported yet).
+//! - writes by a principal under a row filter stay inside it (`write.rs`).
 //!
 //! The predicate is SQL over the table's columns (named as the table names them now);
 //! `principal()` is the principal's name and `principal_attr('x')` its attribute `x`
@@ -51,6 +51,8 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use futures::StreamExt;
 
 use super::PolicyTableProvider;
+
+mod write;
 
 /// A row filter ready to plan: its rule, and its predicate with the principal's name and
 /// attributes put in.
@@ -288,6 +290,7 @@ impl PolicyTableProvider {
 }
 
 /// A row filter planned for one scan.
+#[derive(Clone)]
 pub(super) struct RowFilterPlan {
     predicate: Arc<dyn PhysicalExpr>,
     /// Columns of the scan's output to keep, in order (the statement's).
@@ -312,6 +315,11 @@ fn fixed_state() -> &'static datafusion::execution::SessionState {
 impl RowFilterPlan {
     /// `scan` (of the columns [`PolicyTableProvider::plan_row_filter`] chose) filtered.
     pub(super) fn apply(self, scan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        self.build(scan, false)
+    }
+
+    /// [`Self::apply`], keeping the rows the filter does not let through if `others`.
+    fn build(self, scan: Arc<dyn ExecutionPlan>, others: bool) -> Result<Arc<dyn ExecutionPlan>> {
         let schema = Arc::new(scan.schema().project(&self.keep)?);
         let props = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -325,6 +333,7 @@ impl RowFilterPlan {
             scan,
             predicate: self.predicate,
             keep: self.keep,
+            others,
             display: self.display,
             failed: self.failed,
             schema,
@@ -340,6 +349,9 @@ pub struct RowFilterExec {
     scan: Arc<dyn ExecutionPlan>,
     predicate: Arc<dyn PhysicalExpr>,
     keep: Vec<usize>,
+    /// Keep the rows the predicate does not let through instead (a row-level write copies
+    /// them as they are).
+    others: bool,
     display: String,
     failed: String,
     schema: SchemaRef,
@@ -354,7 +366,8 @@ impl fmt::Debug for RowFilterExec {
 
 impl DisplayAs for RowFilterExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RowFilterExec: {}", self.display)
+        let others = if self.others { " (the other rows)" } else { "" };
+        write!(f, "RowFilterExec{others}: {}", self.display)
     }
 }
 
@@ -397,6 +410,7 @@ impl ExecutionPlan for RowFilterExec {
             input,
             predicate: Arc::clone(&self.predicate),
             keep: self.keep.clone(),
+            others: self.others,
             failed: self.failed.clone(),
             out: Coalesce::new(Arc::clone(&self.schema), target),
         };
@@ -431,6 +445,7 @@ struct Filtering {
     input: SendableRecordBatchStream,
     predicate: Arc<dyn PhysicalExpr>,
     keep: Vec<usize>,
+    others: bool,
     failed: String,
     out: Coalesce,
 }
@@ -445,8 +460,21 @@ impl Filtering {
             .and_then(|v| v.into_array(batch.num_rows()))
             .map_err(|_| failed())?;
         let verdict = verdict.as_boolean_opt().ok_or_else(failed)?;
-        // NULL is not true: the row is filtered out.
-        let passed = filter_record_batch(&batch, verdict)?.project(&self.keep)?;
+        // NULL is not true: the row is filtered out (or, for the other rows, kept).
+        let passed = if self.others {
+            // (`prep_null_mask_filter` expects nulls.)
+            let others = if datafusion::arrow::array::Array::null_count(verdict) == 0 {
+                datafusion::arrow::compute::not(verdict)?
+            } else {
+                datafusion::arrow::compute::not(
+                    &datafusion::arrow::compute::prep_null_mask_filter(verdict),
+                )?
+            };
+            filter_record_batch(&batch, &others)?
+        } else {
+            filter_record_batch(&batch, verdict)?
+        };
+        let passed = passed.project(&self.keep)?;
         self.out.push(passed)
     }
 }

@@ -47,16 +47,21 @@ impl PolicyTableProvider {
             }));
         }
         self.inner.check_writable(action).map_err(refuse)?;
-        if let Some(f) = &self.row_filter {
+        // Under a row filter: INSERT (each row must pass it), DELETE and UPDATE (of the
+        // rows it shows) only; the others would touch rows the principal does not see.
+        if let Some(f) = &self.row_filter
+            && !matches!(action, "insert" | "delete" | "update")
+        {
             return Err(refuse(Error::WriteDenied {
                 what: format!("{action} on table '{table}'"),
                 principal: principal.to_owned(),
                 rule: format!(
-                    "the principal reads it under a row filter ({}); writes under a row filter are not supported yet",
+                    "the principal reads it under a row filter ({}); under a row filter only INSERT, UPDATE and DELETE are supported",
                     f.rule
                 ),
             }));
         }
+        let gate = self.row_gate()?;
         // A table Iceberg encrypts is written under its table key: the table-level denial
         // (not named by the policy, another declared key, the key refused) holds for
         // writes too.
@@ -161,6 +166,7 @@ impl PolicyTableProvider {
             audit,
             source: self.inner.clone(),
             grant: self.grant(),
+            gate,
         })
     }
 
@@ -171,7 +177,7 @@ impl PolicyTableProvider {
         target: clearice_iceberg::dml::WriteTarget,
     ) -> clearice_iceberg::dml::WriteTarget {
         self.access.record(TableAccess {
-            row_filter: None,
+            row_filter: self.row_filter.as_ref().map(|f| f.describe()),
             table: target.name.clone(),
             snapshot_id: None,
             columns: self.audit_columns(&self.columns.iter().collect::<Vec<_>>()),

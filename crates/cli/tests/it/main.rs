@@ -1,6 +1,7 @@
 //! The real `clearice` binary, one test binary: the shell and `-c`/`-f` (`cli`), SQL writes
 //! as pipelines run them (`writes`), `clearice serve` with ADBC, JDBC and the attack suite
-//! (`flight`), the policy against DuckDB (`policy_differential`), the remote provider and
+//! (`flight`), the policy against DuckDB (`policy_differential`), a Ranger
+//! export imported onto the demo lake (`ranger`), the remote provider and
 //! crypto service (`remote`), AWS KMS on moto (`aws_kms`), workers as processes
 //! (`cluster`), and DataFusion's own sqllogictest suite (`datafusion_slt`).
 #![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
@@ -14,5 +15,6 @@ mod common;
 mod datafusion_slt;
 mod flight;
 mod policy_differential;
+mod ranger;
 mod remote;
 mod writes;

@@ -562,6 +562,49 @@ fn differential_writes_on_format_3_tables_match_duckdb() {
     }
 }
 
+/// [`differential_writes_match_duckdb`] as `support` under a row filter on the table:
+/// DELETE and UPDATE change only the rows it keeps (their subqueries read only those), an
+/// UPDATE setting a column it reads is refused, an INSERT of a row outside it fails and
+/// changes nothing; DuckDB computes each from the same rows.
+#[test]
+fn differential_writes_under_a_row_filter_match_duckdb() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = lake(tmp.path());
+    let filter = "id % 3 <> 0 AND (b IS NULL OR b <> 'zz')";
+    let policy = lake.join("policy.toml");
+    let mut text = std::fs::read_to_string(&policy).unwrap();
+    text.push_str(&format!(
+        "\n[tables.\"lake.diff.t\"]\nwrite = [\"admin\", \"support\"]\n\n\
+         [tables.\"lake.diff.t\".row_filter]\n\"user:admin\" = \"true\"\nsupport = \"{filter}\"\n"
+    ));
+    std::fs::write(&policy, text).unwrap();
+    let server = start(
+        &lake.join("clearice.toml"),
+        &["serve"],
+        &tmp.path().join("addr"),
+    );
+    let v = client(
+        &python,
+        "differential_writes.py",
+        &[&server.addr, "3,29,71", "80", "2", filter],
+    );
+    assert_eq!(v["mismatches"], serde_json::json!([]), "{v}");
+    assert!(v["statements"].as_u64().unwrap() >= 200, "{v}");
+    for (kind, least) in [("DELETE", 30), ("UPDATE", 15), ("INSERT", 8)] {
+        assert!(
+            v["executed"][kind].as_u64().unwrap_or(0) >= least,
+            "{kind}: {v}"
+        );
+    }
+    for refused in ["UPDATE", "INSERT outside the filter"] {
+        assert!(
+            v["refused"][refused].as_u64().unwrap_or(0) >= 3,
+            "{refused}: {v}"
+        );
+    }
+}
+
 /// Fail closed: a table the policy does not name (registered by a pipeline, here with
 /// PyIceberg's `register_table`, also in a nested namespace) never has its encrypted
 /// columns decrypted, for any principal; its plaintext columns read; `policy check` lists

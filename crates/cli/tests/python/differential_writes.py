@@ -5,9 +5,14 @@ statement the reported row count and the table's contents must be equal, or Clea
 refused the statement in one line ("refused before any change") and left the table as it
 was. Used by crates/cli/tests/it/writes.rs.
 
-usage: differential_writes.py ADDR SEED[,SEED...] STATEMENTS_PER_SEED [FORMAT] -> prints JSON
+usage: differential_writes.py ADDR SEED[,SEED...] STATEMENTS_PER_SEED [FORMAT [FILTER]] -> prints JSON
 
 FORMAT 3: ClearIce's tables are format 3 (its rewrites keep row lineage).
+FILTER: the statements run as `support`, whose row filter on lake.diff.t is FILTER (the
+server's policy says so); DuckDB computes what they must do from the same rows: DELETE and
+UPDATE change only rows FILTER keeps (their subqueries over the table read those rows only),
+an UPDATE setting a column FILTER reads is refused, an INSERT of a row FILTER does not keep
+fails and changes nothing. No MERGE (refused under a row filter).
 """
 import json
 import random
@@ -18,12 +23,13 @@ import adbc_driver_manager
 import duckdb
 
 T = "lake.diff.t"
+TV = "lake.diff.tv"  # DuckDB: the rows of T the filter keeps
 S = "lake.diff.s"
 COLS = "id, a, b, c"
 
 
-def connect(addr):
-    return flightsql.connect(f"grpc://{addr}", db_kwargs={"username": "admin", "password": "admin"})
+def connect(addr, user="admin"):
+    return flightsql.connect(f"grpc://{addr}", db_kwargs={"username": user, "password": user})
 
 
 class ClearIce:
@@ -160,8 +166,8 @@ class Gen:
     def where(self):
         return "" if self.r.random() < 0.08 else f" WHERE {self.cond()}"
 
-    def statement(self):
-        k = self.r.random()
+    def statement(self, merge=True):
+        k = self.r.random() * (0.82 if not merge else 1.0)
         if k < 0.33:
             return f"DELETE FROM {T}{self.where()}"
         if k < 0.66:
@@ -214,6 +220,110 @@ def lit(v):
 
 def values(rows):
     return ", ".join("(" + ", ".join(lit(v) for v in r) + ")" for r in rows)
+
+
+def filter_columns(flt):
+    return {c for c in ("id", "a", "b", "c") if c in flt.replace("(", " ").replace(")", " ").split()}
+
+
+def under_filter(sql, flt, duck):
+    """What the statement must do under the row filter: ("refuse", why), ("fail", why) or
+    ("run", DuckDB's statement)."""
+    kind = sql.split()[0]
+    sub = sql.replace(f"(SELECT id FROM {T} ", f"(SELECT id FROM {TV} ")
+    if kind == "DELETE":
+        head, _, where = sub.partition(" WHERE ")
+        return ("run", f"{head} WHERE ({flt}) AND ({where})" if where else f"{head} WHERE {flt}")
+    if kind == "UPDATE":
+        sets = sub.split(" SET ", 1)[1].split(" WHERE ")[0]
+        set_cols = {a.split("=")[0].strip() for a in sets.split(", ") if "=" in a}
+        if set_cols & filter_columns(flt):
+            return ("refuse", "sets a column the filter reads")
+        head, _, where = sub.partition(" WHERE ")
+        return ("run", f"{head} WHERE ({flt}) AND ({where})" if where else f"{head} WHERE {flt}")
+    # INSERT: every row written must pass the filter.
+    if " VALUES " in sub:
+        rows = f"SELECT * FROM (VALUES {sub.split(' VALUES ', 1)[1]}) v(id, a, b, c)"
+    else:
+        sub = sub.replace(f"c FROM {T} WHERE", f"c FROM {TV} WHERE")
+        rows = "SELECT * FROM (" + sub.split(f"INSERT INTO {T} ", 1)[1] + ") v(id, a, b, c)"
+    bad = duck.db.execute(f"SELECT count(*) FROM ({rows}) r WHERE NOT coalesce({flt}, false)").fetchall()[0][0]
+    if bad:
+        return ("fail", "a row outside the filter")
+    return ("run", sub)
+
+
+def run_filtered(ci, writer, seed, n, out, flt):
+    rng = random.Random(seed)
+    duck = Duck()
+    rows_t, rows_s = setup(rng)
+    ci.update("DROP SCHEMA IF EXISTS lake.diff CASCADE")
+    ci.update("CREATE SCHEMA lake.diff")
+    duck.update("CREATE SCHEMA lake.diff")
+    for eng in (ci, duck):
+        eng.update(f"CREATE TABLE {T} (id BIGINT, a BIGINT, b VARCHAR, c DOUBLE)")
+        eng.update(f"CREATE TABLE {S} (id BIGINT, a BIGINT, b VARCHAR, c DOUBLE)")
+        eng.update(f"INSERT INTO {T} VALUES {values(rows_t)}")
+        eng.update(f"INSERT INTO {S} (id, a) VALUES {values(rows_s)}")
+    duck.db.execute(f"CREATE VIEW {TV} AS SELECT * FROM {T} WHERE {flt}")
+    gen = Gen(rng)
+    for _ in range(n):
+        sql = gen.statement(merge=False)
+        kind = sql.split()[0]
+        out["statements"] += 1
+        before = ci.rows(T)
+        try:
+            expect, what = under_filter(sql, flt, duck)
+        except duckdb.Error:
+            out["both_failed"] += 1  # DuckDB cannot even evaluate the rows (a bad subquery)
+            continue
+        try:
+            got, ci_err = writer.update(sql), None
+        except adbc_driver_manager.Error as e:
+            got, ci_err = None, str(e)
+        after = ci.rows(T)
+        if ci_err is not None:
+            if after != before:
+                out["mismatches"].append({"seed": seed, "sql": sql, "why": "failed, but the table changed"})
+                return
+            if expect == "refuse" and "refused before any change" in ci_err:
+                out["refused"][kind] = out["refused"].get(kind, 0) + 1
+                continue
+            if expect == "fail" and "its row filter does not show" in ci_err:
+                out["refused"]["INSERT outside the filter"] = out["refused"].get("INSERT outside the filter", 0) + 1
+                continue
+            if expect == "run" and "refused before any change" in ci_err:
+                out["refused"][kind] = out["refused"].get(kind, 0) + 1
+                continue
+            if expect == "run":
+                try:
+                    duck.update(what)
+                except duckdb.Error:
+                    out["both_failed"] += 1
+                    continue
+                out["mismatches"].append({"seed": seed, "sql": sql, "why": f"ClearIce failed: {ci_err.splitlines()[0][:300]}"})
+                return
+            out["mismatches"].append({"seed": seed, "sql": sql, "why": f"expected {expect} ({what}), got: {ci_err.splitlines()[0][:300]}"})
+            return
+        if expect != "run":
+            out["mismatches"].append({"seed": seed, "sql": sql, "why": f"expected {expect} ({what}), ClearIce ran it ({got})"})
+            return
+        try:
+            want = duck.update(what)
+        except duckdb.Error as e:
+            out["mismatches"].append({"seed": seed, "sql": sql, "why": f"DuckDB failed ({e}), ClearIce reported {got}"})
+            return
+        out["executed"][kind] = out["executed"].get(kind, 0) + 1
+        expect_rows = duck.rows(T)
+        if got != want or after != expect_rows:
+            out["mismatches"].append({
+                "seed": seed, "sql": sql, "duckdb_sql": what, "clearice_count": got, "duckdb_count": want,
+                "clearice_rows": after[:40], "duckdb_rows": expect_rows[:40],
+            })
+            return
+        if len(after) > 120:
+            for eng in (ci, duck):
+                eng.update(f"DELETE FROM {T} WHERE id >= 100")
 
 
 def run_seed(ci, seed, n, out, fmt="2"):
@@ -287,11 +397,17 @@ def run_seed(ci, seed, n, out, fmt="2"):
 def main():
     addr, seeds, n = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3])
     fmt = sys.argv[4] if len(sys.argv) > 4 else "2"
+    flt = sys.argv[5] if len(sys.argv) > 5 else None
     out = {"statements": 0, "executed": {}, "refused": {}, "both_failed": 0, "mismatches": []}
     with connect(addr) as conn:
         ci = ClearIce(conn)
-        for seed in seeds:
-            run_seed(ci, seed, n, out, fmt)
+        if flt is not None:
+            with connect(addr, "support") as w:
+                for seed in seeds:
+                    run_filtered(ci, ClearIce(w), seed, n, out, flt)
+        else:
+            for seed in seeds:
+                run_seed(ci, seed, n, out, fmt)
     print(json.dumps(out))
 
 

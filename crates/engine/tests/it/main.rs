@@ -20,6 +20,7 @@ mod pyarrow;
 mod rest;
 mod rotation;
 mod row_filter;
+mod row_filter_writes;
 mod s3;
 mod spark;
 mod tamper;
