@@ -360,8 +360,7 @@ impl Ddl<'_> {
         let protected = |c: &str| {
             self.access
                 .policy()
-                .table(&target)
-                .and_then(|t| t.columns.get(c))
+                .column_policy(&target, c)
                 .is_some_and(|c| {
                     !(c.plaintext_to_everyone() && (table_key.is_some() || c.master_key.is_none()))
                 })
@@ -543,6 +542,8 @@ impl Ddl<'_> {
                 || policy
                     .table(&target)
                     .is_some_and(|t| t.columns.contains_key(c))
+                // A tagged column renamed would leave its tag (patterns match names).
+                || policy.column_policy(&target, c).is_some()
         };
         let renames: Vec<(&str, &str)> = ops
             .iter()

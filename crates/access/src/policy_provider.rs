@@ -145,8 +145,17 @@ impl PolicyTableProvider {
             });
             return Err(e.into());
         }
-        let tpol = policy.table(&table);
         let inner_schema = inner.schema();
+        // Rules name columns as the table names them now: a snapshot read by time travel
+        // may call a column by an older name, which must not escape its rule.
+        let policy_names: Vec<String> = inner_schema
+            .fields()
+            .iter()
+            .map(|f| inner.current_name(f))
+            .collect();
+        // The table's policy with its columns' tags resolved (keys, providers, writers).
+        let tpol = policy.table_policy(&table, policy_names.iter().map(String::as_str));
+        let tpol = tpol.as_deref();
         // Which provider protects which key: the column's, else the table's, else local.
         let table_provider = tpol
             .map_or(clearice_policy::LOCAL_PROVIDER, |t| t.default_provider())
@@ -159,13 +168,6 @@ impl PolicyTableProvider {
             application: inner.application_context(),
             credential: access.credential().cloned(),
         };
-        // Rules name columns as the table names them now: a snapshot read by time travel
-        // may call a column by an older name, which must not escape its rule.
-        let policy_names: Vec<String> = inner_schema
-            .fields()
-            .iter()
-            .map(|f| inner.current_name(f))
-            .collect();
         // A table Iceberg encrypts itself: every column is under its table key, so a
         // column no rule matches is denied (as any protected column), and the key is
         // needed for any read (the manifests are under it too).

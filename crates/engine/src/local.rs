@@ -91,7 +91,26 @@ impl LocalParts {
             None => None,
         };
         // Every provider the policy names must be configured.
-        for (tname, t) in policy.tables() {
+        let tables = policy
+            .tables()
+            .map(|(tname, t)| (format!("tables.\"{tname}\""), t));
+        let tags = policy
+            .tags()
+            .iter()
+            .filter_map(|(n, t)| Some((format!("tags.{n}"), t.provider.as_ref()?)));
+        for (key, p) in tags {
+            if p != clearice_crypto::LOCAL && !config.providers.contains_key(p) {
+                return Err(Error::ConfigValue {
+                    path: policy.source().to_owned(),
+                    key: format!("{key}.provider"),
+                    reason: format!(
+                        "provider '{p}' is not configured (add [providers.{p}] to {})",
+                        config.source
+                    ),
+                });
+            }
+        }
+        for (tname, t) in tables {
             let named = t.provider.iter().map(|p| (p, String::new())).chain(
                 t.columns
                     .iter()
@@ -101,7 +120,7 @@ impl LocalParts {
                 if p != clearice_crypto::LOCAL && !config.providers.contains_key(p) {
                     return Err(Error::ConfigValue {
                         path: policy.source().to_owned(),
-                        key: format!("tables.\"{tname}\"{column}.provider"),
+                        key: format!("{tname}{column}.provider"),
                         reason: format!(
                             "provider '{p}' is not configured (add [providers.{p}] to {})",
                             config.source

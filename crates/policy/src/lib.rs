@@ -38,6 +38,7 @@ pub use audit::{AuditColumn, AuditRecord};
 pub use error::{Error, Result};
 pub use model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision};
 pub use policy::{
-    Area, ColumnPolicy, LOCAL_PROVIDER, Policy, RowFilter, Subject, TablePolicy, parse_decision,
+    Area, ColumnPolicy, LOCAL_PROVIDER, Policy, RowFilter, Subject, TablePolicy, Tag,
+    parse_decision, pattern_matches,
 };
 pub use ranger::{RangerImport, RangerOptions, import_ranger};

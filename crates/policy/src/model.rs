@@ -209,6 +209,14 @@ pub enum RuleSource {
     Role(String),
     /// The `*` rule.
     Wildcard,
+    /// A tag's rule (`[tags.NAME]`): the strictest of the column's tags, for a column
+    /// without a rule of its own for the principal; the tag and the rule within it.
+    Tag {
+        /// Tag name.
+        tag: String,
+        /// The rule within the tag (`user:NAME`, `role:NAME`, `*`, or none matched).
+        rule: Box<RuleSource>,
+    },
     /// No rule matched a protected column: denied.
     DefaultProtected,
     /// No rule matched an unprotected column: plaintext.
@@ -233,6 +241,7 @@ impl fmt::Display for RuleSource {
             RuleSource::User(u) => write!(f, "user:{u}"),
             RuleSource::Role(r) => write!(f, "role:{r}"),
             RuleSource::Wildcard => f.write_str("*"),
+            RuleSource::Tag { tag, rule } => write!(f, "tag:{tag} ({rule})"),
             RuleSource::DefaultProtected => f.write_str("default (protected column)"),
             RuleSource::DefaultUnprotected => f.write_str("default (unprotected column)"),
             RuleSource::MissingKey(k) => write!(f, "on_missing_key (key '{k}' unavailable)"),

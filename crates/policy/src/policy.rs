@@ -8,8 +8,10 @@ use crate::model::{Decision, MissingKey, TableDecision};
 
 mod decide;
 mod parse;
+mod tags;
 
 pub use parse::parse_decision;
+pub use tags::pattern_matches;
 
 /// Who a rule applies to.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -38,13 +40,25 @@ pub struct ColumnPolicy {
     /// Who may write values into the column when it is protected (`write`); nobody if
     /// empty. Unprotected columns follow the table's `write`.
     pub write: Vec<Subject>,
+    /// Tags the column is classified with (`tags = [...]`), beside those whose
+    /// `columns` patterns match it.
+    pub tags: Vec<String>,
+    /// The access rules of every tag of the column (explicit and matched), filled by
+    /// [`Policy::column_policy`]: for a principal the column's own rules do not decide,
+    /// the strictest of its tags' decisions applies.
+    pub tag_rules: Vec<(String, Vec<(Subject, Decision)>)>,
+    /// Tags of the column that declare different master keys: the column is denied to
+    /// everyone (which key would protect it is not decided).
+    pub key_conflict: Option<String>,
 }
 
 impl ColumnPolicy {
     /// Every principal reads the column in plaintext: a `*` rule, and every rule
     /// `plaintext` (no mask, hide or deny for anyone).
     pub fn plaintext_to_everyone(&self) -> bool {
-        self.rules.iter().any(|(s, _)| *s == Subject::Wildcard)
+        self.tag_rules.is_empty()
+            && self.key_conflict.is_none()
+            && self.rules.iter().any(|(s, _)| *s == Subject::Wildcard)
             && self.rules.iter().all(|(_, d)| *d == Decision::Plaintext)
     }
 }
@@ -108,6 +122,27 @@ pub struct RowFilter {
     pub rule: String,
 }
 
+/// A classification (`[tags.NAME]`): the columns it applies to wherever they appear
+/// (patterns, and columns that name it in `tags`), how they are protected on write and
+/// who sees what of them.
+#[derive(Debug, Clone, Default)]
+pub struct Tag {
+    /// Column patterns: `catalog.namespace.table.column` with `*` for any one part (the
+    /// namespace may have several parts), or a bare column name for every table.
+    pub columns: Vec<String>,
+    /// Master key of the columns it applies to (unless the column declares its own).
+    pub master_key: Option<String>,
+    /// Footer key of a table without its own `footer_key` whose columns this tag
+    /// encrypts (default: `master_key`).
+    pub footer_key: Option<String>,
+    /// Crypto provider of that key.
+    pub provider: Option<String>,
+    /// Access rules; a principal none matches is denied the column.
+    pub rules: Vec<(Subject, Decision)>,
+    /// Who may write values into its protected columns.
+    pub write: Vec<Subject>,
+}
+
 /// A named directory that confined sessions (Flight SQL) may read files from by path
 /// (`read`) or export query results into (`write`), per `[areas.NAME]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +176,8 @@ pub struct Policy {
     /// written (relative: to the policy file's directory). The policy never holds the
     /// secret itself; the engine reads it.
     hmac_key_file: Option<String>,
+    /// `[tags.NAME]`.
+    tags: BTreeMap<String, Tag>,
 }
 
 impl Policy {
@@ -157,6 +194,7 @@ impl Policy {
             on_missing_key: MissingKey::Error,
             creators: vec![Subject::Wildcard],
             hmac_key_file: None,
+            tags: BTreeMap::new(),
         }
     }
 
@@ -167,7 +205,10 @@ impl Policy {
 
     /// Whether the policy restricts anything (a policy file was given).
     pub fn is_enforcing(&self) -> bool {
-        !self.users.is_empty() || !self.tables.is_empty() || !self.roles.is_empty()
+        !self.users.is_empty()
+            || !self.tables.is_empty()
+            || !self.roles.is_empty()
+            || !self.tags.is_empty()
     }
 
     /// The policy's users, sorted.
@@ -219,10 +260,13 @@ impl Policy {
 
     /// `on_missing_key` for a column.
     pub fn on_missing_key(&self, table: &str, column: &str) -> MissingKey {
-        self.tables
-            .get(table)
-            .and_then(|t| t.columns.get(column))
+        self.column_policy(table, column)
             .and_then(|c| c.on_missing_key)
             .unwrap_or(self.on_missing_key)
+    }
+
+    /// The policy's tags.
+    pub fn tags(&self) -> &BTreeMap<String, Tag> {
+        &self.tags
     }
 }

@@ -82,7 +82,17 @@ impl PolicyTableProvider {
                 what: "writing a table loaded outside a catalog".into(),
             }));
         };
-        let tpol = policy.table(&table);
+        // With the tags of its columns resolved: a tagged column is encrypted under its
+        // tag's key.
+        let names: Vec<String> = self
+            .inner
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| self.inner.current_name(f))
+            .collect();
+        let tpol = policy.table_policy(&table, names.iter().map(String::as_str));
+        let tpol = tpol.as_deref();
         // Files written sorted or partitioned by a protected column would give its order
         // or values to every reader. Not protected: a column everyone reads in plaintext
         // that is not encrypted at rest under its own key (a table Iceberg encrypts puts

@@ -23,4 +23,5 @@ mod row_filter;
 mod row_filter_writes;
 mod s3;
 mod spark;
+mod tags;
 mod tamper;

@@ -52,7 +52,8 @@ impl Policy {
         if !self.is_enforcing() {
             return true;
         }
-        match self.tables.get(table).and_then(|t| t.columns.get(column)) {
+        match self.column_policy(table, column) {
+            Some(c) if c.key_conflict.is_some() => false,
             Some(c) if c.master_key.is_some() => c.write.iter().any(|s| self.matches(s, principal)),
             _ => true,
         }
@@ -65,10 +66,9 @@ impl Policy {
         if !self.is_enforcing() {
             return true;
         }
-        self.tables
-            .get(table)
-            .and_then(|t| t.columns.get(column))
-            .is_some_and(|c| c.write.iter().any(|s| self.matches(s, principal)))
+        self.column_policy(table, column).is_some_and(|c| {
+            c.key_conflict.is_none() && c.write.iter().any(|s| self.matches(s, principal))
+        })
     }
 
     /// Whether `principal` may export `table`'s protected columns decrypted (`export`;
@@ -170,8 +170,10 @@ impl Policy {
     }
 
     /// What `principal` sees of `table.column`. Most specific rule wins (user over role
-    /// over `*`); among a user's roles the most permissive decision wins; a protected
-    /// column with no matching rule is denied, an unprotected one is plaintext.
+    /// over `*`); among a user's roles the most permissive decision wins; a column without
+    /// a rule of its own for the principal takes the strictest of its tags' decisions (a
+    /// tag with no rule for it denies); else a protected column is denied, an
+    /// unprotected one is plaintext.
     pub fn decide(&self, principal: &str, table: &str, column: &str) -> Resolved {
         if !self.is_known(principal) {
             return Resolved {
@@ -179,15 +181,40 @@ impl Policy {
                 rule: RuleSource::UnknownPrincipal,
             };
         }
-        let col = self.tables.get(table).and_then(|t| t.columns.get(column));
-        let Some(col) = col else {
+        let Some(col) = self.column_policy(table, column) else {
             return Resolved {
                 decision: Decision::Plaintext,
                 rule: RuleSource::DefaultUnprotected,
             };
         };
+        if col.key_conflict.is_some() {
+            return Resolved {
+                decision: Decision::Deny,
+                rule: RuleSource::DefaultProtected,
+            };
+        }
         if let Some((decision, rule)) = self.pick(principal, &col.rules, Decision::rank) {
             return Resolved { decision, rule };
+        }
+        // The strictest of the column's tags; a tag no rule of which matches denies.
+        let strictest = col
+            .tag_rules
+            .iter()
+            .map(|(tag, rules)| {
+                let (decision, rule) = self
+                    .pick(principal, rules, Decision::rank)
+                    .unwrap_or((Decision::Deny, RuleSource::DefaultProtected));
+                Resolved {
+                    decision,
+                    rule: RuleSource::Tag {
+                        tag: tag.clone(),
+                        rule: Box::new(rule),
+                    },
+                }
+            })
+            .min_by_key(|r| r.decision.rank());
+        if let Some(r) = strictest {
+            return r;
         }
         if col.master_key.is_some() {
             Resolved {

@@ -10,7 +10,7 @@ use toml::Spanned;
 use crate::error::{Error, Result};
 use crate::model::{ColumnKind, Decision, Mask, MissingKey, TableDecision};
 
-use super::{Area, ColumnPolicy, Policy, Subject, TablePolicy};
+use super::{Area, ColumnPolicy, Policy, Subject, TablePolicy, Tag};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +31,26 @@ struct RawPolicy {
     writes: Option<RawWrites>,
     #[serde(default)]
     masks: Option<RawMasks>,
+    #[serde(default)]
+    tags: BTreeMap<Spanned<String>, RawTag>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTag {
+    /// Column patterns.
+    #[serde(default)]
+    columns: Vec<Spanned<String>>,
+    #[serde(default)]
+    master_key: Option<String>,
+    #[serde(default)]
+    footer_key: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    access: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+    #[serde(default)]
+    write: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +140,9 @@ struct RawColumn {
     access: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
     #[serde(default)]
     write: Vec<Spanned<String>>,
+    /// Tags the column is classified with.
+    #[serde(default)]
+    tags: Vec<Spanned<String>>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -259,6 +282,100 @@ impl Policy {
                 }
             })
             .transpose()?;
+        // Access rules (`{ subject = "decision" | { mask, value } }`) of a column or tag.
+        let parse_rules = |access: &BTreeMap<Spanned<String>, Spanned<toml::Value>>| -> Result<Vec<(Subject, Decision)>> {
+            let mut rules = Vec::new();
+            for (k, v) in access {
+                let s = subject(k)?;
+                let d = match v.get_ref() {
+                    toml::Value::String(name) => parse_decision(name, None),
+                    toml::Value::Table(tbl) => {
+                        let unknown: Vec<_> = tbl
+                            .keys()
+                            .filter(|k| *k != "mask" && *k != "value")
+                            .collect();
+                        if let Some(u) = unknown.first() {
+                            return Err(err(
+                                v.span().start,
+                                format!("unknown key '{u}' in rule (expected mask, value)"),
+                            ));
+                        }
+                        let value = tbl.get("value").map(|v| match v {
+                            toml::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        });
+                        tbl.get("mask")
+                            .and_then(toml::Value::as_str)
+                            .and_then(|m| parse_decision(m, value))
+                    }
+                    _ => None,
+                };
+                let d = d.ok_or_else(|| {
+                    err(
+                        v.span().start,
+                        format!(
+                            "'{}' is not a decision (expected one of {DECISIONS})",
+                            match v.get_ref() {
+                                toml::Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            }
+                        ),
+                    )
+                })?;
+                if d == Decision::Mask(Mask::HmacSha256) && hmac_key_file.is_none() {
+                    return Err(err(
+                        v.span().start,
+                        "mask 'hmac_sha256' needs the policy's secret: add [masks] hmac_key_file = \"FILE\"".into(),
+                    ));
+                }
+                rules.push((s, d));
+            }
+            Ok(rules)
+        };
+        let mut tags = BTreeMap::new();
+        for (name, t) in &raw.tags {
+            if t.columns.is_empty()
+                && !raw.tables.values().any(|tb| {
+                    tb.columns
+                        .values()
+                        .any(|c| c.tags.iter().any(|n| n.get_ref() == name.get_ref()))
+                })
+            {
+                return Err(err(
+                    name.span().start,
+                    format!(
+                        "tag '{}' applies to no column: give it `columns` patterns or name it in a column's `tags`",
+                        name.get_ref()
+                    ),
+                ));
+            }
+            for p in &t.columns {
+                let bad = p.get_ref().is_empty()
+                    || p.get_ref().split('.').any(str::is_empty)
+                    || (p.get_ref().contains('.') && p.get_ref().split('.').count() < 4);
+                if bad {
+                    return Err(err(
+                        p.span().start,
+                        format!(
+                            "tag '{}': column pattern '{}' must be a column name or catalog.namespace.table.column (`*` for any part)",
+                            name.get_ref(),
+                            p.get_ref()
+                        ),
+                    ));
+                }
+            }
+            tags.insert(
+                name.get_ref().clone(),
+                Tag {
+                    columns: t.columns.iter().map(|p| p.get_ref().clone()).collect(),
+                    master_key: t.master_key.clone(),
+                    footer_key: t.footer_key.clone(),
+                    provider: t.provider.clone(),
+                    rules: parse_rules(&t.access)?,
+                    write: t.write.iter().map(&subject).collect::<Result<_>>()?,
+                },
+            );
+        }
         let mut tables = BTreeMap::new();
         for (tname, t) in &raw.tables {
             // catalog.namespace.table, the namespace of any depth (`cat.a.b.t`).
@@ -288,52 +405,7 @@ impl Policy {
             }
             let mut columns = BTreeMap::new();
             for (cname, c) in &t.columns {
-                let mut rules = Vec::new();
-                for (k, v) in &c.access {
-                    let s = subject(k)?;
-                    let d = match v.get_ref() {
-                        toml::Value::String(name) => parse_decision(name, None),
-                        toml::Value::Table(tbl) => {
-                            let unknown: Vec<_> = tbl
-                                .keys()
-                                .filter(|k| *k != "mask" && *k != "value")
-                                .collect();
-                            if let Some(u) = unknown.first() {
-                                return Err(err(
-                                    v.span().start,
-                                    format!("unknown key '{u}' in rule (expected mask, value)"),
-                                ));
-                            }
-                            let value = tbl.get("value").map(|v| match v {
-                                toml::Value::String(s) => s.clone(),
-                                other => other.to_string(),
-                            });
-                            tbl.get("mask")
-                                .and_then(toml::Value::as_str)
-                                .and_then(|m| parse_decision(m, value))
-                        }
-                        _ => None,
-                    };
-                    let d = d.ok_or_else(|| {
-                        err(
-                            v.span().start,
-                            format!(
-                                "'{}' is not a decision (expected one of {DECISIONS})",
-                                match v.get_ref() {
-                                    toml::Value::String(s) => s.clone(),
-                                    other => other.to_string(),
-                                }
-                            ),
-                        )
-                    })?;
-                    if d == Decision::Mask(Mask::HmacSha256) && hmac_key_file.is_none() {
-                        return Err(err(
-                            v.span().start,
-                            "mask 'hmac_sha256' needs the policy's secret: add [masks] hmac_key_file = \"FILE\"".into(),
-                        ));
-                    }
-                    rules.push((s, d));
-                }
+                let rules = parse_rules(&c.access)?;
                 let on_missing_key = c
                     .on_missing_key
                     .as_ref()
@@ -347,6 +419,25 @@ impl Policy {
                         on_missing_key,
                         rules,
                         write: c.write.iter().map(&subject).collect::<Result<_>>()?,
+                        tags: c
+                            .tags
+                            .iter()
+                            .map(|n| {
+                                if raw.tags.keys().any(|k| k.get_ref() == n.get_ref()) {
+                                    Ok(n.get_ref().clone())
+                                } else {
+                                    Err(err(
+                                        n.span().start,
+                                        format!(
+                                            "unknown tag '{}' (declare it in [tags])",
+                                            n.get_ref()
+                                        ),
+                                    ))
+                                }
+                            })
+                            .collect::<Result<_>>()?,
+                        tag_rules: Vec::new(),
+                        key_conflict: None,
                     },
                 );
             }
@@ -394,6 +485,7 @@ impl Policy {
             on_missing_key,
             creators,
             hmac_key_file,
+            tags,
         })
     }
 
