@@ -222,6 +222,22 @@ def values(rows):
     return ", ".join("(" + ", ".join(lit(v) for v in r) + ")" for r in rows)
 
 
+def create(ci, rng, fmt):
+    """The seed's tables T and S in ClearIce (format `fmt`) and in a new DuckDB."""
+    duck = Duck()
+    rows_t, rows_s = setup(rng)
+    ci.update("DROP SCHEMA IF EXISTS lake.diff CASCADE")
+    ci.update("CREATE SCHEMA lake.diff")
+    duck.update("CREATE SCHEMA lake.diff")
+    for eng in (ci, duck):
+        with_ = f" WITH (\"format-version\" = '{fmt}')" if eng is ci and fmt != "2" else ""
+        eng.update(f"CREATE TABLE {T} (id BIGINT, a BIGINT, b VARCHAR, c DOUBLE){with_}")
+        eng.update(f"CREATE TABLE {S} (id BIGINT, a BIGINT, b VARCHAR, c DOUBLE){with_}")
+        eng.update(f"INSERT INTO {T} VALUES {values(rows_t)}")
+        eng.update(f"INSERT INTO {S} (id, a) VALUES {values(rows_s)}")
+    return duck
+
+
 def filter_columns(flt):
     return {c for c in ("id", "a", "b", "c") if c in flt.replace("(", " ").replace(")", " ").split()}
 
@@ -255,16 +271,7 @@ def under_filter(sql, flt, duck):
 
 def run_filtered(ci, writer, seed, n, out, flt):
     rng = random.Random(seed)
-    duck = Duck()
-    rows_t, rows_s = setup(rng)
-    ci.update("DROP SCHEMA IF EXISTS lake.diff CASCADE")
-    ci.update("CREATE SCHEMA lake.diff")
-    duck.update("CREATE SCHEMA lake.diff")
-    for eng in (ci, duck):
-        eng.update(f"CREATE TABLE {T} (id BIGINT, a BIGINT, b VARCHAR, c DOUBLE)")
-        eng.update(f"CREATE TABLE {S} (id BIGINT, a BIGINT, b VARCHAR, c DOUBLE)")
-        eng.update(f"INSERT INTO {T} VALUES {values(rows_t)}")
-        eng.update(f"INSERT INTO {S} (id, a) VALUES {values(rows_s)}")
+    duck = create(ci, rng, "2")
     duck.db.execute(f"CREATE VIEW {TV} AS SELECT * FROM {T} WHERE {flt}")
     gen = Gen(rng)
     for _ in range(n):
@@ -328,18 +335,7 @@ def run_filtered(ci, writer, seed, n, out, flt):
 
 def run_seed(ci, seed, n, out, fmt="2"):
     rng = random.Random(seed)
-    duck = Duck()
-    rows_t, rows_s = setup(rng)
-    ci.update("DROP SCHEMA IF EXISTS lake.diff CASCADE")
-    ci.update("CREATE SCHEMA lake.diff")
-    for eng in (ci, duck):
-        if eng is duck:
-            eng.update("CREATE SCHEMA lake.diff")
-        with_ = f" WITH (\"format-version\" = '{fmt}')" if eng is ci and fmt != "2" else ""
-        eng.update(f"CREATE TABLE {T} (id BIGINT, a BIGINT, b VARCHAR, c DOUBLE){with_}")
-        eng.update(f"CREATE TABLE {S} (id BIGINT, a BIGINT, b VARCHAR, c DOUBLE){with_}")
-        eng.update(f"INSERT INTO {T} VALUES {values(rows_t)}")
-        eng.update(f"INSERT INTO {S} (id, a) VALUES {values(rows_s)}")
+    duck = create(ci, rng, fmt)
     gen = Gen(rng)
     for _ in range(n):
         sql = gen.statement()
