@@ -538,7 +538,8 @@ impl Ddl<'_> {
         }
         let schema = table.metadata().current_schema();
         let named = |c: &str| {
-            filter_columns.contains(c)
+            filter_columns.contains(&c.to_lowercase())
+                || filter_columns.contains(c)
                 || policy
                     .table(&target)
                     .is_some_and(|t| t.columns.contains_key(c))
@@ -622,7 +623,8 @@ impl Ddl<'_> {
                         action = action.add_column(AddColumn::optional(c, t));
                     }
                     AlterColumn::Drop { name: c, if_exists } => {
-                        if filter_columns.contains(c) {
+                        if filter_columns.contains(c) || filter_columns.contains(&c.to_lowercase())
+                        {
                             return Err(invalid(format!(
                                 "column '{c}' is read by a row filter of the table (change the policy first)"
                             )));
@@ -661,6 +663,22 @@ impl Ddl<'_> {
             };
         }
         self.check_table_write(&target, "drop_table")?;
+        // Dropping the table would remove the rows a principal's row filter hides from it.
+        let under_filter = match crate::policy_provider::row_filter::bind(
+            self.access.policy(),
+            self.access.principal(),
+            &target,
+        ) {
+            Ok(f) => f.filter(|f| !f.is_all_rows()).map(|f| f.rule),
+            Err(e) => Some(e),
+        };
+        if let Some(rule) = under_filter {
+            return Err(self.refused(
+                &target,
+                "drop_table",
+                &format!("the principal reads the table under a row filter ({rule})"),
+            ));
+        }
         let ident = TableIdent::new(namespace(ns), name.to_owned());
         let cat = self.catalog.iceberg();
         if !cat

@@ -581,6 +581,37 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
     Ok(0)
 }
 
+/// Replaces `path` with `text`: written to a new file beside it (created, never
+/// followed if it exists), synced, given the old file's permissions, then renamed over
+/// it; on failure the old file stays and the new one is removed.
+async fn write_replacing(path: &Path, text: &str) -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "policy.toml".into());
+    let tmp = path.with_file_name(format!(".{name}.{}.importing", std::process::id()));
+    let written = async {
+        let mut f = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .await?;
+        f.write_all(text.as_bytes()).await?;
+        f.sync_all().await?;
+        if let Ok(old) = tokio::fs::metadata(path).await {
+            tokio::fs::set_permissions(&tmp, old.permissions()).await?;
+        }
+        tokio::fs::rename(&tmp, path).await
+    }
+    .await;
+    if let Err(e) = written {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(e).with_context(|| format!("writing '{}'", path.display()));
+    }
+    Ok(())
+}
+
 /// `clearice policy import-ranger`: the notes on stderr, the policy to `output` (written
 /// beside it and renamed, so a failed import leaves it as it was) or stdout.
 async fn import_ranger(
@@ -613,13 +644,7 @@ async fn import_ranger(
     }
     match output {
         Some(path) => {
-            let tmp = path.with_extension("toml.importing");
-            tokio::fs::write(&tmp, &imported.policy_text)
-                .await
-                .with_context(|| format!("writing '{}'", tmp.display()))?;
-            tokio::fs::rename(&tmp, path)
-                .await
-                .with_context(|| format!("writing '{}'", path.display()))?;
+            write_replacing(path, &imported.policy_text).await?;
             eprintln!(
                 "policy written to '{}' ({} note(s)); check it against the catalogs with `clearice policy check`",
                 path.display(),

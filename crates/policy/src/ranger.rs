@@ -126,6 +126,12 @@ struct RangerPolicy {
     row_filter_policy_items: Vec<FilterItem>,
     #[serde(default)]
     validity_schedules: Vec<serde_json::Value>,
+    /// Deny every subject the policy does not allow, whatever other policies grant.
+    #[serde(default)]
+    is_deny_all_else: bool,
+    /// A security zone's policy (its resources follow only the zone's policies).
+    #[serde(default)]
+    zone_name: Option<String>,
 }
 
 fn enabled() -> bool {

@@ -151,14 +151,17 @@ pub(crate) fn filter_columns(
             continue;
         };
         let _ = datafusion::sql::sqlparser::ast::visit_expressions(&expr, |e| {
-            let ident = match e {
-                SqlExpr::Identifier(i) => Some(i),
-                SqlExpr::CompoundIdentifier(parts) => parts.last(),
-                _ => None,
+            // Every part of a compound name: `address.country` may be a struct column's
+            // field as well as a qualified column. Unquoted names as DataFusion normalizes
+            // them (Unicode lowercase).
+            let parts: &[_] = match e {
+                SqlExpr::Identifier(i) => std::slice::from_ref(i),
+                SqlExpr::CompoundIdentifier(parts) => parts,
+                _ => &[],
             };
-            if let Some(i) = ident {
+            for i in parts {
                 out.insert(match i.quote_style {
-                    None => i.value.to_ascii_lowercase(),
+                    None => i.value.to_lowercase(),
                     Some(_) => i.value.clone(),
                 });
             }
@@ -261,6 +264,8 @@ impl PolicyTableProvider {
                 &all,
             )
             .map_err(fail)?;
+        let volatile = expr.is_volatile();
+        let columns = expr.column_refs().iter().map(|c| c.name.clone()).collect();
         let mut scan_cols: Vec<usize> = inner_cols.to_vec();
         for c in expr.column_refs() {
             let i = all.index_of_column(c).map_err(fail)?;
@@ -279,6 +284,8 @@ impl PolicyTableProvider {
             RowFilterPlan {
                 predicate,
                 keep,
+                volatile,
+                columns,
                 display: filter.describe(),
                 failed: format!(
                     "the {} of table '{table}' could not be evaluated on a row of the table",
@@ -293,6 +300,11 @@ impl PolicyTableProvider {
 #[derive(Clone)]
 pub(super) struct RowFilterPlan {
     predicate: Arc<dyn PhysicalExpr>,
+    /// Whether the predicate calls a volatile function (`random()`): a write evaluates
+    /// it on each row twice, which must give one answer.
+    volatile: bool,
+    /// The table columns the predicate reads (current names, exactly as resolved).
+    columns: Vec<String>,
     /// Columns of the scan's output to keep, in order (the statement's).
     keep: Vec<usize>,
     display: String,

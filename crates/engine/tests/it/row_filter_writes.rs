@@ -116,8 +116,8 @@ async fn writes_under_a_row_filter_change_only_the_rows_it_shows() {
     assert_eq!(n, 0);
     assert_eq!(all_rows(&oracle).await, before);
 
-    // An UPDATE of a column the filter reads, INSERT OVERWRITE, TRUNCATE and MERGE are
-    // refused before any work.
+    // An UPDATE of a column the filter reads, INSERT OVERWRITE, TRUNCATE, DROP and MERGE
+    // are refused before any work.
     for (sql, says) in [
         (
             format!("UPDATE {T} SET id = id + 1 WHERE country = 'SE'"),
@@ -130,6 +130,11 @@ async fn writes_under_a_row_filter_change_only_the_rows_it_shows() {
         (
             format!("TRUNCATE {T}"),
             "only INSERT, UPDATE and DELETE are supported",
+        ),
+        // Dropping the table would remove the hidden rows too.
+        (
+            format!("DROP TABLE {T}"),
+            "reads the table under a row filter",
         ),
         (
             format!(

@@ -65,7 +65,9 @@ impl<'a> Document<'a> {
         if !added.is_empty() {
             notes.push(format!(
                 "users {} were added without roles: a Ranger export holds no group \
-                 memberships; give them their roles in [users]",
+                 memberships; give them their roles in [users] and run the import again \
+                 with it as --base (a user: rule beats role rules, so only the import can \
+                 reconcile them)",
                 added.join(", ")
             ));
         }
@@ -88,9 +90,9 @@ impl<'a> Document<'a> {
             let (writers, dropped) = writers(rules, base);
             if dropped {
                 notes.push(format!(
-                    "{name}: a role or everyone is denied changing it, which ClearIce's write \
-                     list cannot express beside a role's grant: only users granted by name \
-                     keep write (stricter)"
+                    "{name}: someone is denied changing it, which ClearIce's write list \
+                     cannot express beside a role's grant: only users granted by name keep \
+                     write (stricter)"
                 ));
             }
             table.insert(
@@ -169,11 +171,13 @@ fn table_access(r: &TableRules) -> BTreeMap<Key, &'static str> {
     m
 }
 
-/// The table's write list, and whether grants to roles or everyone were dropped because a
-/// role or everyone is denied (a list cannot say "but not role R"). A user granted by name
-/// who is, per the base, a member of a denied role is left out too.
+/// The table's write list, and whether grants to roles or everyone were dropped because
+/// someone is denied (a list cannot say "but not them"). A user granted by name who is,
+/// per the base, a member of a denied role is left out too.
 fn writers(r: &TableRules, base: Option<&Policy>) -> (Vec<String>, bool) {
-    let group_denied = r.write_deny.iter().any(|k| !k.starts_with("user:"));
+    // Any deny (a user's too: a member of a granted role) leaves only users granted by
+    // name, since a list cannot say "but not them".
+    let group_denied = !r.write_deny.is_empty();
     let member_of_denied = |user: &str| {
         r.write_deny.contains("*")
             || base.is_some_and(|p| {

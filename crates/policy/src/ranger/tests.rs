@@ -207,3 +207,65 @@ fn a_service_filter_and_trino_catalogs_select_what_is_imported() {
             .contains("policy 2 'other' (trino): another Trino catalog's")
     );
 }
+
+#[test]
+fn what_ranger_decides_by_order_zone_or_condition_fails_and_a_named_write_deny_drops_role_grants() {
+    let fails = |edit: &dyn Fn(&mut serde_json::Value), says: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(EXPORT).unwrap();
+        edit(&mut v);
+        let e = import_ranger(&v.to_string(), "export.json", &LAKE, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{says}: {e}");
+    };
+    fails(
+        &|v| v["policies"][1]["isDenyAllElse"] = true.into(),
+        "policy 2 'sales customers' (cm_hive): isDenyAllElse",
+    );
+    fails(
+        &|v| v["policies"][1]["zoneName"] = "finance".into(),
+        "zone 'finance'",
+    );
+    fails(
+        &|v| {
+            v["policies"][5]["dataMaskPolicyItems"][1]["conditions"] =
+                serde_json::json!([{"type": "ip-range", "values": ["10.0.0.0/8"]}])
+        },
+        "policy 10 'customers ssn' (cm_hive): a mask or row filter with conditions",
+    );
+    // A second masking policy on ssn.
+    fails(
+        &|v| {
+            let mut second = v["policies"][5].clone();
+            second["id"] = 99.into();
+            second["name"] = "more ssn".into();
+            v["policies"].as_array_mut().unwrap().push(second);
+        },
+        "policy 99 'more ssn' (cm_hive) and policy 10 'customers ssn' (cm_hive) both mask or filter column 'lake.sales.customers.ssn'",
+    );
+    fails(
+        &|v| {
+            v["policies"][0]["serviceType"] = "tag".into();
+            v["policies"][0]["denyPolicyItems"] =
+                serde_json::json!([{"accesses": [{"type": "select"}], "groups": ["g"]}]);
+        },
+        "a tag-based restriction",
+    );
+    // A user denied writes who is in a granted role: the role's grant goes.
+    let mut v: serde_json::Value = serde_json::from_str(EXPORT).unwrap();
+    v["policies"][2]["denyPolicyItems"] =
+        serde_json::json!([{"accesses": [{"type": "UPDATE"}], "users": ["bob"]}]);
+    let i = import_ranger(&v.to_string(), "export.json", &LAKE, None).unwrap();
+    let p = Policy::parse(&i.policy_text, "o").unwrap();
+    assert!(!p.may_write_table("bob", ORDERS));
+    assert!(
+        p.table(ORDERS).unwrap().write.as_ref().unwrap().is_empty(),
+        "{}",
+        i.policy_text
+    );
+    assert!(
+        i.notes
+            .join("\n")
+            .contains("lake.sales.orders: someone is denied changing it")
+    );
+}

@@ -28,6 +28,8 @@ pub(super) struct TableRules {
     pub columns: BTreeMap<String, ColumnRules>,
     /// Row-filter items in Ranger's order (the first matching one applies), translated.
     pub row_filters: Vec<(Vec<Key>, String)>,
+    /// The row-filter policy they come from (one per table, as for masks).
+    pub filter_policy: Option<String>,
 }
 
 /// What the export says of one column.
@@ -37,6 +39,9 @@ pub(super) struct ColumnRules {
     pub deny: BTreeSet<Key>,
     /// Mask items in Ranger's order (the first matching one applies).
     pub masks: Vec<(Vec<Key>, Decision)>,
+    /// The masking policy they come from (one per column: Ranger orders several by
+    /// priority and its own evaluation order, which the export does not say).
+    pub mask_policy: Option<String>,
 }
 
 /// The export translated.
@@ -89,6 +94,12 @@ pub(super) fn translate(
         let service = match p.service_type.as_deref() {
             Some("hive") => Service::Hive,
             Some("trino" | "presto") => Service::Trino,
+            Some("tag") if restricts_anything(p) => {
+                return Err(bad(format!(
+                    "{label}: a tag-based restriction, which needs the tag assignments the export \
+                     does not hold: import with --service NAME and write [tags.*] by hand"
+                )));
+            }
             Some(other) => {
                 out.notes.push(format!(
                     "{label}: service type '{other}' is not Hive or Trino: skipped"
@@ -109,7 +120,34 @@ pub(super) fn translate(
             continue;
         }
         let kind = p.policy_type.unwrap_or(0);
-        let restricts = kind != 0 || !p.deny_policy_items.is_empty();
+        let restricts = restricts_anything(p);
+        if p.zone_name.as_deref().is_some_and(|z| !z.is_empty()) {
+            return Err(bad(format!(
+                "{label}: a security zone's policy (zone '{}'): a zone's resources follow only \
+                 its own policies, which ClearIce cannot express; export one zone at a time",
+                p.zone_name.as_deref().unwrap_or_default()
+            )));
+        }
+        if p.is_deny_all_else {
+            return Err(bad(format!(
+                "{label}: isDenyAllElse (deny everyone it does not allow, whatever other \
+                 policies grant) cannot be imported; write the rule by hand"
+            )));
+        }
+        if kind != 0
+            && (!p.validity_schedules.is_empty()
+                || p.data_mask_policy_items
+                    .iter()
+                    .any(|m| !m.item.conditions.is_empty())
+                || p.row_filter_policy_items
+                    .iter()
+                    .any(|f| !f.item.conditions.is_empty()))
+        {
+            return Err(bad(format!(
+                "{label}: a mask or row filter with conditions or validity schedules: applied \
+                 always or never, it could show more than Ranger; write the rule by hand"
+            )));
+        }
         let (tables, columns) = match target(p, service, options.catalog) {
             Ok(Target::Tables(t, c)) => (t, c),
             Ok(Target::OtherCatalog) => {
@@ -157,6 +195,11 @@ pub(super) fn translate(
     Ok(out)
 }
 
+/// Whether the policy denies, masks or filters anything.
+fn restricts_anything(p: &RangerPolicy) -> bool {
+    p.policy_type.unwrap_or(0) != 0 || !p.deny_policy_items.is_empty()
+}
+
 /// The tables and columns a policy's resources name, or why ClearIce cannot name them.
 fn target(
     p: &RangerPolicy,
@@ -170,6 +213,7 @@ fn target(
     if let Some(other) = p.resources.keys().find(|k| !names.contains(&k.as_str())) {
         return Err(format!("its resource '{other}' is not a table or column"));
     }
+    // Hive and Trino names are case-insensitive (stored lowercase).
     let exact = |name: &str| -> std::result::Result<&[String], String> {
         let r: &Resource = p
             .resources
@@ -184,6 +228,11 @@ fn target(
         if let Some(w) = r.values.iter().find(|v| v.contains(['*', '?'])) {
             return Err(format!("its {name} '{w}' is a wildcard"));
         }
+        if let Some(d) = r.values.iter().find(|v| v.contains('.')) {
+            return Err(format!(
+                "its {name} '{d}' has a dot, which ClearIce's table names cannot tell apart"
+            ));
+        }
         Ok(&r.values)
     };
     if service == Service::Trino {
@@ -191,7 +240,17 @@ fn target(
             .resources
             .get("catalog")
             .ok_or_else(|| "it names no catalog".to_owned())?;
-        if c.is_excludes || !c.values.iter().any(|v| v == catalog || v == "*") {
+        if c.is_excludes {
+            return Err(format!("it excludes catalogs ({})", c.values.join(", ")));
+        }
+        if let Some(w) = c
+            .values
+            .iter()
+            .find(|v| *v != "*" && v.contains(['*', '?']))
+        {
+            return Err(format!("its catalog '{w}' is a wildcard"));
+        }
+        if !c.values.iter().any(|v| v == catalog || v == "*") {
             return Ok(Target::OtherCatalog);
         }
     }
@@ -212,8 +271,13 @@ fn target(
     };
     let full = namespaces
         .iter()
-        .flat_map(|n| tables.iter().map(move |t| format!("{catalog}.{n}.{t}")))
+        .flat_map(|n| {
+            tables
+                .iter()
+                .map(move |t| format!("{catalog}.{}.{}", n.to_lowercase(), t.to_lowercase()))
+        })
         .collect();
+    let columns = columns.map(|cs| cs.iter().map(|c| c.to_lowercase()).collect());
     Ok(Target::Tables(full, columns))
 }
 
@@ -273,11 +337,11 @@ fn keys(
     Ok(keys)
 }
 
-fn allowed(item: &Item) -> impl Iterator<Item = &str> {
+fn allowed(item: &Item) -> impl Iterator<Item = String> {
     item.accesses
         .iter()
         .filter(|a| a.is_allowed)
-        .map(|a| a.kind.as_str())
+        .map(|a| a.kind.to_ascii_lowercase())
 }
 
 fn access(
@@ -318,10 +382,11 @@ fn access(
             ));
             continue;
         }
-        let kinds: BTreeSet<&str> = allowed(item).collect();
-        let read = kinds.contains("select") || kinds.contains("all");
-        let write = kinds.contains("all") || writes.iter().all(|w| kinds.contains(w));
-        if !write && writes.iter().any(|w| kinds.contains(w)) {
+        let kinds: BTreeSet<String> = allowed(item).collect();
+        let has = |k: &str| kinds.contains(k);
+        let read = has("select") || has("all");
+        let write = has("all") || writes.iter().all(|w| has(w));
+        if !write && writes.iter().any(|w| has(w)) {
             out.notes.push(format!(
                 "{label}: grants only some of {} (ClearIce's write is all of them): write not granted",
                 writes.join(", ")
@@ -355,9 +420,10 @@ fn access(
                 "{label}: a deny item's conditions are not imported: it always applies (stricter)"
             ));
         }
-        let kinds: BTreeSet<&str> = allowed(item).collect();
-        let read = kinds.contains("select") || kinds.contains("all");
-        let write = kinds.contains("all") || writes.iter().any(|w| kinds.contains(w));
+        let kinds: BTreeSet<String> = allowed(item).collect();
+        let has = |k: &str| kinds.contains(k);
+        let read = has("select") || has("all");
+        let write = has("all") || writes.iter().any(|w| has(w));
         if !read && !write {
             continue;
         }
@@ -435,16 +501,17 @@ fn masks(
         if let Some(note) = note {
             out.notes.push(format!("{label}: {note} ('{kind}')"));
         }
-        if !m.item.conditions.is_empty() {
-            out.notes.push(format!(
-                "{label}: a mask item's conditions are not imported: it always applies"
-            ));
-        }
         let keys = keys(&m.item, &label, true, out, bad)?;
         for t in tables {
             let rules = out.tables.entry(t.clone()).or_default();
             for c in columns {
                 let col = rules.columns.entry(c.clone()).or_default();
+                one_policy(
+                    &mut col.mask_policy,
+                    &label,
+                    &format!("column '{t}.{c}'"),
+                    bad,
+                )?;
                 col.masks.push((keys.clone(), decision.clone()));
             }
         }
@@ -477,18 +544,40 @@ fn filters(
                 "false".to_owned()
             }
         };
-        if !f.item.conditions.is_empty() {
-            out.notes.push(format!(
-                "{label}: a row filter item's conditions are not imported: it always applies"
-            ));
-        }
         let keys = keys(&f.item, &label, true, out, bad)?;
         for t in tables {
             let rules = out.tables.entry(t.clone()).or_default();
+            one_policy(
+                &mut rules.filter_policy,
+                &label,
+                &format!("table '{t}'"),
+                bad,
+            )?;
             rules.row_filters.push((keys.clone(), expr.clone()));
         }
     }
     Ok(())
+}
+
+/// Records `label` as the one masking (row-filter) policy of `what`; a second one fails:
+/// which of two Ranger applies first depends on priorities and an evaluation order the
+/// export does not carry.
+fn one_policy(
+    slot: &mut Option<String>,
+    label: &str,
+    what: &str,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<()> {
+    match slot {
+        Some(first) if first != label => Err(bad(format!(
+            "{label} and {first} both mask or filter {what}: which applies first depends on \
+             Ranger's evaluation order, which the export does not carry; merge them into one policy"
+        ))),
+        _ => {
+            *slot = Some(label.to_owned());
+            Ok(())
+        }
+    }
 }
 
 /// Ranger's row-filter macros in ClearIce's terms: `current_user()` and `${{USER._name}}`

@@ -8,13 +8,15 @@
 //!   rows the principal sees): refused before any work;
 //! - INSERT: every row written must pass the filter ([`RowFilterCheckExec`], PostgreSQL's
 //!   `WITH CHECK`), or the statement fails and nothing is committed;
-//! - INSERT OVERWRITE, TRUNCATE, MERGE and ALTER by such a principal stay refused.
+//! - INSERT OVERWRITE, TRUNCATE, MERGE, ALTER and DROP by such a principal stay refused;
+//!   a filter calling a volatile function refuses DELETE and UPDATE (they evaluate it twice).
 
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::AsArray;
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::DFSchema;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -64,18 +66,43 @@ impl PolicyTableProvider {
             .len();
         let all: Vec<usize> = (0..columns).collect();
         let (_, plan) = self.plan_row_filter(f, &all)?;
+        if plan.volatile {
+            // Pass 2 evaluates it twice per row (the rows changed, the rows copied): a row
+            // could land in both or neither.
+            return Err(clearice_iceberg::Error::NotExact {
+                table: self.inner.name().to_owned(),
+                statement: "DELETE or UPDATE".into(),
+                reason: format!(
+                    "the principal's {} calls a volatile function (random(), ...)",
+                    f.rule
+                ),
+            }
+            .into());
+        }
         Ok(Some(Arc::new(PolicyRowGate { plan })))
     }
 
-    /// A column of `columns` a row filter of the table reads (compared ignoring case:
-    /// refusing too much is safe), if the principal writes under a filter.
+    /// A column of `columns` the principal's row filter reads (as the planned predicate
+    /// resolves it: a struct field read names its column; compared ignoring case too:
+    /// refusing too much is safe), if the principal writes under a filter. A filter that
+    /// does not plan reads every column.
     pub(crate) fn filter_reads<'c>(
         &self,
         mut columns: impl Iterator<Item = &'c str>,
     ) -> Option<&'c str> {
-        self.row_filter.as_ref()?;
-        let read = super::filter_columns(self.access.policy(), self.inner.name());
-        columns.find(|c| read.iter().any(|r| r.eq_ignore_ascii_case(c)))
+        let f = self.row_filter.as_ref()?;
+        let all: Vec<usize> = (0..datafusion::catalog::TableProvider::schema(&self.inner)
+            .fields()
+            .len())
+            .collect();
+        let read = match self.plan_row_filter(f, &all) {
+            Ok((_, plan)) => plan.columns,
+            Err(_) => return columns.next(),
+        };
+        columns.find(|c| {
+            read.iter()
+                .any(|r| r == c || r.to_lowercase() == c.to_lowercase())
+        })
     }
 
     /// `input` (the rows an INSERT writes, named as the table names its columns), failing
@@ -88,11 +115,15 @@ impl PolicyTableProvider {
             return Ok(input);
         };
         let table = self.inner.name();
-        let predicate = plan_on(f, &input, table)?;
+        // Checked on the values as the table will hold them (the write casts each column
+        // to the table's type by name: bulk ingest sends the client's types).
+        let table_schema = datafusion::catalog::TableProvider::schema(&self.inner);
+        let predicate = plan_on(f, &table_schema, table)?;
         Ok(Arc::new(RowFilterCheckExec {
             props: Arc::clone(input.properties()),
             input,
             predicate,
+            table_schema,
             display: f.describe(),
             denied: Denied {
                 what: format!("INSERT into table '{table}' of a row its row filter does not show"),
@@ -103,10 +134,10 @@ impl PolicyTableProvider {
     }
 }
 
-/// The filter's predicate over `input`'s columns, by name.
+/// The filter's predicate over the table's columns, by name.
 fn plan_on(
     f: &BoundRowFilter,
-    input: &Arc<dyn ExecutionPlan>,
+    table_schema: &SchemaRef,
     table: &str,
 ) -> Result<Arc<dyn PhysicalExpr>> {
     let fail = |e: DataFusionError| {
@@ -119,7 +150,7 @@ fn plan_on(
     let mut state = fixed_state().clone();
     let options = Arc::clone(state.config_options());
     state.execution_props_mut().mark_start_execution(options);
-    let schema = DFSchema::try_from(input.schema().as_ref().clone())?;
+    let schema = DFSchema::try_from(table_schema.as_ref().clone())?;
     let expr = state
         .create_logical_expr_from_sql_expr(
             ExprWithAlias {
@@ -130,6 +161,35 @@ fn plan_on(
         )
         .map_err(fail)?;
     state.create_physical_expr(expr, &schema).map_err(fail)
+}
+
+/// `batch` as the table will hold it: each table column cast from the batch's column of
+/// its name (as `WriteTarget::conform` casts), NULL where the batch has none.
+fn as_table_holds(batch: &RecordBatch, table_schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = table_schema
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(Arc::clone(c)),
+            Some(c) => Ok(datafusion::arrow::compute::cast(c, f.data_type())?),
+            None => Ok(datafusion::arrow::array::new_null_array(
+                f.data_type(),
+                batch.num_rows(),
+            )),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // Nullability as the table's fields say, without checking it here (the write does).
+    let fields: Vec<_> = table_schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+    Ok(RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
 }
 
 /// The error of a row an INSERT may not write.
@@ -156,6 +216,8 @@ impl Denied {
 struct RowFilterCheckExec {
     input: Arc<dyn ExecutionPlan>,
     predicate: Arc<dyn PhysicalExpr>,
+    /// The table's columns: each batch is checked as cast to them.
+    table_schema: SchemaRef,
     display: String,
     denied: Denied,
     props: Arc<PlanProperties>,
@@ -206,6 +268,7 @@ impl ExecutionPlan for RowFilterCheckExec {
             props: Arc::clone(input.properties()),
             input,
             predicate: Arc::clone(&self.predicate),
+            table_schema: Arc::clone(&self.table_schema),
             display: self.display.clone(),
             denied: self.denied.clone(),
         }))
@@ -219,12 +282,14 @@ impl ExecutionPlan for RowFilterCheckExec {
         let input = self.input.execute(partition, context)?;
         let schema = input.schema();
         let predicate = Arc::clone(&self.predicate);
+        let table_schema = Arc::clone(&self.table_schema);
         let denied = self.denied.clone();
         let stream = input.map(move |batch| {
             let batch = batch?;
             let refused = || denied.error();
+            let conformed = as_table_holds(&batch, &table_schema).map_err(|_| refused())?;
             let verdict = predicate
-                .evaluate(&batch)
+                .evaluate(&conformed)
                 .and_then(|v| v.into_array(batch.num_rows()))
                 .map_err(|_| refused())?;
             let verdict = verdict.as_boolean_opt().ok_or_else(refused)?;
