@@ -495,17 +495,7 @@ impl Ddl<'_> {
         // A principal under a row filter changes no definition (a renamed column would
         // re-point the filter); columns any filter reads are not renamed or dropped.
         use crate::policy_provider::row_filter;
-        let under_filter = match row_filter::bind(policy, principal, &target) {
-            Ok(f) => f.filter(|f| !f.is_all_rows()).map(|f| f.rule),
-            Err(e) => Some(e),
-        };
-        if let Some(rule) = under_filter {
-            return Err(self.refused(
-                &target,
-                "alter_table",
-                &format!("the principal reads the table under a row filter ({rule})"),
-            ));
-        }
+        self.refuse_under_filter(&target, "alter_table")?;
         let filter_columns = row_filter::filter_columns(policy, &target);
         let invalid = |reason: String| -> DataFusionError {
             Error::InvalidWrite {
@@ -650,6 +640,26 @@ impl Ddl<'_> {
         Ok(())
     }
 
+    /// Refuses `action` on `target` by a principal who reads it under a row filter (or
+    /// one that does not parse): it would change rows or columns the filter hides.
+    fn refuse_under_filter(&self, target: &str, action: &str) -> Result<()> {
+        let policy = self.access.policy();
+        let principal = self.access.principal();
+        let under_filter = match crate::policy_provider::row_filter::bind(policy, principal, target)
+        {
+            Ok(f) => f.filter(|f| !f.is_all_rows()).map(|f| f.rule),
+            Err(e) => Some(e),
+        };
+        match under_filter {
+            Some(rule) => Err(self.refused(
+                target,
+                action,
+                &format!("the principal reads the table under a row filter ({rule})"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// `DROP TABLE [IF EXISTS] catalog.ns.name`: needs write permission on the table.
     /// The catalog forgets the table; its files stay where they are.
     pub async fn drop_table(&self, ns: &str, name: &str, if_exists: bool) -> Result<()> {
@@ -664,21 +674,7 @@ impl Ddl<'_> {
         }
         self.check_table_write(&target, "drop_table")?;
         // Dropping the table would remove the rows a principal's row filter hides from it.
-        let under_filter = match crate::policy_provider::row_filter::bind(
-            self.access.policy(),
-            self.access.principal(),
-            &target,
-        ) {
-            Ok(f) => f.filter(|f| !f.is_all_rows()).map(|f| f.rule),
-            Err(e) => Some(e),
-        };
-        if let Some(rule) = under_filter {
-            return Err(self.refused(
-                &target,
-                "drop_table",
-                &format!("the principal reads the table under a row filter ({rule})"),
-            ));
-        }
+        self.refuse_under_filter(&target, "drop_table")?;
         let ident = TableIdent::new(namespace(ns), name.to_owned());
         let cat = self.catalog.iceberg();
         if !cat

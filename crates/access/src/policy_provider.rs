@@ -119,6 +119,16 @@ pub fn column_kind(dt: &DataType) -> ColumnKind {
     }
 }
 
+/// The table's columns by the names the policy uses: their current names.
+fn current_names(inner: &IcebergTableProvider) -> Vec<String> {
+    inner
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| inner.current_name(f))
+        .collect()
+}
+
 impl PolicyTableProvider {
     /// Decides every column for the session's principal. Keys of columns the principal
     /// may read are checked with their crypto provider first: a key the provider refuses
@@ -148,11 +158,7 @@ impl PolicyTableProvider {
         let inner_schema = inner.schema();
         // Rules name columns as the table names them now: a snapshot read by time travel
         // may call a column by an older name, which must not escape its rule.
-        let policy_names: Vec<String> = inner_schema
-            .fields()
-            .iter()
-            .map(|f| inner.current_name(f))
-            .collect();
+        let policy_names = current_names(&inner);
         // The table's policy with its columns' tags resolved (keys, providers, writers).
         let tpol = policy.table_policy(&table, policy_names.iter().map(String::as_str));
         let tpol = tpol.as_deref();

@@ -67,6 +67,24 @@ pub(crate) struct BoundRowFilter {
 }
 
 impl BoundRowFilter {
+    /// The predicate over `schema`, and the state to plan it physically: fixed settings,
+    /// not the session's (its dialect, identifier normalization or time zone must not
+    /// change what the filter means), with this statement's start time (`now()` in a
+    /// filter is now, not when the process started).
+    fn logical(&self, schema: &DFSchema) -> Result<(datafusion::execution::SessionState, Expr)> {
+        let mut state = fixed_state().clone();
+        let options = Arc::clone(state.config_options());
+        state.execution_props_mut().mark_start_execution(options);
+        let expr = state.create_logical_expr_from_sql_expr(
+            ExprWithAlias {
+                expr: self.expr.clone(),
+                alias: None,
+            },
+            schema,
+        )?;
+        Ok((state, expr))
+    }
+
     /// Whether it lets every row through (`true`): nothing to apply.
     pub(crate) fn is_all_rows(&self) -> bool {
         self.sql.trim().eq_ignore_ascii_case("true")
@@ -237,12 +255,6 @@ impl PolicyTableProvider {
                 crate::one_line(&e)
             ))
         };
-        // Planned under fixed settings, not the session's (its dialect, identifier
-        // normalization or time zone must not change what the filter means), with this
-        // scan's start time (`now()` in a filter is now, not when the process started).
-        let mut state = fixed_state().clone();
-        let options = Arc::clone(state.config_options());
-        state.execution_props_mut().mark_start_execution(options);
         // Columns by the names the policy uses (the table's current names).
         let inner_schema = self.inner.schema();
         let named = |cols: &mut dyn Iterator<Item = usize>| -> Result<DFSchema> {
@@ -255,15 +267,7 @@ impl PolicyTableProvider {
             DFSchema::try_from(Schema::new(fields))
         };
         let all = named(&mut (0..inner_schema.fields().len()))?;
-        let expr: Expr = state
-            .create_logical_expr_from_sql_expr(
-                ExprWithAlias {
-                    expr: filter.expr.clone(),
-                    alias: None,
-                },
-                &all,
-            )
-            .map_err(fail)?;
+        let (state, expr) = filter.logical(&all).map_err(fail)?;
         let volatile = expr.is_volatile();
         let columns = expr.column_refs().iter().map(|c| c.name.clone()).collect();
         let mut scan_cols: Vec<usize> = inner_cols.to_vec();

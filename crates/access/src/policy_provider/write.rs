@@ -84,13 +84,7 @@ impl PolicyTableProvider {
         };
         // With the tags of its columns resolved: a tagged column is encrypted under its
         // tag's key.
-        let names: Vec<String> = self
-            .inner
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| self.inner.current_name(f))
-            .collect();
+        let names = super::current_names(&self.inner);
         let tpol = policy.table_policy(&table, names.iter().map(String::as_str));
         let tpol = tpol.as_deref();
         // Files written sorted or partitioned by a protected column would give its order

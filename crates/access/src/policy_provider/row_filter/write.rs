@@ -23,10 +23,9 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use datafusion::sql::sqlparser::ast::ExprWithAlias;
 use futures::StreamExt;
 
-use super::{BoundRowFilter, PolicyTableProvider, RowFilterPlan, fixed_state};
+use super::{BoundRowFilter, PolicyTableProvider, RowFilterPlan};
 
 /// The rows of a table one principal's DELETE and UPDATE may change: its row filter.
 #[derive(Clone)]
@@ -147,19 +146,8 @@ fn plan_on(
             crate::one_line(&e)
         ))
     };
-    let mut state = fixed_state().clone();
-    let options = Arc::clone(state.config_options());
-    state.execution_props_mut().mark_start_execution(options);
     let schema = DFSchema::try_from(table_schema.as_ref().clone())?;
-    let expr = state
-        .create_logical_expr_from_sql_expr(
-            ExprWithAlias {
-                expr: f.expr.clone(),
-                alias: None,
-            },
-            &schema,
-        )
-        .map_err(fail)?;
+    let (state, expr) = f.logical(&schema).map_err(fail)?;
     state.create_physical_expr(expr, &schema).map_err(fail)
 }
 
