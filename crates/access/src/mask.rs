@@ -17,6 +17,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::scalar::ScalarValue;
 use sha2::{Digest, Sha256};
 
+mod catalog;
+
 /// Output type of a mask over a column of type `input`.
 pub fn output_type(mask: &Mask, input: &DataType) -> DataType {
     match mask {
@@ -51,6 +53,7 @@ pub fn check(mask: &Mask, column: &str, dt: &DataType) -> Result<()> {
             Ok(_) => Ok(()),
             Err(_) => bad(&format!("fixed value {v:?} is not of that type")),
         },
+        Mask::Catalog(c) => catalog::check(*c, column, dt),
         _ => Ok(()),
     }
 }
@@ -107,6 +110,7 @@ pub fn apply(
         }
         Mask::TruncateToYear => truncate(input()?, false),
         Mask::TruncateToMonth => truncate(input()?, true),
+        Mask::Catalog(c) => catalog::apply(*c, input().ok(), dt, len),
     }
 }
 

@@ -37,6 +37,7 @@ use crate::remote::{DistributeScans, RemoteScanExec, ScanRequest};
 use clearice_iceberg::Error;
 use clearice_iceberg::IcebergTableProvider;
 
+mod restrictions;
 pub(crate) mod row_filter;
 mod write;
 
@@ -193,6 +194,31 @@ impl PolicyTableProvider {
                 }
             })
             .collect();
+        // A REST catalog's read restrictions for this principal: each column's action
+        // with the local rule (the stricter wins, before any key is asked for); what
+        // cannot be applied denies the table.
+        let (decided, catalog_filter, catalog_denial) =
+            match restrictions::load(&inner, &principal).await? {
+                restrictions::Outcome::None => (decided, None, None),
+                restrictions::Outcome::Deny(why) => (decided, None, Some(why)),
+                restrictions::Outcome::Apply(r) => {
+                    let decided = decided
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, local)| match r.columns.get(&i) {
+                            None => local,
+                            Some((action, d)) => Resolved {
+                                decision: local.decision.stricter(d.clone()),
+                                rule: RuleSource::Catalog {
+                                    action: action.clone(),
+                                    local: Box::new(local.rule),
+                                },
+                            },
+                        })
+                        .collect();
+                    (decided, r.row_filter.map(|f| (f, r.rule)), None)
+                }
+            };
         let declared = |n: &str| tpol?.columns.get(n)?.master_key.clone();
         if let Some(k) = &native_key {
             if tpol.is_none() && policy.is_enforcing() {
@@ -331,9 +357,23 @@ impl PolicyTableProvider {
                 rule: rule.to_string(),
             }),
         };
-        // A row filter that does not parse denies the table (fail closed).
+        let denied = denied.or_else(|| {
+            catalog_denial.map(|rule| Error::TableDenied {
+                table: table.clone(),
+                principal: principal.clone(),
+                rule,
+            })
+        });
+        // A row filter that does not parse denies the table (fail closed); the catalog's
+        // required row filter must hold too.
         let (row_filter, denied) = match row_filter::bind(&policy, &principal, &table) {
-            Ok(f) => (f.filter(|f| !f.is_all_rows()), denied),
+            Ok(f) => {
+                let f = match catalog_filter {
+                    Some((c, rule)) => row_filter::BoundRowFilter::with_catalog(f, Some(c), &rule),
+                    None => f,
+                };
+                (f.filter(|f| !f.is_all_rows()), denied)
+            }
             Err(rule) => (
                 None,
                 denied.or(Some(Error::TableDenied {

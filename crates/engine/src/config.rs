@@ -12,6 +12,8 @@
 //! uri = "http://localhost:8181"
 //! warehouse = "s3://bucket/wh"        # optional: sent to the catalog
 //! credential_file = "rest.cred"       # optional: `client_id:secret` (OAuth2)
+//! [catalogs.rest.principal_tokens]    # optional: ask read restrictions per principal
+//! alice = "alice.token"               # alice's own bearer token for the catalog
 //!
 //! [storage.s3]                        # optional: S3-compatible object storage
 //! endpoint = "http://localhost:9000"  # default AWS; credentials from AWS_* / profile
@@ -110,6 +112,13 @@ pub struct CatalogConfig {
     /// More catalog properties, with Iceberg's names (`header.X-Tenant`, `s3.endpoint`...).
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// `rest`: per principal, a file holding that principal's own bearer token for the
+    /// catalog. Set: each principal's `loadTable` is asked with its token, so the read
+    /// restrictions the catalog returns are that principal's, and a principal without a
+    /// token here is refused the catalog's tables. Empty (default): ClearIce asks with its
+    /// own credential, and the restrictions the catalog returns apply to every principal.
+    #[serde(default)]
+    pub principal_tokens: BTreeMap<String, PathBuf>,
 }
 
 /// Catalog kinds.
@@ -387,6 +396,7 @@ impl Config {
                 ("token_file", cat.token_file.is_some()),
                 ("oauth2_server_uri", cat.oauth2_server_uri.is_some()),
                 ("scope", cat.scope.is_some()),
+                ("principal_tokens", !cat.principal_tokens.is_empty()),
             ];
             match cat.kind {
                 CatalogKind::Sql => {

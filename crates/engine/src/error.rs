@@ -112,6 +112,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
             | TableError::WriteDenied { .. } => ErrorClass::Denied,
             TableError::InvalidWrite { .. } => ErrorClass::InvalidQuery,
             TableError::CatalogOpen { .. }
+            | TableError::CatalogRestrictions { .. }
             | TableError::Iceberg { .. }
             | TableError::Storage { .. } => ErrorClass::Unavailable,
             TableError::Provider { source, .. } => provider_class(source),

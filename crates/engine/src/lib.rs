@@ -122,6 +122,7 @@ impl Engine {
             area_roots,
             s3,
             catalog_props,
+            mut principal_tokens,
             signer,
             mask_key,
         } = tokio::task::spawn_blocking(move || LocalParts::load(&cfg))
@@ -235,12 +236,24 @@ impl Engine {
                         .into(),
                 },
             };
+            // A REST catalog's read restrictions are asked by ClearIce itself (iceberg-rust
+            // drops them), per table and principal.
+            let restrictions = match cat.kind {
+                CatalogKind::Rest => Some(Arc::new(rest_restrictions(
+                    name,
+                    cat,
+                    &props,
+                    principal_tokens.remove(name),
+                )?)),
+                CatalogKind::Sql | CatalogKind::Hms => None,
+            };
             let provider = IcebergCatalogProvider::try_new(
                 name,
                 Arc::clone(&ice),
                 Arc::clone(&crypto),
                 stores.clone(),
                 committer,
+                restrictions,
             )
             .await
             .map_err(|e| match e {
@@ -687,4 +700,48 @@ fn resolve_sqlite_uri(config: &Config, uri: &str) -> String {
         }
         _ => uri.to_owned(),
     }
+}
+
+/// The client that asks REST catalog `name` for read restrictions, authenticated as the
+/// catalog client is (`props`: `token`, or `credential` = `client_id:secret` exchanged at
+/// `oauth2-server-uri`, `header.*`), or per principal with `tokens`.
+fn rest_restrictions(
+    name: &str,
+    cat: &CatalogConfig,
+    props: &HashMap<String, String>,
+    tokens: Option<std::collections::BTreeMap<String, clearice_iceberg::restrictions::Token>>,
+) -> Result<clearice_iceberg::restrictions::RestRestrictions> {
+    use clearice_iceberg::restrictions::{EngineCredential, RestRestrictions, Token};
+    let uri = cat.uri.trim_end_matches('/');
+    let engine = if let Some(t) = props.get("token") {
+        EngineCredential::Token(Token::new(t))
+    } else if let Some(c) = props.get("credential") {
+        let (id, secret) = c.split_once(':').unwrap_or(("", c.as_str()));
+        EngineCredential::ClientCredentials {
+            id: id.to_owned(),
+            secret: Token::new(secret),
+            server: props
+                .get("oauth2-server-uri")
+                .cloned()
+                .unwrap_or_else(|| format!("{uri}/v1/oauth/tokens")),
+            scope: props
+                .get("scope")
+                .cloned()
+                .unwrap_or_else(|| "catalog".into()),
+        }
+    } else {
+        EngineCredential::None
+    };
+    let headers = props
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("header.")?.to_owned(), v.clone())))
+        .collect();
+    Ok(RestRestrictions::new(
+        name,
+        uri,
+        cat.warehouse.as_deref(),
+        headers,
+        engine,
+        tokens,
+    )?)
 }

@@ -8,6 +8,7 @@ use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, SecretKey};
 use clearice_crypto::{RemoteConfig, RemoteCredential};
+use clearice_iceberg::restrictions::Token;
 use clearice_policy::Policy;
 
 use crate::audit::AuditLog;
@@ -30,6 +31,8 @@ pub(crate) struct LocalParts {
     pub(crate) s3: S3Options,
     /// REST catalogs' client properties (secrets read from their files).
     pub(crate) catalog_props: HashMap<String, HashMap<String, String>>,
+    /// REST catalogs' `principal_tokens`, read.
+    pub(crate) principal_tokens: HashMap<String, std::collections::BTreeMap<String, Token>>,
     /// `[cluster]`: the signer over its secret.
     pub(crate) signer: Option<TaskSigner>,
     /// The policy's `[masks] hmac_key_file`, read.
@@ -166,6 +169,7 @@ impl LocalParts {
         }
         let s3 = s3.with_environment();
         let mut catalog_props = HashMap::new();
+        let mut principal_tokens = HashMap::new();
         for (name, cat) in &config.catalogs {
             let mut props: HashMap<String, String> = cat.properties.clone().into_iter().collect();
             if let Some(f) = &cat.credential_file {
@@ -187,6 +191,14 @@ impl LocalParts {
                 props.insert("scope".into(), sc.clone());
             }
             catalog_props.insert(name.clone(), props);
+            if !cat.principal_tokens.is_empty() {
+                let mut tokens = std::collections::BTreeMap::new();
+                for (principal, f) in &cat.principal_tokens {
+                    let key = format!("catalogs.{name}.principal_tokens.{principal}");
+                    tokens.insert(principal.clone(), Token::new(&read_secret(key, f)?));
+                }
+                principal_tokens.insert(name.clone(), tokens);
+            }
         }
         let signer = match &config.cluster {
             Some(c) => {
@@ -211,6 +223,7 @@ impl LocalParts {
             remote,
             s3,
             catalog_props,
+            principal_tokens,
             signer,
             mask_key,
         })

@@ -18,6 +18,7 @@ use crate::commit::Committer;
 use crate::error::{Error, Result};
 use crate::metadata::metadata_table;
 use crate::provider::{AsOf, IcebergTableProvider};
+use crate::restrictions::RestRestrictions;
 use crate::travel::split_name;
 use clearice_storage::{LakeStorageFactory, LakeStores};
 
@@ -146,6 +147,8 @@ pub struct IcebergCatalogProvider {
     /// When the listing was last refreshed (held while refreshing: one refresh at a time;
     /// others do not wait for it).
     listed_at: tokio::sync::Mutex<std::time::Instant>,
+    /// A REST catalog's read restrictions, asked per table and principal.
+    restrictions: Option<Arc<RestRestrictions>>,
 }
 
 impl std::fmt::Debug for IcebergCatalogProvider {
@@ -158,15 +161,17 @@ impl std::fmt::Debug for IcebergCatalogProvider {
 }
 
 impl IcebergCatalogProvider {
-    /// Opens the catalog's listing; data files are read from `stores`.
+    /// Opens the catalog's listing; data files are read from `stores`; `restrictions`:
+    /// a REST catalog's read restrictions, which its tables carry to the access layer.
     pub async fn try_new(
         name: &str,
         catalog: Arc<dyn Catalog>,
         crypto: ProviderRef,
         stores: LakeStores,
         committer: Committer,
+        restrictions: Option<Arc<RestRestrictions>>,
     ) -> Result<Self> {
-        let schemas = list(name, &catalog, &crypto, &stores, &committer).await?;
+        let schemas = list(name, &catalog, &crypto, &stores, &committer, &restrictions).await?;
         Ok(Self {
             name: name.to_owned(),
             catalog,
@@ -175,6 +180,7 @@ impl IcebergCatalogProvider {
             committer,
             schemas: std::sync::RwLock::new(Arc::new(schemas)),
             listed_at: tokio::sync::Mutex::new(std::time::Instant::now()),
+            restrictions,
         })
     }
 
@@ -209,6 +215,7 @@ impl IcebergCatalogProvider {
             &self.crypto,
             &self.stores,
             &self.committer,
+            &self.restrictions,
         )
         .await
         {
@@ -259,6 +266,7 @@ async fn list(
     crypto: &ProviderRef,
     stores: &LakeStores,
     committer: &Committer,
+    restrictions: &Option<Arc<RestRestrictions>>,
 ) -> Result<Schemas> {
     let err = |source: iceberg::Error| Error::Iceberg {
         table: name.to_owned(),
@@ -283,6 +291,7 @@ async fn list(
                 crypto: Arc::clone(crypto),
                 stores: stores.clone(),
                 committer: committer.clone(),
+                restrictions: restrictions.clone(),
             }),
         );
     }
@@ -313,6 +322,7 @@ pub struct IcebergSchemaProvider {
     crypto: ProviderRef,
     stores: LakeStores,
     committer: Committer,
+    restrictions: Option<Arc<RestRestrictions>>,
 }
 
 impl std::fmt::Debug for IcebergSchemaProvider {
@@ -403,7 +413,8 @@ impl IcebergSchemaProvider {
             Arc::clone(&self.crypto),
             self.stores.clone(),
         )?
-        .with_catalog(Arc::clone(&self.catalog), self.committer.clone());
+        .with_catalog(Arc::clone(&self.catalog), self.committer.clone())
+        .with_restrictions(self.restrictions.clone(), &ident);
         Ok(Some(match as_of {
             Some(as_of) => provider.as_of(as_of.clone())?,
             None => provider,

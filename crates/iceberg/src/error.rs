@@ -52,6 +52,18 @@ pub enum Error {
         #[source]
         source: Box<clearice_crypto::ProviderError>,
     },
+    /// A REST catalog's read restrictions for a table could not be asked for (the
+    /// catalog unreachable, an answer that is not a `loadTable` result): the table is not
+    /// read.
+    #[error("catalog '{catalog}': read restrictions of table '{table}' unavailable: {reason}")]
+    CatalogRestrictions {
+        /// Catalog name.
+        catalog: String,
+        /// Table.
+        table: String,
+        /// What failed (no token, no values).
+        reason: String,
+    },
     /// The catalog could not be opened.
     #[error("catalog '{catalog}' ({uri}) cannot be opened: {source}")]
     CatalogOpen {

@@ -41,6 +41,7 @@ pub mod native_write;
 pub mod parquet_layout;
 mod provider;
 mod report;
+pub mod restrictions;
 mod schema;
 mod snapshot_exec;
 pub mod sql;

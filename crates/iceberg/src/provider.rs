@@ -37,6 +37,7 @@ use crate::deletes::{
 use crate::error::{Error, Result};
 use crate::field_id::FieldIdExprAdapterFactory;
 use crate::filter::to_iceberg_predicate;
+use crate::restrictions::{LoadedRestrictions, Refused, RestRestrictions};
 use crate::schema::arrow_schema;
 pub use crate::snapshot_exec::IcebergSnapshotExec;
 pub use crate::travel::AsOf;
@@ -81,6 +82,8 @@ pub struct IcebergTableProvider {
     /// File groups per data scan, if not the session's `target_partitions` (a scan
     /// planned for workers).
     split: Option<usize>,
+    /// Its REST catalog's read restrictions and its name there (namespace, table).
+    restrictions: Option<(Arc<RestRestrictions>, Vec<String>, String)>,
 }
 
 impl std::fmt::Debug for IcebergTableProvider {
@@ -119,6 +122,7 @@ impl IcebergTableProvider {
             file_column: false,
             lineage: false,
             split: None,
+            restrictions: None,
         })
     }
 
@@ -131,6 +135,37 @@ impl IcebergTableProvider {
         self.catalog = Some(catalog);
         self.committer = Some(committer);
         self
+    }
+
+    /// Has its REST catalog asked for read restrictions (`ident`: the table there).
+    pub fn with_restrictions(
+        mut self,
+        restrictions: Option<Arc<RestRestrictions>>,
+        ident: &iceberg::TableIdent,
+    ) -> Self {
+        self.restrictions = restrictions.map(|r| {
+            (
+                r,
+                ident.namespace().clone().inner(),
+                ident.name().to_owned(),
+            )
+        });
+        self
+    }
+
+    /// The read restrictions its REST catalog requires for `principal`; `None`: not a
+    /// table of a REST catalog asked for them; `Some(Err(_))`: the catalog cannot be asked
+    /// for this principal (no token of its own).
+    pub async fn read_restrictions(
+        &self,
+        principal: &str,
+    ) -> Result<Option<std::result::Result<LoadedRestrictions, Refused>>> {
+        let Some((r, namespace, table)) = &self.restrictions else {
+            return Ok(None);
+        };
+        r.load(principal, namespace, table, &self.name)
+            .await
+            .map(Some)
     }
 
     /// How the catalog takes commits that remove files, if known.

@@ -7,6 +7,7 @@
 //!                                                  + the rule that decided, for the audit
 //!  (principal, table, column) ─▶ may_write_table / may_write_column / may_export ─▶ bool
 //!  Ranger export (JSON) + base policy ─▶ import_ranger ─▶ policy text + notes
+//!  REST catalog's read-restrictions (JSON) ─▶ ReadRestrictions::parse ─▶ masks + row filter
 //! ```
 //!
 //! ```
@@ -33,12 +34,16 @@ mod error;
 mod model;
 mod policy;
 mod ranger;
+mod restrictions;
 
 pub use audit::{AuditColumn, AuditRecord};
 pub use error::{Error, Result};
-pub use model::{ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision};
+pub use model::{
+    CatalogMask, ColumnKind, Decision, Mask, MissingKey, Resolved, RuleSource, TableDecision,
+};
 pub use policy::{
     Area, ColumnPolicy, LOCAL_PROVIDER, Policy, RowFilter, Subject, TablePolicy, Tag,
     parse_decision, pattern_matches,
 };
 pub use ranger::{RangerImport, RangerOptions, import_ranger};
+pub use restrictions::{CompareOp, Literal, Projection, ReadRestrictions, RowPredicate, UnaryOp};

@@ -44,12 +44,53 @@ pub enum Mask {
     TruncateToYear,
     /// Date or timestamp truncated to the first of its month (`truncate_to_month`).
     TruncateToMonth,
+    /// An action a REST catalog's read restrictions require, with the exact semantics
+    /// of the Iceberg REST spec (`crate::restrictions`); not written in policy files.
+    Catalog(CatalogMask),
+}
+
+/// The Iceberg REST spec's column actions that ClearIce's own masks do not already
+/// compute exactly (`replace-with-null`, `truncate-to-year` and `truncate-to-month` are
+/// [`Mask::Null`], [`Mask::TruncateToYear`] and [`Mask::TruncateToMonth`]). Each keeps
+/// the column's type, and NULL stays NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CatalogMask {
+    /// `mask-alphanum`: per code point, digits to `n`, `( ) , . - @` kept, all else `x`.
+    MaskAlphanum,
+    /// `show-first-4`: the first 4 code points kept, the rest as `mask-alphanum`.
+    ShowFirst4,
+    /// `show-last-4`: the last 4 code points kept, the rest as `mask-alphanum`.
+    ShowLast4,
+    /// `mask-to-default`: the spec's fixed default of the column's type (999999999 for
+    /// integers, `XXXXXXXX` for strings, 9999-12-31 for dates...).
+    MaskToDefault,
+    /// `sha-256-global`: SHA-256 of the value's canonical bytes (UTF-8, 4 or 8 bytes
+    /// little-endian, raw), given back in the column's type (hex text, the digest's first
+    /// 4 or 8 bytes as a little-endian integer, the digest).
+    Sha256Global,
+}
+
+impl CatalogMask {
+    /// The spec's action name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CatalogMask::MaskAlphanum => "mask-alphanum",
+            CatalogMask::ShowFirst4 => "show-first-4",
+            CatalogMask::ShowLast4 => "show-last-4",
+            CatalogMask::MaskToDefault => "mask-to-default",
+            CatalogMask::Sha256Global => "sha-256-global",
+        }
+    }
 }
 
 impl Mask {
     /// Whether the mask is computed from the value (so the column must be decrypted).
     pub fn needs_value(&self) -> bool {
-        !matches!(self, Mask::Null | Mask::Fixed(_))
+        !matches!(
+            self,
+            Mask::Null | Mask::Fixed(_) | Mask::Catalog(CatalogMask::MaskToDefault)
+        )
     }
 
     /// The policy-file name.
@@ -63,6 +104,7 @@ impl Mask {
             Mask::HmacSha256 => "hmac_sha256",
             Mask::TruncateToYear => "truncate_to_year",
             Mask::TruncateToMonth => "truncate_to_month",
+            Mask::Catalog(c) => c.name(),
         }
     }
 
@@ -73,6 +115,16 @@ impl Mask {
             Mask::ShowLast4 | Mask::ShowFirst4 => kind == ColumnKind::String,
             Mask::TruncateToYear | Mask::TruncateToMonth => {
                 matches!(kind, ColumnKind::Date | ColumnKind::Timestamp)
+            }
+            Mask::Catalog(
+                CatalogMask::MaskAlphanum | CatalogMask::ShowFirst4 | CatalogMask::ShowLast4,
+            ) => kind == ColumnKind::String,
+            Mask::Catalog(CatalogMask::MaskToDefault) => kind != ColumnKind::Other,
+            Mask::Catalog(CatalogMask::Sha256Global) => {
+                matches!(
+                    kind,
+                    ColumnKind::String | ColumnKind::Numeric | ColumnKind::Other
+                )
             }
         }
     }
@@ -104,14 +156,33 @@ impl Decision {
             Decision::Plaintext => 10,
             Decision::Mask(Mask::TruncateToMonth) => 9,
             Decision::Mask(Mask::TruncateToYear) => 8,
-            Decision::Mask(Mask::ShowFirst4 | Mask::ShowLast4) => 7,
+            Decision::Mask(
+                Mask::ShowFirst4
+                | Mask::ShowLast4
+                | Mask::Catalog(CatalogMask::ShowFirst4 | CatalogMask::ShowLast4),
+            ) => 7,
             // An unkeyed hash can be confirmed by guessing; a keyed one cannot.
-            Decision::Mask(Mask::Sha256) => 6,
+            Decision::Mask(Mask::Sha256 | Mask::Catalog(CatalogMask::Sha256Global)) => 6,
             Decision::Mask(Mask::HmacSha256) => 5,
-            Decision::Mask(Mask::Fixed(_)) => 4,
+            Decision::Mask(Mask::Catalog(CatalogMask::MaskAlphanum)) => 4,
+            Decision::Mask(Mask::Fixed(_) | Mask::Catalog(CatalogMask::MaskToDefault)) => 4,
             Decision::Mask(Mask::Null) => 3,
             Decision::Hide => 2,
             Decision::Deny => 1,
+        }
+    }
+
+    /// The decision under two independent rules that must both hold (the local policy's
+    /// and a REST catalog's read restriction): deny, then hide, over anything; one side's
+    /// mask over the other's plaintext; and two different masks give NULL, which shows no
+    /// more than either (both keep NULL as NULL).
+    pub fn stricter(self, other: Decision) -> Decision {
+        match (self, other) {
+            (Decision::Deny, _) | (_, Decision::Deny) => Decision::Deny,
+            (Decision::Hide, _) | (_, Decision::Hide) => Decision::Hide,
+            (Decision::Plaintext, d) | (d, Decision::Plaintext) => d,
+            (Decision::Mask(a), Decision::Mask(b)) if a == b => Decision::Mask(a),
+            (Decision::Mask(_), Decision::Mask(_)) => Decision::Mask(Mask::Null),
         }
     }
 }
@@ -233,6 +304,14 @@ pub enum RuleSource {
         /// Master key id.
         key: String,
     },
+    /// A REST catalog's read restriction for the column, combined with the local rule
+    /// (the stricter wins, [`Decision::stricter`]).
+    Catalog {
+        /// The catalog's action (`mask-alphanum`, `replace-with-null`...).
+        action: String,
+        /// The local policy's rule.
+        local: Box<RuleSource>,
+    },
 }
 
 impl fmt::Display for RuleSource {
@@ -248,6 +327,9 @@ impl fmt::Display for RuleSource {
             RuleSource::UnknownPrincipal => f.write_str("unknown principal"),
             RuleSource::ProviderDenied { provider, key } => {
                 write!(f, "denied by crypto provider '{provider}' (key '{key}')")
+            }
+            RuleSource::Catalog { action, local } => {
+                write!(f, "catalog read restriction '{action}' with {local}")
             }
         }
     }

@@ -52,18 +52,22 @@ use futures::StreamExt;
 
 use super::PolicyTableProvider;
 
+mod catalog;
 mod write;
 
 /// A row filter ready to plan: its rule, and its predicate with the principal's name and
-/// attributes put in.
+/// attributes put in; and a REST catalog's required row filter, which must hold too.
 #[derive(Debug, Clone)]
 pub(crate) struct BoundRowFilter {
     /// Which rules it comes from.
     pub(crate) rule: String,
-    /// The predicate, substituted (the rules' predicates OR-ed).
-    expr: SqlExpr,
+    /// The policy's predicate, substituted (the rules' predicates OR-ed); `None`: the
+    /// policy filters nothing, only the catalog does.
+    expr: Option<SqlExpr>,
     /// Its text, for EXPLAIN and the audit log.
     sql: String,
+    /// The catalog's required row filter (AND-ed), over the columns' current names.
+    catalog: Option<clearice_policy::RowPredicate>,
 }
 
 impl BoundRowFilter {
@@ -75,24 +79,72 @@ impl BoundRowFilter {
         let mut state = fixed_state().clone();
         let options = Arc::clone(state.config_options());
         state.execution_props_mut().mark_start_execution(options);
-        let expr = state.create_logical_expr_from_sql_expr(
-            ExprWithAlias {
-                expr: self.expr.clone(),
-                alias: None,
-            },
-            schema,
-        )?;
+        let local = match &self.expr {
+            Some(e) => Some(state.create_logical_expr_from_sql_expr(
+                ExprWithAlias {
+                    expr: e.clone(),
+                    alias: None,
+                },
+                schema,
+            )?),
+            None => None,
+        };
+        let catalog = match &self.catalog {
+            Some(p) => Some(catalog::to_expr(p, schema)?),
+            None => None,
+        };
+        let expr = match (local, catalog) {
+            (Some(l), Some(c)) => l.and(c),
+            (Some(e), None) | (None, Some(e)) => e,
+            (None, None) => datafusion::logical_expr::lit(true),
+        };
         Ok((state, expr))
+    }
+
+    /// Whether the policy's own predicate lets every row through (`true`).
+    fn local_is_all_rows(&self) -> bool {
+        self.expr.is_none() || self.sql.trim().eq_ignore_ascii_case("true")
     }
 
     /// Whether it lets every row through (`true`): nothing to apply.
     pub(crate) fn is_all_rows(&self) -> bool {
-        self.sql.trim().eq_ignore_ascii_case("true")
+        self.local_is_all_rows() && self.catalog.is_none()
     }
 
     /// For the audit log and errors.
     pub(super) fn describe(&self) -> String {
-        format!("{}: {}", self.rule, self.sql)
+        match &self.catalog {
+            None => format!("{}: {}", self.rule, self.sql),
+            Some(c) if self.local_is_all_rows() => {
+                format!("{}: {}", self.rule, catalog::display(c))
+            }
+            Some(c) => format!("{}: ({}) AND {}", self.rule, self.sql, catalog::display(c)),
+        }
+    }
+
+    /// `local` (the policy's filter, if any) with a REST catalog's required row filter
+    /// `catalog` from `rule` AND-ed to it.
+    pub(crate) fn with_catalog(
+        local: Option<Self>,
+        catalog: Option<clearice_policy::RowPredicate>,
+        rule: &str,
+    ) -> Option<Self> {
+        let Some(catalog) = catalog else {
+            return local;
+        };
+        Some(match local {
+            Some(l) if !l.local_is_all_rows() => Self {
+                rule: format!("{} and the {rule}", l.rule),
+                catalog: Some(catalog),
+                ..l
+            },
+            _ => Self {
+                rule: rule.to_owned(),
+                expr: None,
+                sql: "true".into(),
+                catalog: Some(catalog),
+            },
+        })
     }
 }
 
@@ -148,8 +200,9 @@ pub(crate) fn bind(
     };
     Ok(Some(BoundRowFilter {
         rule: f.rule,
-        expr,
+        expr: Some(expr),
         sql,
+        catalog: None,
     }))
 }
 

@@ -57,6 +57,7 @@ impl InteropLake {
             clearice_iceberg::commit::Committer::Unsupported {
                 reason: "the policy provider's tests only read".into(),
             },
+            None,
         )
         .await
         .unwrap();

@@ -324,3 +324,238 @@ async fn sql_writes_through_a_rest_catalog_encrypt_by_policy() {
     let e = query_err(&admin, "SELECT * FROM rest.etl.people").await;
     assert!(e.contains("not found"), "{e}");
 }
+
+const RESTRICTED_POLICY: &str = r#"
+[roles]
+admin = { description = "all plaintext" }
+analyst = { description = "identifiers masked" }
+
+[users]
+admin = { roles = ["admin"] }
+analyst = { roles = ["analyst"] }
+auditor = { roles = ["analyst"] }
+support = { roles = ["analyst"] }
+
+[tables."rest.sales.customers"]
+footer_key = "footer_key"
+
+[tables."rest.sales.customers".columns.ssn]
+master_key = "pii_key"
+access = { admin = "plaintext", analyst = "show_last_4" }
+
+[tables."rest.sales.customers".columns.email]
+master_key = "pii_key"
+access = { admin = "plaintext", analyst = "hide" }
+
+[tables."rest.sales.customers".columns.balance]
+master_key = "finance_key"
+access = { admin = "plaintext", analyst = "plaintext" }
+"#;
+
+/// Starts `rest_restrictions.py serve` in front of the catalog at `upstream`.
+fn start_restrictions(python: &str, dir: &Path, upstream: &str, config: &Value) -> (Peer, String) {
+    let port = free_port();
+    let path = dir.join("restrictions.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/rest_restrictions.py");
+    let child = Command::new(python)
+        .arg(script)
+        .args(["serve", &port.to_string(), upstream, path.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let peer = Peer(child);
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "rest_restrictions.py did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (peer, format!("http://127.0.0.1:{port}"))
+}
+
+/// A REST catalog's `read-restrictions` (Iceberg REST spec): asked per principal with
+/// each one's own token, combined with the local policy (the stricter wins), the row
+/// filter below every predicate; an action ClearIce cannot apply and a principal it cannot
+/// ask for both fail the query in one line; asked with ClearIce's own credential, they
+/// apply to everyone. Expected answers come from the plaintext twin through pyarrow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_read_restrictions_are_applied_per_principal_and_fail_closed() {
+    let (Some(interop), Some((cp, python))) =
+        (interop_dir(), java_peer("CLEARICE_REST_CATALOG_CP"))
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, upstream) = start_rest(&cp, tmp.path());
+    run_python(
+        &python,
+        "rest_catalog.py",
+        &["register", &upstream, interop.to_str().unwrap()],
+    );
+    let want = run_python(
+        &python,
+        "rest_restrictions.py",
+        &["expect", interop.to_str().unwrap()],
+    );
+    let analyst_restrictions = serde_json::json!({
+        "required-column-projections": [
+            {"field-id": 2, "action": "mask-alphanum"},
+            {"field-id": 3, "action": "show-last-4"},
+            {"field-id": 4, "action": "sha-256-global"},
+            {"field-id": 6, "action": "mask-to-default"},
+            {"field-id": 7, "action": "truncate-to-year"}
+        ],
+        "required-row-filter": {
+            "type": "and",
+            "left": {"type": "in", "term": "country", "values": ["DE", "FR"]},
+            "right": {"type": "not-null", "term": "birth_date"}
+        }
+    });
+    let config = serde_json::json!({
+        "tokens": {"tok-engine": "clearice", "tok-admin": "admin", "tok-analyst": "analyst",
+                   "tok-auditor": "auditor"},
+        "restrictions": {
+            "analyst": {"sales.customers": analyst_restrictions},
+            "auditor": {"sales.customers": {
+                "required-column-projections": [{"field-id": 2, "action": "scramble"}]}},
+            "clearice": {"sales.customers": {
+                "required-row-filter": {"type": "eq", "term": "country", "value": "DE"}}}
+        }
+    });
+    let (_proxy, uri) = start_restrictions(&python, tmp.path(), &upstream, &config);
+    for (who, token) in [
+        ("engine", "tok-engine"),
+        ("admin", "tok-admin"),
+        ("analyst", "tok-analyst"),
+        ("auditor", "tok-auditor"),
+    ] {
+        std::fs::write(
+            tmp.path().join(format!("{who}.token")),
+            format!("{token}\n"),
+        )
+        .unwrap();
+    }
+    std::fs::write(tmp.path().join("policy.toml"), RESTRICTED_POLICY).unwrap();
+    let base = format!(
+        "[catalogs.rest]\ntype = \"rest\"\nuri = \"{uri}\"\ntoken_file = \"engine.token\"\n\
+         [kms]\ntype = \"keyring\"\npath = \"{}\"\n[policy]\npath = \"policy.toml\"\n",
+        interop.join("keyring.json").display()
+    );
+    let per_principal = format!(
+        "{base}[catalogs.rest.principal_tokens]\nadmin = \"admin.token\"\n\
+         analyst = \"analyst.token\"\nauditor = \"auditor.token\"\n"
+    );
+    let engine = engine(tmp.path(), &per_principal).await;
+    const T: &str = "rest.sales.customers";
+
+    // No restrictions for admin: every row, in plaintext.
+    let admin = engine.session("admin");
+    assert_eq!(
+        first(&admin, "SELECT count(*) FROM rest.sales.customers").await,
+        want["all"]
+    );
+
+    // The analyst: only the rows the catalog's filter keeps, whatever the query asks.
+    let analyst = engine.session("analyst");
+    assert_eq!(
+        first(&analyst, "SELECT count(*) FROM rest.sales.customers").await,
+        want["count"]
+    );
+    for sql in [
+        "SELECT count(*) FROM rest.sales.customers WHERE country = 'US'",
+        "SELECT count(*) FROM rest.sales.customers WHERE birth_date IS NULL",
+        "SELECT count(*) FROM rest.sales.customers c WHERE NOT EXISTS \
+         (SELECT 1 FROM rest.sales.customers d WHERE d.id = c.id AND d.country IN ('DE', 'FR'))",
+    ] {
+        assert_eq!(first(&analyst, sql).await, Value::from(0), "{sql}");
+    }
+    // Masks with the spec's exact semantics, the row filter on the plaintext values.
+    let names = json_rows(
+        &query(&analyst, &format!("SELECT id, name FROM {T} ORDER BY id"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(Value::from(names.clone()), want["names"]);
+    let years = json_rows(
+        &query(
+            &analyst,
+            &format!(
+                "SELECT id, CAST(date_part('year', signup_ts) AS BIGINT) FROM {T} \
+                 WHERE signup_ts IS NULL OR (date_part('month', signup_ts) = 1 \
+                 AND date_part('day', signup_ts) = 1 AND date_part('hour', signup_ts) = 0) \
+                 ORDER BY id"
+            ),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(Value::from(years), want["years"]);
+    // balance: plaintext locally, mask-to-default by the catalog: 0.00 (NULL stays NULL).
+    let b = json_rows(
+        &query(
+            &analyst,
+            &format!("SELECT count(balance), count(DISTINCT balance), CAST(max(balance) AS VARCHAR) FROM {T}"),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(b[0][0], want["balances"]);
+    assert_eq!(b[0][1], Value::from(1));
+    assert_eq!(b[0][2], Value::from("0.00"));
+    // ssn: show_last_4 locally, sha-256-global by the catalog: two masks give NULL.
+    assert_eq!(
+        first(&analyst, "SELECT count(ssn) FROM rest.sales.customers").await,
+        Value::from(0)
+    );
+    // email: hidden locally, whatever the catalog says.
+    let e = query_err(&analyst, &format!("SELECT email FROM {T}")).await;
+    assert!(e.contains("email"), "{e}");
+    // The filter is shown, and metadata tables (row counts) are refused under it.
+    let plan = crate::cluster::explain(&engine, "analyst", &format!("SELECT id FROM {T}")).await;
+    assert!(
+        plan.contains("read restriction of catalog 'rest'")
+            && plan.contains("\"country\" IN ('DE', 'FR')"),
+        "{plan}"
+    );
+    let e = query_err(&analyst, "SELECT * FROM rest.sales.\"customers$files\"").await;
+    assert!(e.contains("read restriction of catalog 'rest'"), "{e}");
+
+    // An action ClearIce does not know fails the query, naming it.
+    let auditor = engine.session("auditor");
+    let e = query_err(&auditor, &format!("SELECT id FROM {T}")).await;
+    assert!(
+        e.contains("unknown action 'scramble' on field id 2") && !e.contains('\n'),
+        "{e}"
+    );
+    // A principal the catalog cannot be asked for: refused, not read with another's rights.
+    let support = engine.session("support");
+    let e = query_err(&support, &format!("SELECT id FROM {T}")).await;
+    assert!(
+        e.contains("principal_tokens") && e.contains("support"),
+        "{e}"
+    );
+
+    // Asked with ClearIce's own credential, the catalog's restrictions apply to everyone.
+    let shared = engine_at(tmp.path(), "shared.toml", &base).await;
+    let admin = shared.session("admin");
+    assert_eq!(
+        first(&admin, "SELECT count(*) FROM rest.sales.customers").await,
+        want["de"]
+    );
+    assert_eq!(
+        first(
+            &admin,
+            "SELECT count(*) FROM rest.sales.customers WHERE country <> 'DE'"
+        )
+        .await,
+        Value::from(0)
+    );
+}
+
+/// The first value of `sql`'s answer.
+async fn first(s: &clearice_engine::Session, sql: &str) -> Value {
+    json_rows(&query(s, sql).await.unwrap())[0][0].clone()
+}
