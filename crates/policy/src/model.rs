@@ -63,7 +63,7 @@ pub enum CatalogMask {
     /// `show-last-4`: the last 4 code points kept, the rest as `mask-alphanum`.
     ShowLast4,
     /// `mask-to-default`: the spec's fixed default of the column's type (999999999 for
-    /// integers, `XXXXXXXX` for strings, 9999-12-31 for dates...).
+    /// integers, `XXXXXXXX` for strings, 9999-12-31 for dates...); NULL stays NULL.
     MaskToDefault,
     /// `sha-256-global`: SHA-256 of the value's canonical bytes (UTF-8, 4 or 8 bytes
     /// little-endian, raw), given back in the column's type (hex text, the digest's first
@@ -87,10 +87,8 @@ impl CatalogMask {
 impl Mask {
     /// Whether the mask is computed from the value (so the column must be decrypted).
     pub fn needs_value(&self) -> bool {
-        !matches!(
-            self,
-            Mask::Null | Mask::Fixed(_) | Mask::Catalog(CatalogMask::MaskToDefault)
-        )
+        // `mask-to-default` keeps NULL as NULL, so it reads the column too.
+        !matches!(self, Mask::Null | Mask::Fixed(_))
     }
 
     /// The policy-file name.

@@ -10,7 +10,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, Int32Array, Int64Array, StringBuilder,
 };
 use datafusion::arrow::buffer::OffsetBuffer;
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::{cast, is_null, nullif};
 use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::scalar::ScalarValue;
@@ -57,7 +57,7 @@ pub(super) fn check(mask: CatalogMask, column: &str, dt: &DataType) -> Result<()
     }
 }
 
-/// Applies `mask` to the decrypted column `input` (absent for `mask-to-default`).
+/// Applies `mask` to the decrypted column `input`.
 pub(super) fn apply(
     mask: CatalogMask,
     input: Option<&ArrayRef>,
@@ -70,7 +70,10 @@ pub(super) fn apply(
         })
     };
     match mask {
-        CatalogMask::MaskToDefault => default_value(dt)?.to_array_of_size(len),
+        CatalogMask::MaskToDefault => {
+            let default = default_value(dt)?.to_array_of_size(len)?;
+            Ok(nullif(&default, &is_null(input()?)?)?)
+        }
         CatalogMask::MaskAlphanum => alphanum(input()?, Keep::None),
         CatalogMask::ShowFirst4 => alphanum(input()?, Keep::First4),
         CatalogMask::ShowLast4 => alphanum(input()?, Keep::Last4),
@@ -345,8 +348,17 @@ mod tests {
 
     #[test]
     fn mask_to_default_gives_the_spec_values() {
+        // Any value gives the default; NULL stays NULL.
         let v = |dt: DataType| {
-            let a = apply(CatalogMask::MaskToDefault, None, &dt, 1).unwrap();
+            let some = ScalarValue::try_from(&dt).unwrap();
+            let some = default_value(&dt)
+                .unwrap_or(some)
+                .to_array_of_size(1)
+                .unwrap();
+            let null = datafusion::arrow::array::new_null_array(&dt, 1);
+            let input = datafusion::arrow::compute::concat(&[&some, &null]).unwrap();
+            let a = apply(CatalogMask::MaskToDefault, Some(&input), &dt, 2).unwrap();
+            assert!(a.is_valid(0) && a.is_null(1), "{dt}");
             datafusion::arrow::util::display::array_value_to_string(&a, 0).unwrap()
         };
         assert_eq!(v(DataType::Int32), "999999999");
