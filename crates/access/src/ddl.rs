@@ -496,6 +496,8 @@ impl Ddl<'_> {
         // re-point the filter); columns any filter reads are not renamed or dropped.
         use crate::policy_provider::row_filter;
         self.refuse_under_filter(&target, "alter_table")?;
+        self.refuse_under_catalog_restrictions(ns, name, &target, "alter_table")
+            .await?;
         let filter_columns = row_filter::filter_columns(policy, &target);
         let invalid = |reason: String| -> DataFusionError {
             Error::InvalidWrite {
@@ -640,6 +642,31 @@ impl Ddl<'_> {
         Ok(())
     }
 
+    /// Refuses `action` on `target` by a principal its REST catalog restricts (read
+    /// restrictions, or a catalog that cannot be asked for it): ClearIce commits with its
+    /// own credential, so the catalog could not refuse it a change to what it may not see.
+    async fn refuse_under_catalog_restrictions(
+        &self,
+        ns: &str,
+        name: &str,
+        target: &str,
+        action: &str,
+    ) -> Result<()> {
+        use crate::policy_provider::restrictions::{Outcome, load};
+        let Some(schema) = self.catalog.schema_provider(ns) else {
+            return Ok(());
+        };
+        let Some(table) = schema.load(name, None).await? else {
+            return Ok(());
+        };
+        let why = match load(&table, self.access.principal()).await? {
+            Outcome::None => return Ok(()),
+            Outcome::Apply(r) => format!("the principal reads the table under a {}", r.rule),
+            Outcome::Deny(why) => why,
+        };
+        Err(self.refused(target, action, &why))
+    }
+
     /// Refuses `action` on `target` by a principal who reads it under a row filter (or
     /// one that does not parse): it would change rows or columns the filter hides.
     fn refuse_under_filter(&self, target: &str, action: &str) -> Result<()> {
@@ -675,6 +702,8 @@ impl Ddl<'_> {
         self.check_table_write(&target, "drop_table")?;
         // Dropping the table would remove the rows a principal's row filter hides from it.
         self.refuse_under_filter(&target, "drop_table")?;
+        self.refuse_under_catalog_restrictions(ns, name, &target, "drop_table")
+            .await?;
         let ident = TableIdent::new(namespace(ns), name.to_owned());
         let cat = self.catalog.iceberg();
         if !cat

@@ -37,7 +37,7 @@ use crate::remote::{DistributeScans, RemoteScanExec, ScanRequest};
 use clearice_iceberg::Error;
 use clearice_iceberg::IcebergTableProvider;
 
-mod restrictions;
+pub(crate) mod restrictions;
 pub(crate) mod row_filter;
 mod write;
 

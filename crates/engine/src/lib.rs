@@ -741,6 +741,7 @@ fn rest_restrictions(
         uri,
         cat.warehouse.as_deref(),
         headers,
+        props.get("prefix").map(String::as_str),
         engine,
         tokens,
     )?)

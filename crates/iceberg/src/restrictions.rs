@@ -76,6 +76,8 @@ pub struct RestRestrictions {
     warehouse: Option<String>,
     headers: Vec<(String, String)>,
     engine: EngineCredential,
+    /// The `prefix` property (the server's `overrides` win over it, it over `defaults`).
+    prefix_property: Option<String>,
     /// Per principal, its own token; `None`: ClearIce's credential for everyone.
     principals: Option<BTreeMap<String, Token>>,
     client: reqwest::Client,
@@ -108,6 +110,41 @@ pub struct LoadedRestrictions {
     pub restrictions: Value,
     /// The current schema's top-level fields in that answer: (field id, name).
     pub fields: Vec<(i32, String)>,
+    /// The answer's `table-uuid`.
+    pub table_uuid: Option<String>,
+}
+
+/// The parts of a `loadTable` answer read (the rest, snapshots and logs, is skipped
+/// without being built).
+#[derive(serde::Deserialize)]
+struct Answer {
+    #[serde(rename = "read-restrictions", default)]
+    restrictions: Value,
+    metadata: AnswerMetadata,
+}
+
+#[derive(serde::Deserialize)]
+struct AnswerMetadata {
+    #[serde(rename = "table-uuid", default)]
+    table_uuid: Option<String>,
+    #[serde(rename = "current-schema-id", default)]
+    current_schema_id: Option<i64>,
+    #[serde(default)]
+    schemas: Vec<AnswerSchema>,
+}
+
+#[derive(serde::Deserialize)]
+struct AnswerSchema {
+    #[serde(rename = "schema-id", default)]
+    schema_id: Option<i64>,
+    #[serde(default)]
+    fields: Vec<AnswerField>,
+}
+
+#[derive(serde::Deserialize)]
+struct AnswerField {
+    id: i64,
+    name: String,
 }
 
 /// Why the catalog could not be asked (before any data is read).
@@ -118,20 +155,37 @@ pub enum Refused {
         /// The principal.
         principal: String,
     },
+    /// The catalog refuses the principal the table (401, 403) or does not have it (404).
+    Status {
+        /// The HTTP status.
+        status: u16,
+    },
 }
 
 impl RestRestrictions {
     /// A client for catalog `catalog` at `uri`; `headers` are the catalog's `header.*`
-    /// properties; `principals`: each principal's own token, if the catalog is asked per
-    /// principal.
+    /// properties (an `Authorization` header among them is refused: it would stand for
+    /// every principal); `prefix` the `prefix` property; `principals`: each principal's own
+    /// token, if the catalog is asked per principal.
     pub fn new(
         catalog: &str,
         uri: &str,
         warehouse: Option<&str>,
         headers: Vec<(String, String)>,
+        prefix: Option<&str>,
         engine: EngineCredential,
         principals: Option<BTreeMap<String, Token>>,
     ) -> Result<Self> {
+        if headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        {
+            return Err(Error::CatalogRestrictions {
+                catalog: catalog.to_owned(),
+                table: String::new(),
+                reason: "an Authorization header property would authenticate every principal as one; use token_file, credential_file or principal_tokens".into(),
+            });
+        }
         let client = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
@@ -148,6 +202,7 @@ impl RestRestrictions {
             warehouse: warehouse.map(str::to_owned),
             headers,
             engine,
+            prefix_property: prefix.map(str::to_owned),
             principals,
             client,
             prefix: tokio::sync::OnceCell::new(),
@@ -204,15 +259,29 @@ impl RestRestrictions {
             prefix,
             encode(table)
         );
-        let body = self.get(&url, token.as_ref(), full).await?;
-        let v: Value = serde_json::from_slice(&body)
-            .map_err(|e| self.fail(full, format!("loadTable answer is not JSON: {e}")))?;
-        let restrictions = v.get("read-restrictions").cloned().unwrap_or(Value::Null);
-        let fields = current_fields(&v)
+        let mut got = self.get(&url, token.as_ref(), full).await?;
+        // ClearIce's OAuth2 token may have expired: fetched again, once.
+        if matches!(got, Got::Status(401)) && self.principals.is_none() {
+            *self.engine_token.lock().await = None;
+            let token = self.engine_token(full).await?;
+            got = self.get(&url, token.as_ref(), full).await?;
+        }
+        let body = match got {
+            Got::Body(b) => b,
+            Got::Status(status) => return Ok(Err(Refused::Status { status })),
+        };
+        let answer: Answer = serde_json::from_slice(&body).map_err(|e| {
+            self.fail(
+                full,
+                format!("loadTable answer is not a LoadTableResult: {e}"),
+            )
+        })?;
+        let fields = current_fields(&answer.metadata)
             .ok_or_else(|| self.fail(full, "loadTable answer has no current schema".into()))?;
         Ok(Ok(LoadedRestrictions {
-            restrictions,
+            restrictions: answer.restrictions,
             fields,
+            table_uuid: answer.metadata.table_uuid,
         }))
     }
 
@@ -272,12 +341,18 @@ impl RestRestrictions {
             url.push_str("?warehouse=");
             url.push_str(&encode(w));
         }
-        let body = self.get(&url, token, full).await?;
+        let body = match self.get(&url, token, full).await? {
+            Got::Body(b) => b,
+            Got::Status(status) => {
+                return Err(self.fail(full, format!("/v1/config: HTTP {status}")));
+            }
+        };
         let v: Value = serde_json::from_slice(&body)
             .map_err(|e| self.fail(full, format!("/v1/config answer is not JSON: {e}")))?;
-        let prefix = ["overrides", "defaults"]
-            .iter()
-            .find_map(|k| v.get(k)?.get("prefix")?.as_str())
+        let server = |k: &str| v.get(k)?.get("prefix")?.as_str().map(str::to_owned);
+        let prefix = server("overrides")
+            .or_else(|| self.prefix_property.clone())
+            .or_else(|| server("defaults"))
             .unwrap_or_default();
         Ok(if prefix.is_empty() {
             String::new()
@@ -286,7 +361,8 @@ impl RestRestrictions {
         })
     }
 
-    async fn get(&self, url: &str, token: Option<&Token>, full: &str) -> Result<Vec<u8>> {
+    /// GET `url`: its body, or a refusal's status (401, 403, 404).
+    async fn get(&self, url: &str, token: Option<&Token>, full: &str) -> Result<Got> {
         let mut req = self.client.get(url);
         for (k, v) in &self.headers {
             req = req.header(k, v);
@@ -299,13 +375,23 @@ impl RestRestrictions {
             .await
             .map_err(|e| self.fail(full, format!("loadTable: {}", without_url(e))))?;
         let status = answer.status();
+        if matches!(status.as_u16(), 401 | 403 | 404) {
+            return Ok(Got::Status(status.as_u16()));
+        }
         if !status.is_success() {
             return Err(self.fail(full, format!("loadTable: HTTP {status}")));
         }
         bounded(answer, MAX_ANSWER_BYTES)
             .await
+            .map(Got::Body)
             .map_err(|e| self.fail(full, format!("loadTable: {e}")))
     }
+}
+
+/// An answer: a body, or a status that refuses.
+enum Got {
+    Body(Vec<u8>),
+    Status(u16),
 }
 
 /// The body, refused once it passes `max` bytes.
@@ -317,7 +403,7 @@ async fn bounded(
         return Err(format!("answer larger than {max} bytes"));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = answer.chunk().await.map_err(|e| without_url(e))? {
+    while let Some(chunk) = answer.chunk().await.map_err(without_url)? {
         if body.len() + chunk.len() > max {
             return Err(format!("answer larger than {max} bytes"));
         }
@@ -354,24 +440,13 @@ fn encode(s: &str) -> String {
 }
 
 /// The top-level fields of the answer's current schema.
-fn current_fields(v: &Value) -> Option<Vec<(i32, String)>> {
-    let meta = v.get("metadata")?;
-    let id = meta.get("current-schema-id")?.as_i64()?;
-    let schema = meta
-        .get("schemas")?
-        .as_array()?
-        .iter()
-        .find(|s| s.get("schema-id").and_then(Value::as_i64) == Some(id))?;
+fn current_fields(meta: &AnswerMetadata) -> Option<Vec<(i32, String)>> {
+    let id = meta.current_schema_id?;
+    let schema = meta.schemas.iter().find(|s| s.schema_id == Some(id))?;
     schema
-        .get("fields")?
-        .as_array()?
+        .fields
         .iter()
-        .map(|f| {
-            Some((
-                i32::try_from(f.get("id")?.as_i64()?).ok()?,
-                f.get("name")?.as_str()?.to_owned(),
-            ))
-        })
+        .map(|f| Some((i32::try_from(f.id).ok()?, f.name.clone())))
         .collect()
 }
 
@@ -399,10 +474,12 @@ mod tests {
             {"schema-id": 0, "fields": [{"id": 1, "name": "old"}]},
             {"schema-id": 1, "fields": [{"id": 1, "name": "id"}, {"id": 2, "name": "region"}]}
         ]}});
+        let a: Answer = serde_json::from_value(v).unwrap();
         assert_eq!(
-            current_fields(&v).unwrap(),
+            current_fields(&a.metadata).unwrap(),
             [(1, "id".to_owned()), (2, "region".to_owned())]
         );
-        assert!(current_fields(&serde_json::json!({"metadata": {}})).is_none());
+        let a: Answer = serde_json::from_value(serde_json::json!({"metadata": {}})).unwrap();
+        assert!(current_fields(&a.metadata).is_none());
     }
 }

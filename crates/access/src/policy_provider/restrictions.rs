@@ -22,18 +22,18 @@ use crate::mask;
 
 /// What the catalog requires of this principal's reads.
 #[derive(Debug, Default)]
-pub(super) struct CatalogRestrictions {
+pub(crate) struct CatalogRestrictions {
     /// By inner column index: the catalog's action and its mask.
     pub(super) columns: BTreeMap<usize, (String, Decision)>,
     /// The required row filter, over the table's current column names.
     pub(super) row_filter: Option<RowPredicate>,
     /// Names the source for rules, EXPLAIN and the audit log.
-    pub(super) rule: String,
+    pub(crate) rule: String,
 }
 
 /// The outcome of asking.
 #[derive(Debug)]
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     /// Not a table of a REST catalog (nothing asked), or no restrictions.
     None,
     /// Apply these.
@@ -43,7 +43,7 @@ pub(super) enum Outcome {
 }
 
 /// Asks `inner`'s REST catalog, as `principal`, what it requires.
-pub(super) async fn load(inner: &IcebergTableProvider, principal: &str) -> Result<Outcome> {
+pub(crate) async fn load(inner: &IcebergTableProvider, principal: &str) -> Result<Outcome> {
     let catalog = inner
         .name()
         .split('.')
@@ -57,9 +57,21 @@ pub(super) async fn load(inner: &IcebergTableProvider, principal: &str) -> Resul
                 "catalog '{catalog}' returns read restrictions per principal, and has no token for principal '{principal}' (catalogs.{catalog}.principal_tokens)"
             )));
         }
+        Some(Err(Refused::Status { status })) => {
+            return Ok(Outcome::Deny(format!(
+                "catalog '{catalog}' refuses to load the table for the principal (HTTP {status})"
+            )));
+        }
         Some(Ok(l)) => l,
     };
     let rule = format!("read restriction of catalog '{catalog}'");
+    // The restrictions are for the table scanned, not one dropped and created again under
+    // its name between the two loads.
+    if loaded.table_uuid.as_deref() != Some(inner.table().metadata().uuid().to_string().as_str()) {
+        return Ok(Outcome::Deny(format!(
+            "{rule} cannot be applied: the catalog's answer is for another table (table-uuid)"
+        )));
+    }
     let parsed = match ReadRestrictions::parse(&loaded.restrictions) {
         Ok(p) => p,
         Err(why) => return Ok(Outcome::Deny(format!("{rule} cannot be applied: {why}"))),
@@ -87,6 +99,19 @@ pub(super) async fn load(inner: &IcebergTableProvider, principal: &str) -> Resul
             )));
         }
         columns.insert(i, (p.action, p.decision));
+    }
+    // A column the scanned snapshot has but the catalog's current schema does not (dropped
+    // since, read by time travel) is one the catalog cannot restrict: denied.
+    for (i, f) in schema.fields().iter().enumerate() {
+        let current = field_id(f).is_some_and(|id| loaded.fields.iter().any(|(c, _)| *c == id));
+        if !current {
+            columns.entry(i).or_insert_with(|| {
+                (
+                    "none: the column is not in the catalog's current schema".to_owned(),
+                    Decision::Deny,
+                )
+            });
+        }
     }
     // The filter names columns as the catalog's answer does; by field id they are the
     // scanned table's columns under their current names (a rename between the two loads

@@ -338,6 +338,7 @@ support = { roles = ["analyst"] }
 
 [tables."rest.sales.customers"]
 footer_key = "footer_key"
+write = ["admin", "analyst"]
 
 [tables."rest.sales.customers".columns.ssn]
 master_key = "pii_key"
@@ -522,6 +523,29 @@ async fn rest_read_restrictions_are_applied_per_principal_and_fail_closed() {
     );
     let e = query_err(&analyst, "SELECT * FROM rest.sales.\"customers$files\"").await;
     assert!(e.contains("read restriction of catalog 'rest'"), "{e}");
+
+    // Writes stay inside the catalog's filter; DROP and ALTER (committed with ClearIce's
+    // own credential) are refused to a principal the catalog restricts.
+    let e = query_err(
+        &analyst,
+        &format!("INSERT INTO {T} (id, country, birth_date) VALUES (1, 'US', DATE '2000-01-01')"),
+    )
+    .await;
+    assert!(e.contains("read restriction of catalog 'rest'"), "{e}");
+    for sql in [
+        format!("DROP TABLE {T}"),
+        format!("ALTER TABLE {T} DROP COLUMN country"),
+    ] {
+        let e = query_err(&analyst, &sql).await;
+        assert!(
+            e.contains("read restriction of catalog 'rest'"),
+            "{sql}: {e}"
+        );
+    }
+    assert_eq!(
+        first(&admin, "SELECT count(*) FROM rest.sales.customers").await,
+        want["all"]
+    );
 
     // An action ClearIce does not know fails the query, naming it.
     let auditor = engine.session("auditor");
