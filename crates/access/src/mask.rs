@@ -172,21 +172,27 @@ fn keep_chars_ascii(a: &StringArray, keep_first: bool) -> StringArray {
     )
 }
 
-/// Other text: value by value through one reused buffer.
-fn keep_chars_rows(a: &StringArray, keep_first: bool) -> StringArray {
+/// Each value of `a` rewritten by `f` (which appends to a cleared, reused buffer); NULL
+/// stays NULL.
+fn map_strings(a: &StringArray, mut f: impl FnMut(&str, &mut String)) -> StringArray {
     let mut b = StringBuilder::with_capacity(a.len(), a.value_data().len());
     let mut scratch = String::new();
     for v in a.iter() {
         match v {
             Some(v) => {
                 scratch.clear();
-                mask_into(v, keep_first, &mut scratch);
+                f(v, &mut scratch);
                 b.append_value(&scratch);
             }
             None => b.append_null(),
         }
     }
     b.finish()
+}
+
+/// Other text: value by value through one reused buffer.
+fn keep_chars_rows(a: &StringArray, keep_first: bool) -> StringArray {
+    map_strings(a, |v, out| mask_into(v, keep_first, out))
 }
 
 fn keep_chars(a: &ArrayRef, keep_first: bool) -> Result<ArrayRef> {

@@ -452,10 +452,13 @@ impl Config {
                 }
             }
             for key in cat.properties.keys() {
+                // An Authorization header is a secret too, and would stand for every
+                // principal when read restrictions are asked per principal.
                 if matches!(
                     key.as_str(),
                     "uri" | "warehouse" | "credential" | "token" | "s3.secret-access-key"
-                ) {
+                ) || key.eq_ignore_ascii_case("header.authorization")
+                {
                     return Err(bad(
                         &format!("properties.{key}"),
                         "set it with its own key (secrets go in files)".into(),
@@ -512,6 +515,28 @@ mod tests {
             e.contains("c.toml") && e.contains("line 4") && e.contains("bogus"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn secrets_and_per_principal_keys_are_refused_where_they_do_not_belong() {
+        let parse = |toml: &str| {
+            Config::parse(toml, "c.toml", Path::new("/"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = parse(
+            "[catalogs.r]\ntype=\"rest\"\nuri=\"http://c\"\n\
+             [catalogs.r.properties]\n\"header.authorization\"=\"Bearer s3cr3t\"\n",
+        );
+        assert!(
+            e.contains("catalogs.r.properties.header.authorization") && !e.contains("s3cr3t"),
+            "{e}"
+        );
+        let e = parse(
+            "[catalogs.l]\ntype=\"sql\"\nuri=\"sqlite:c.db\"\nwarehouse=\"file:///w\"\n\
+             [catalogs.l.principal_tokens]\nann=\"ann.token\"\n",
+        );
+        assert!(e.contains("catalogs.l.principal_tokens"), "{e}");
     }
 
     #[test]

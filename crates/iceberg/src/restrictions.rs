@@ -164,7 +164,7 @@ pub enum Refused {
 
 impl RestRestrictions {
     /// A client for catalog `catalog` at `uri`; `headers` are the catalog's `header.*`
-    /// properties (an `Authorization` header among them is refused: it would stand for
+    /// properties (without `Authorization`: the config refuses it, as it would stand for
     /// every principal); `prefix` the `prefix` property; `principals`: each principal's own
     /// token, if the catalog is asked per principal.
     pub fn new(
@@ -176,16 +176,6 @@ impl RestRestrictions {
         engine: EngineCredential,
         principals: Option<BTreeMap<String, Token>>,
     ) -> Result<Self> {
-        if headers
-            .iter()
-            .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
-        {
-            return Err(Error::CatalogRestrictions {
-                catalog: catalog.to_owned(),
-                table: String::new(),
-                reason: "an Authorization header property would authenticate every principal as one; use token_file, credential_file or principal_tokens".into(),
-            });
-        }
         let client = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
@@ -193,7 +183,7 @@ impl RestRestrictions {
             .build()
             .map_err(|e| Error::CatalogRestrictions {
                 catalog: catalog.to_owned(),
-                table: String::new(),
+                table: "*".into(),
                 reason: format!("HTTP client: {e}"),
             })?;
         Ok(Self {
@@ -208,11 +198,6 @@ impl RestRestrictions {
             prefix: tokio::sync::OnceCell::new(),
             engine_token: tokio::sync::Mutex::new(None),
         })
-    }
-
-    /// Whether each principal is asked as itself.
-    pub fn per_principal(&self) -> bool {
-        self.principals.is_some()
     }
 
     fn fail(&self, table: &str, reason: String) -> Error {

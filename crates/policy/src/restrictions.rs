@@ -129,29 +129,6 @@ impl RowPredicate {
     pub fn is_true(&self) -> bool {
         matches!(self, RowPredicate::True)
     }
-
-    /// The column names it reads.
-    pub fn columns(&self) -> BTreeSet<&str> {
-        let mut out = BTreeSet::new();
-        self.collect(&mut out);
-        out
-    }
-
-    fn collect<'a>(&'a self, out: &mut BTreeSet<&'a str>) {
-        match self {
-            RowPredicate::True | RowPredicate::False => {}
-            RowPredicate::And(a, b) | RowPredicate::Or(a, b) => {
-                a.collect(out);
-                b.collect(out);
-            }
-            RowPredicate::Not(a) => a.collect(out),
-            RowPredicate::Unary { column, .. }
-            | RowPredicate::Compare { column, .. }
-            | RowPredicate::In { column, .. } => {
-                out.insert(column);
-            }
-        }
-    }
 }
 
 /// A table's read restrictions for one principal.
@@ -520,13 +497,16 @@ mod tests {
         }}))
         .unwrap();
         let f = r.row_filter.unwrap();
-        assert_eq!(
-            f.columns().into_iter().collect::<Vec<_>>(),
-            ["birth_date", "country"]
-        );
-        let RowPredicate::And(l, _) = f else {
+        let RowPredicate::And(l, r) = f else {
             panic!("{f:?}")
         };
+        assert_eq!(
+            *r,
+            RowPredicate::Not(Box::new(RowPredicate::Unary {
+                op: UnaryOp::IsNull,
+                column: "birth_date".into()
+            }))
+        );
         assert_eq!(
             *l,
             RowPredicate::In {

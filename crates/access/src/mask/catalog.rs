@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use clearice_policy::CatalogMask;
 use datafusion::arrow::array::builder::NullBufferBuilder;
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, Int32Array, Int64Array, StringBuilder,
-};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int32Array, Int64Array};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::compute::{cast, is_null, nullif};
 use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type, TimeUnit};
@@ -165,22 +163,10 @@ fn alphanum(a: &ArrayRef, keep: Keep) -> Result<ArrayRef> {
             let dict = a.as_any_dictionary();
             Ok(dict.with_values(alphanum(dict.values(), keep)?))
         }
-        DataType::Utf8 => {
-            let s = a.as_string::<i32>();
-            let mut b = StringBuilder::with_capacity(s.len(), s.value_data().len());
-            let mut scratch = String::new();
-            for v in s.iter() {
-                match v {
-                    Some(v) => {
-                        scratch.clear();
-                        alphanum_into(v, keep, &mut scratch);
-                        b.append_value(&scratch);
-                    }
-                    None => b.append_null(),
-                }
-            }
-            Ok(Arc::new(b.finish()))
-        }
+        DataType::Utf8 => Ok(Arc::new(super::map_strings(
+            a.as_string::<i32>(),
+            |v, out| alphanum_into(v, keep, out),
+        ))),
         dt => {
             let s = cast(a, &DataType::Utf8)?;
             Ok(cast(&alphanum(&s, keep)?, dt)?)

@@ -27,6 +27,18 @@ fn start_rest(cp: &str, dir: &Path) -> (Peer, String) {
     )
 }
 
+/// Starts RESTCatalogServer with the interop lake's `sales.customers` registered in it
+/// (by PyIceberg).
+fn start_rest_with_interop(cp: &str, python: &str, interop: &Path, dir: &Path) -> (Peer, String) {
+    let (server, uri) = start_rest(cp, dir);
+    run_python(
+        python,
+        "rest_catalog.py",
+        &["register", &uri, interop.to_str().unwrap()],
+    );
+    (server, uri)
+}
+
 /// Starts RESTCatalogServer with catalog properties in `env` (`CATALOG_S3_ENDPOINT` is
 /// `s3.endpoint`: `__` is `-`, `_` is `.`).
 fn start_rest_with(cp: &str, dir: &Path, env: &[(&str, String)]) -> (Peer, String) {
@@ -103,12 +115,7 @@ async fn rest_catalog_tables_read_under_the_policy_and_new_tables_appear() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let (_server, uri) = start_rest(&cp, tmp.path());
-    run_python(
-        &python,
-        "rest_catalog.py",
-        &["register", &uri, interop.to_str().unwrap()],
-    );
+    let (_server, uri) = start_rest_with_interop(&cp, &python, &interop, tmp.path());
     std::fs::write(tmp.path().join("rest.cred"), "clearice:s3cr3t-client\n").unwrap();
     std::fs::write(tmp.path().join("policy.toml"), POLICY).unwrap();
     let config = format!(
@@ -390,12 +397,7 @@ async fn rest_read_restrictions_are_applied_per_principal_and_fail_closed() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let (_server, upstream) = start_rest(&cp, tmp.path());
-    run_python(
-        &python,
-        "rest_catalog.py",
-        &["register", &upstream, interop.to_str().unwrap()],
-    );
+    let (_server, upstream) = start_rest_with_interop(&cp, &python, &interop, tmp.path());
     let want = run_python(
         &python,
         "rest_restrictions.py",
