@@ -526,6 +526,10 @@ async fn rest_read_restrictions_are_applied_per_principal_and_fail_closed() {
     let e = query_err(&analyst, "SELECT * FROM rest.sales.\"customers$files\"").await;
     assert!(e.contains("read restriction of catalog 'rest'"), "{e}");
 
+    // Random queries as the analyst agree with DuckDB over the plaintext twin restricted
+    // as the spec says (3 seeds).
+    differential_against_duckdb(&analyst, &python, &interop, tmp.path()).await;
+
     // Writes stay inside the catalog's filter; DROP and ALTER (committed with ClearIce's
     // own credential) are refused to a principal the catalog restricts.
     let e = query_err(
@@ -584,4 +588,150 @@ async fn rest_read_restrictions_are_applied_per_principal_and_fail_closed() {
 /// The first value of `sql`'s answer.
 async fn first(s: &clearice_engine::Session, sql: &str) -> Value {
     json_rows(&query(s, sql).await.unwrap())[0][0].clone()
+}
+
+/// One random query over `{T}` (the analyst's view of the customers table).
+fn random_query(rng: &mut rand::rngs::StdRng) -> String {
+    use rand::Rng;
+    let pick = |items: &[&str], rng: &mut rand::rngs::StdRng| -> String {
+        items[rng.random_range(0..items.len())].to_owned()
+    };
+    let atom = |rng: &mut rand::rngs::StdRng| -> String {
+        match rng.random_range(0..12) {
+            0 => format!(
+                "id % {} = {}",
+                rng.random_range(2..9),
+                rng.random_range(0..2)
+            ),
+            1 => format!("length(name) > {}", rng.random_range(3..14)),
+            2 => {
+                let a = rng.random_range(100_000..900_000);
+                format!(
+                    "id BETWEEN {a} AND {}",
+                    a + rng.random_range(10_000..400_000)
+                )
+            }
+            3 => format!(
+                "date_part('year', signup_ts) = {}",
+                rng.random_range(2015..2025)
+            ),
+            4 => format!("birth_date < DATE '{}-01-01'", rng.random_range(1940..2006)),
+            n => [
+                "country = 'DE'",
+                "country = 'US'",
+                "country <> 'FR'",
+                "name IS NULL",
+                "signup_ts IS NULL",
+                "balance IS NULL",
+                "name LIKE 'xxx%'",
+            ][n - 5]
+                .to_owned(),
+        }
+    };
+    let pred = match rng.random_range(0..4) {
+        0 => "true".to_owned(),
+        1 => atom(rng),
+        2 => format!("{} AND NOT ({})", atom(rng), atom(rng)),
+        _ => format!("({} OR {})", atom(rng), atom(rng)),
+    };
+    let aggs = [
+        "count(*)",
+        "count(name)",
+        "count(DISTINCT name)",
+        "min(name)",
+        "max(name)",
+        "sum(id)",
+        "count(signup_ts)",
+        "count(balance)",
+        "count(ssn)",
+        "min(CAST(date_part('year', signup_ts) AS BIGINT))",
+        "count(DISTINCT country)",
+    ];
+    match rng.random_range(0..6) {
+        0 => format!(
+            "SELECT {}, {} FROM {{T}} WHERE {pred}",
+            pick(&aggs, rng),
+            pick(&aggs, rng)
+        ),
+        1 => format!(
+            "SELECT CAST(country AS VARCHAR) AS c, {} FROM {{T}} WHERE {pred} GROUP BY c",
+            pick(&aggs, rng)
+        ),
+        2 => format!(
+            "SELECT id, name, CAST(country AS VARCHAR) FROM {{T}} WHERE {pred} ORDER BY id LIMIT {}",
+            rng.random_range(1..30)
+        ),
+        3 => format!(
+            "SELECT CAST(date_part('year', signup_ts) AS BIGINT) AS y, count(*) FROM {{T}} \
+             WHERE {pred} GROUP BY y"
+        ),
+        4 => format!("SELECT count(*) FROM {{T}} WHERE id IN (SELECT id FROM {{T}} WHERE {pred})"),
+        _ => format!(
+            "SELECT count(*), CAST(max(rn) AS BIGINT) FROM (SELECT id, row_number() OVER (ORDER BY id) AS rn \
+             FROM {{T}} WHERE {pred}) s WHERE rn % 7 = 0"
+        ),
+    }
+}
+
+/// Random queries as `analyst` against DuckDB computing them from plaintext under the
+/// same restrictions (`rest_restrictions.py duckdb`); rows compared as sets.
+async fn differential_against_duckdb(
+    analyst: &clearice_engine::Session,
+    python: &str,
+    interop: &Path,
+    dir: &Path,
+) {
+    use rand::SeedableRng;
+    let mut queries = Vec::new();
+    for seed in [1, 2, 3] {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        queries.extend((0..25).map(|_| random_query(&mut rng)));
+    }
+    let path = dir.join("queries.json");
+    std::fs::write(&path, serde_json::to_string(&queries).unwrap()).unwrap();
+    let oracle = run_python(
+        python,
+        "rest_restrictions.py",
+        &["duckdb", interop.to_str().unwrap(), path.to_str().unwrap()],
+    );
+    let mut mismatches = Vec::new();
+    for (q, want) in queries.iter().zip(oracle.as_array().unwrap()) {
+        let Some(want) = want.get("rows") else {
+            panic!("DuckDB failed on {q}: {want}");
+        };
+        let sql = q.replace("{T}", "rest.sales.customers");
+        let got = match query(analyst, &sql).await {
+            Ok(b) => json_rows(&b),
+            Err(e) => {
+                mismatches.push(format!("{q}: ClearIce failed: {e}"));
+                continue;
+            }
+        };
+        let mut got: Vec<String> = got
+            .iter()
+            .map(|r| Value::from(r.clone()).to_string())
+            .collect();
+        let mut want: Vec<String> = want
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(Value::to_string)
+            .collect();
+        got.sort();
+        want.sort();
+        if got != want {
+            mismatches.push(format!(
+                "{q}: ClearIce {:?} DuckDB {:?}",
+                &got[..got.len().min(3)],
+                &want[..want.len().min(3)]
+            ));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} queries differ:\n{}",
+        mismatches.len(),
+        queries.len(),
+        mismatches.join("\n")
+    );
 }

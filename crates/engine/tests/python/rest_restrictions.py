@@ -16,6 +16,12 @@ usage:
       The test's expected answers, computed from the interop lake's plaintext twin
       (plain.parquet) with pyarrow and the spec's rules written out here, independently
       of ClearIce.
+  rest_restrictions.py duckdb INTEROP_DIR QUERIES_JSON
+      Runs each query (a JSON list; `{T}` names the table) in DuckDB over a view of the
+      plaintext twin that applies the analyst's restrictions as the spec defines them (the
+      row filter, then mask-alphanum, sha-256-global on top of the policy's show_last_4
+      (NULL), mask-to-default, truncate-to-year; email hidden). Prints a list of
+      {"rows": [...]} or {"error": "..."}.
 """
 import json
 import re
@@ -103,9 +109,43 @@ def expect(interop):
     }))
 
 
+ANALYST_VIEW = """
+CREATE VIEW customers AS
+SELECT id,
+       mask_alphanum(name) AS name,
+       CAST(NULL AS VARCHAR) AS ssn,
+       birth_date,
+       CASE WHEN balance IS NULL THEN NULL ELSE CAST(0 AS DECIMAL(12, 2)) END AS balance,
+       date_trunc('year', signup_ts) AS signup_ts,
+       country,
+       tags
+FROM read_parquet('{plain}')
+WHERE country IN ('DE', 'FR') AND birth_date IS NOT NULL
+"""
+
+
+def run_duckdb(interop, queries_path):
+    import duckdb
+    from duckdb.sqltypes import VARCHAR
+    with open(queries_path) as f:
+        queries = json.load(f)
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.create_function("mask_alphanum", mask_alphanum, [VARCHAR], VARCHAR)
+    con.execute(ANALYST_VIEW.format(plain=f"{interop}/plain.parquet"))
+    out = []
+    for q in queries:
+        try:
+            rows = con.execute(q.replace("{T}", "customers")).fetchall()
+            out.append({"rows": [[v if v is None or isinstance(v, (int, str)) else str(v) for v in r] for r in rows]})
+        except duckdb.Error as e:
+            out.append({"error": str(e).splitlines()[0]})
+    print(json.dumps(out))
+
+
 def main():
     cmd, *args = sys.argv[1:]
-    {"serve": serve, "expect": expect}[cmd](*args)
+    {"serve": serve, "expect": expect, "duckdb": run_duckdb}[cmd](*args)
 
 
 if __name__ == "__main__":
