@@ -369,7 +369,7 @@ impl PolicyTableProvider {
         let (row_filter, denied) = match row_filter::bind(&policy, &principal, &table) {
             Ok(f) => {
                 let f = match catalog_filter {
-                    Some((c, rule)) => row_filter::BoundRowFilter::with_catalog(f, Some(c), &rule),
+                    Some((c, rule)) => Some(row_filter::BoundRowFilter::with_catalog(f, c, &rule)),
                     None => f,
                 };
                 (f.filter(|f| !f.is_all_rows()), denied)

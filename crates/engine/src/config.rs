@@ -457,11 +457,16 @@ impl Config {
                 if matches!(
                     key.as_str(),
                     "uri" | "warehouse" | "credential" | "token" | "s3.secret-access-key"
-                ) || key.eq_ignore_ascii_case("header.authorization")
-                {
+                ) {
                     return Err(bad(
                         &format!("properties.{key}"),
                         "set it with its own key (secrets go in files)".into(),
+                    ));
+                }
+                if key.eq_ignore_ascii_case("header.authorization") {
+                    return Err(bad(
+                        &format!("properties.{key}"),
+                        "give the catalog credential with token_file or credential_file, and principals' own with principal_tokens (secrets go in files)".into(),
                     ));
                 }
             }

@@ -709,17 +709,17 @@ fn rest_restrictions(
     name: &str,
     cat: &CatalogConfig,
     props: &HashMap<String, String>,
-    tokens: Option<std::collections::BTreeMap<String, clearice_iceberg::restrictions::Token>>,
+    tokens: Option<std::collections::BTreeMap<String, AccessToken>>,
 ) -> Result<clearice_iceberg::restrictions::RestRestrictions> {
-    use clearice_iceberg::restrictions::{EngineCredential, RestRestrictions, Token};
+    use clearice_iceberg::restrictions::{EngineCredential, RestRestrictions};
     let uri = cat.uri.trim_end_matches('/');
     let engine = if let Some(t) = props.get("token") {
-        EngineCredential::Token(Token::new(t))
+        EngineCredential::Token(AccessToken::new(t.as_str()))
     } else if let Some(c) = props.get("credential") {
         let (id, secret) = c.split_once(':').unwrap_or(("", c.as_str()));
         EngineCredential::ClientCredentials {
             id: id.to_owned(),
-            secret: Token::new(secret),
+            secret: AccessToken::new(secret),
             server: props
                 .get("oauth2-server-uri")
                 .cloned()

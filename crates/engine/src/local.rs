@@ -8,7 +8,6 @@ use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
 use clearice_crypto::{DEFAULT_KEY_CACHE_TTL, KeyResolver, SecretKey};
 use clearice_crypto::{RemoteConfig, RemoteCredential};
-use clearice_iceberg::restrictions::Token;
 use clearice_policy::Policy;
 
 use crate::audit::AuditLog;
@@ -32,7 +31,7 @@ pub(crate) struct LocalParts {
     /// REST catalogs' client properties (secrets read from their files).
     pub(crate) catalog_props: HashMap<String, HashMap<String, String>>,
     /// REST catalogs' `principal_tokens`, read.
-    pub(crate) principal_tokens: HashMap<String, std::collections::BTreeMap<String, Token>>,
+    pub(crate) principal_tokens: HashMap<String, std::collections::BTreeMap<String, AccessToken>>,
     /// `[cluster]`: the signer over its secret.
     pub(crate) signer: Option<TaskSigner>,
     /// The policy's `[masks] hmac_key_file`, read.
@@ -195,7 +194,7 @@ impl LocalParts {
                 let mut tokens = std::collections::BTreeMap::new();
                 for (principal, f) in &cat.principal_tokens {
                     let key = format!("catalogs.{name}.principal_tokens.{principal}");
-                    tokens.insert(principal.clone(), Token::new(&read_secret(key, f)?));
+                    tokens.insert(principal.clone(), AccessToken::new(read_secret(key, f)?));
                 }
                 principal_tokens.insert(name.clone(), tokens);
             }

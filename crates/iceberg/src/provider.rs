@@ -155,7 +155,7 @@ impl IcebergTableProvider {
 
     /// The read restrictions its REST catalog requires for `principal`; `None`: not a
     /// table of a REST catalog asked for them; `Some(Err(_))`: the catalog cannot be asked
-    /// for this principal (no token of its own).
+    /// for this principal (no token of its own) or refuses it the table.
     pub async fn read_restrictions(
         &self,
         principal: &str,

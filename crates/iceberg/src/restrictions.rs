@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use clearice_crypto::AccessToken as Token;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -30,23 +31,6 @@ use crate::error::{Error, Result};
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 /// Time allowed for one call to the catalog.
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A bearer token: zeroed when dropped, never formatted.
-#[derive(Clone)]
-pub struct Token(zeroize::Zeroizing<String>);
-
-impl Token {
-    /// A token from a file's text (surrounding whitespace dropped).
-    pub fn new(text: &str) -> Self {
-        Self(zeroize::Zeroizing::new(text.trim().to_owned()))
-    }
-}
-
-impl std::fmt::Debug for Token {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Token(***)")
-    }
-}
 
 /// How ClearIce authenticates itself to the catalog.
 #[derive(Debug, Clone)]
@@ -210,7 +194,7 @@ impl RestRestrictions {
 
     /// The restrictions the catalog returns for `principal` on `namespace.table`
     /// (`full`: the table's name in SQL, for errors). `Ok(Err(_))`: the catalog cannot be
-    /// asked for this principal.
+    /// asked for this principal, or refuses it the table.
     pub async fn load(
         &self,
         principal: &str,
@@ -246,7 +230,10 @@ impl RestRestrictions {
         );
         let mut got = self.get(&url, token.as_ref(), full).await?;
         // ClearIce's OAuth2 token may have expired: fetched again, once.
-        if matches!(got, Got::Status(401)) && self.principals.is_none() {
+        if matches!(got, Got::Status(401))
+            && self.principals.is_none()
+            && matches!(self.engine, EngineCredential::ClientCredentials { .. })
+        {
             *self.engine_token.lock().await = None;
             let token = self.engine_token(full).await?;
             got = self.get(&url, token.as_ref(), full).await?;
@@ -288,7 +275,7 @@ impl RestRestrictions {
                 let form = [
                     ("grant_type", "client_credentials"),
                     ("client_id", id.as_str()),
-                    ("client_secret", secret.0.as_str()),
+                    ("client_secret", secret.expose()),
                     ("scope", scope.as_str()),
                 ];
                 let answer = self
@@ -310,7 +297,7 @@ impl RestRestrictions {
                 let t = v
                     .get("access_token")
                     .and_then(Value::as_str)
-                    .map(Token::new)
+                    .map(|t| Token::new(t.trim()))
                     .ok_or_else(|| self.fail(full, "OAuth2 token: no access_token".into()))?;
                 *cached = Some(t.clone());
                 Ok(Some(t))
@@ -353,7 +340,7 @@ impl RestRestrictions {
             req = req.header(k, v);
         }
         if let Some(t) = token {
-            req = req.bearer_auth(t.0.as_str());
+            req = req.bearer_auth(t.expose());
         }
         let answer = req
             .send()
@@ -441,8 +428,8 @@ mod tests {
 
     #[test]
     fn tokens_are_never_formatted() {
-        let t = Token::new(" s3cr3t\n");
-        assert_eq!(format!("{t:?}"), "Token(***)");
+        let t = Token::new("s3cr3t");
+        assert!(!format!("{t:?}").contains("s3cr3t"));
         let c = EngineCredential::Token(t);
         assert!(!format!("{c:?}").contains("s3cr3t"));
     }

@@ -126,13 +126,10 @@ impl BoundRowFilter {
     /// `catalog` from `rule` AND-ed to it.
     pub(crate) fn with_catalog(
         local: Option<Self>,
-        catalog: Option<clearice_policy::RowPredicate>,
+        catalog: clearice_policy::RowPredicate,
         rule: &str,
-    ) -> Option<Self> {
-        let Some(catalog) = catalog else {
-            return local;
-        };
-        Some(match local {
+    ) -> Self {
+        match local {
             Some(l) if !l.local_is_all_rows() => Self {
                 rule: format!("{} and the {rule}", l.rule),
                 catalog: Some(catalog),
@@ -144,7 +141,7 @@ impl BoundRowFilter {
                 sql: "true".into(),
                 catalog: Some(catalog),
             },
-        })
+        }
     }
 }
 
