@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! compare clearice   --config clearice.toml --user admin [--distributed]   # coordinator of [cluster]
+//!                    [--namespace CATALOG.SCHEMA]   # where unqualified names resolve
 //! compare datafusion --keyring keyring.json --table NAME=PATH[:encrypted] ...
 //! compare server-users admin ...     # prints [server.users.*] (password = name)
 //! ```
@@ -136,6 +137,12 @@ async fn open(args: &[String]) -> anyhow::Result<Runner> {
             }
             let engine = Arc::new(engine);
             let session = engine.session_for(&user, "bench");
+            if let Some(ns) = arg(args, "--namespace") {
+                let (catalog, schema) = ns
+                    .split_once('.')
+                    .ok_or_else(|| anyhow::anyhow!("--namespace CATALOG.SCHEMA"))?;
+                session.use_namespace(Some(catalog), Some(schema))?;
+            }
             Ok(Runner::ClearIce { engine, session })
         }
         Some("datafusion") => {

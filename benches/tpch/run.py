@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""TPC-H over PME-encrypted Iceberg tables: ClearIce against bare DataFusion and DuckDB.
+
+One command (from the repository root, with the test venv of scripts/test.sh):
+
+    target/clearice-test-cache/venv/bin/python benches/tpch/run.py [--sf 1] [--runs 3] [--results]
+
+It builds the release binaries (`clearice` and the bench runner `compare`), generates the
+eight TPC-H tables once per scale factor (`tpchgen-cli`), writes each with PyArrow twice,
+plaintext and PME-encrypted by CryptoFactory (double wrapping, the interop keyring KMS;
+see ENCRYPTED below), registers both sets as Iceberg tables (PyIceberg, a SQLite catalog:
+`lake.tpch` and `lake.tpch_plain`), then runs the 22 queries (`queries/qN.sql`) on:
+
+| engine | reads |
+|---|---|
+| ClearIce enc (`compare clearice`, the engine library) | `lake.tpch`, as `admin` (plaintext) |
+| ClearIce plain | `lake.tpch_plain` |
+| ClearIce CLI enc (`clearice -c`, a process per query) | `lake.tpch` |
+| DataFusion plain (`compare datafusion`, DataFusion 53 with its defaults) | the plaintext files |
+| DuckDB plain | the plaintext files (DuckDB cannot read PME) |
+
+Every engine is one long-lived process (except the CLI); before any time is reported every
+engine's answer to every query is checked equal to DuckDB's, row by row in the query's
+order (decimals and floats to 1e-6 relative). Rounds rotate the engines' order; the median
+per query is reported, and the total is the sum of the medians. `--results` writes the
+table into benches/RESULTS.md between the tpch markers. `--sf 0.01 --runs 1` is the smoke
+test CI runs (benches/tests/tpch_smoke.rs).
+"""
+
+import argparse
+import base64
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_compare():
+    """The comparison harness (benches/compare/run.py): its data and worker helpers."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_run", ROOT / "benches" / "compare" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = _load_compare()
+
+QUERIES = ROOT / "benches" / "tpch" / "queries"
+TABLES = ["region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem"]
+MASTER_KEYS = ["footer_key", "pii_key", "finance_key"]
+# Who's who and how much they have: names, addresses and phones under `pii_key`; balances,
+# prices, discounts and costs under `finance_key`. The footer is encrypted too.
+ENCRYPTED = {
+    "customer": {"pii_key": ["c_name", "c_address", "c_phone"], "finance_key": ["c_acctbal"]},
+    "supplier": {"pii_key": ["s_name", "s_address", "s_phone"], "finance_key": ["s_acctbal"]},
+    "orders": {"finance_key": ["o_totalprice"]},
+    "lineitem": {"finance_key": ["l_extendedprice", "l_discount"]},
+    "partsupp": {"finance_key": ["ps_supplycost"]},
+}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def queries(selected):
+    # One line each: the workers speak a line protocol (the queries hold no `--` comments).
+    return {n: " ".join((QUERIES / f"q{n}.sql").read_text().split()).rstrip(";") for n in selected}
+
+
+# --------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------
+
+def policy():
+    lines = ["[roles]", "admin = {}", "", "[users]", 'admin = { roles = ["admin"] }', "",
+             "[files]", 'decrypt = ["admin"]']
+    for table, keys in ENCRYPTED.items():
+        for key, columns in keys.items():
+            for c in columns:
+                lines += ["", f'[tables."lake.tpch.{table}".columns.{c}]', f'master_key = "{key}"',
+                          'access = { admin = "plaintext" }']
+    return "\n".join(lines) + "\n"
+
+
+def iceberg_schema(arrow_schema):
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, NestedField, StringType
+
+    def ice(t):
+        import pyarrow as pa
+
+        if pa.types.is_decimal(t):
+            return DecimalType(t.precision, t.scale)
+        return {"int64": LongType(), "int32": IntegerType(), "string": StringType(),
+                "date32[day]": DateType()}[str(t)]
+
+    return Schema(*[
+        NestedField(int(f.metadata[b"PARQUET:field_id"]), f.name, ice(f.type), required=not f.nullable)
+        for f in arrow_schema
+    ])
+
+
+def generate(work, sf):
+    """Writes the tables into `work` (once per scale factor)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pyarrow.parquet.encryption as pe
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    mf = compare.load_make_fixtures()
+    if work.exists():
+        shutil.rmtree(work)
+    raw = work / "raw"
+    for d in ["plain", "enc"]:
+        (work / d).mkdir(parents=True)
+    t0 = time.perf_counter()
+    tpchgen = Path(sys.executable).parent / "tpchgen-cli"
+    subprocess.run([str(tpchgen), "parquet", "-s", str(sf), "--output-dir", str(raw)], check=True)
+    keys = {k: os.urandom(16) for k in MASTER_KEYS}
+    (work / "keyring.json").write_text(json.dumps({k: base64.b64encode(v).decode() for k, v in keys.items()}))
+    cf = mf.crypto_factory(keys)
+    warehouse = work / "warehouse"
+    warehouse.mkdir()
+    cat = SqlCatalog("lake", uri=f"sqlite:///{work / 'catalog.db'}", warehouse=f"file://{warehouse}")
+    cat.create_namespace("tpch")
+    cat.create_namespace("tpch_plain")
+    dp = cf.file_decryption_properties(mf.KMS_CONN, pe.DecryptionConfiguration())
+    for table in TABLES:
+        t = pq.read_table(raw / f"{table}.parquet")
+        # tpchgen writes Utf8View; Iceberg's string is Utf8 (what PyArrow writes by default).
+        t = t.cast(pa.schema([f.with_type(pa.string()) if f.type == pa.string_view() else f
+                              for f in t.schema]))
+        plain, enc = work / "plain" / f"{table}.parquet", work / "enc" / f"{table}.parquet"
+        pq.write_table(t, plain, compression="snappy")
+        props = None
+        if table in ENCRYPTED:
+            config = pe.EncryptionConfiguration(footer_key="footer_key", column_keys=ENCRYPTED[table])
+            props = cf.file_encryption_properties(mf.KMS_CONN, config)
+        pq.write_table(t, enc, compression="snappy", encryption_properties=props)
+        for ns, path, decrypt in [("tpch", enc, dp if props else None), ("tpch_plain", plain, None)]:
+            ice = cat.create_table(f"{ns}.{table}", schema=iceberg_schema(t.schema))
+            df = mf.data_file_for_encrypted_parquet(ice, f"file://{path}", path, decrypt)
+            with ice.transaction() as tx:
+                with tx.update_snapshot().fast_append() as fa:
+                    fa.append_data_file(df)
+    shutil.rmtree(raw)
+    (work / "policy.toml").write_text(policy())
+    (work / "clearice.toml").write_text(
+        f'[catalogs.lake]\ntype = "sql"\nuri = "sqlite://{work / "catalog.db"}"\nwarehouse = "file://{warehouse}"\n\n'
+        '[kms]\ntype = "keyring"\npath = "keyring.json"\n\n[policy]\npath = "policy.toml"\n')
+    size = lambda d: sum(f.stat().st_size for f in (work / d).iterdir()) / 1e6  # noqa: E731
+    log(f"data: TPC-H SF{sf}, plaintext {size('plain'):.0f} MB, encrypted {size('enc'):.0f} MB "
+        f"({time.perf_counter() - t0:.0f} s)")
+    (work / "sf").write_text(str(sf))
+
+
+# --------------------------------------------------------------------------
+# Engines
+# --------------------------------------------------------------------------
+
+class Cli:
+    """`clearice -c`: a process per query, as a script would run it."""
+
+    def __init__(self, name, binary, config, namespace):
+        self.name, self.binary, self.config = name, binary, config
+        catalog, schema = namespace.split(".")
+        self.prefix = ["-c", f"SET datafusion.catalog.default_catalog = '{catalog}'",
+                       "-c", f"SET datafusion.catalog.default_schema = '{schema}'"]
+
+    def _exec(self, sql):
+        start = time.perf_counter()
+        out = subprocess.run([self.binary, "--config", self.config, "--user", "admin", "-q", "--format", "csv",
+                              *self.prefix, "-c", sql], check=True, capture_output=True, text=True).stdout
+        return time.perf_counter() - start, out
+
+    def run_sql(self, sql):
+        seconds, out = self._exec(sql)
+        return seconds, max(len(out.splitlines()) - 1, 0)
+
+    def rows(self, sql):
+        import csv
+        import io
+
+        return [tuple(r) for r in list(csv.reader(io.StringIO(self._exec(sql)[1])))[1:]]
+
+    def close(self):
+        pass
+
+
+class Sql(compare.Worker):
+    """A long-lived worker answering `RUN\\tsql` and `DUMP\\tpath\\tsql`."""
+
+    def rows(self, sql, path):
+        import pyarrow.ipc as ipc
+
+        self.ask(f"DUMP\t{path}\t{sql}")
+        with ipc.open_file(path) as f:
+            return compare.rows_of(f.read_all())
+
+
+def duckdb_worker(data):
+    """DuckDB over the plaintext files, one view per table."""
+    import duckdb
+    import pyarrow.ipc as ipc
+
+    con = duckdb.connect()
+    for t in TABLES:
+        con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{Path(data) / f'{t}.parquet'}')")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd, *rest = line.rstrip("\n").split("\t")
+        try:
+            start = time.perf_counter()
+            result = con.sql(rest[-1]).to_arrow_table()
+            seconds = time.perf_counter() - start
+            if cmd == "DUMP":
+                with ipc.new_file(rest[0], result.schema) as w:
+                    w.write_table(result)
+                print("ok", flush=True)
+            else:
+                print(f"{seconds:.6f} {result.num_rows}", flush=True)
+        except Exception as e:  # noqa: BLE001 - reported to the harness
+            print(f"error {type(e).__name__}: {e}".replace("\n", " "), flush=True)
+
+
+# --------------------------------------------------------------------------
+# Checking answers
+# --------------------------------------------------------------------------
+
+def same(a, b):
+    """One value against DuckDB's: numbers to 1e-6 relative (DataFusion's decimal `avg` keeps
+    6 digits, DuckDB's is a double), CSV text by its number or its text."""
+    a, b = compare.canonical(a), compare.canonical(b)
+    if a == "" and b is None:
+        return True  # CSV writes NULL as an empty field
+    if isinstance(a, str) and not isinstance(b, str):
+        if isinstance(b, (int, float)):
+            try:
+                a = float(a)
+            except ValueError:
+                return False
+        else:
+            return a == str(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-6)
+    return a == b
+
+
+def check(name, q, got, want):
+    if len(got) != len(want):
+        raise SystemExit(f"{name} q{q}: {len(got)} rows, DuckDB {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if len(g) != len(w) or not all(same(x, y) for x, y in zip(g, w)):
+            raise SystemExit(f"{name} q{q}: row {i} differs: {g} vs DuckDB {w}")
+
+
+# --------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sf", default="1", help="scale factor (tpchgen-cli's -s)")
+    ap.add_argument("--runs", type=int, default=3, help="rounds (median reported)")
+    ap.add_argument("--work", type=Path, default=None, help="data directory (default target/tpch/SF)")
+    ap.add_argument("--bin-dir", type=Path, default=None, help="skip the build; binaries here")
+    ap.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
+    ap.add_argument("--no-cli", action="store_true", help="skip the CLI (a process per query)")
+    ap.add_argument("--results", action="store_true", help="write the table into benches/RESULTS.md")
+    args = ap.parse_args()
+
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    if args.bin_dir is None:
+        log("building release binaries (cargo build --release -p clearice-cli -p clearice-benches)")
+        subprocess.run(["cargo", "build", "--release", "-p", "clearice-cli", "-p", "clearice-benches",
+                        "--bin", "clearice", "--bin", "compare"], cwd=ROOT, check=True)
+        args.bin_dir = target / "release"
+    work = (args.work or target / "tpch" / args.sf).resolve()
+    if not (work / "sf").exists() or (work / "sf").read_text() != args.sf:
+        generate(work, args.sf)
+    config = str(work / "clearice.toml")
+    bins = str(args.bin_dir / "compare"), str(args.bin_dir / "clearice")
+    qs = queries([int(n) for n in args.queries.split(",")])
+
+    def clearice(ns):
+        return [bins[0], "clearice", "--config", config, "--user", "admin", "--namespace", ns]
+
+    datafusion = [bins[0], "datafusion", "--keyring", str(work / "keyring.json")]
+    for t in TABLES:
+        datafusion += ["--table", f"{t}={work / 'plain' / t}.parquet"]
+    workers = [
+        Sql("ClearIce enc", clearice("lake.tpch"), {}),
+        Sql("ClearIce plain", clearice("lake.tpch_plain"), {}),
+        Sql("DataFusion plain", datafusion, {}),
+    ]
+    duck = Sql("DuckDB plain", [sys.executable, __file__, "--worker", str(work / "plain")], {})
+    cli = [] if args.no_cli else [Cli("ClearIce CLI enc", bins[1], config, "lake.tpch")]
+
+    log("checking answers against DuckDB")
+    for q, sql in qs.items():
+        want = duck.rows(sql, str(work / "want.arrow"))
+        for w in workers:
+            check(w.name, q, w.rows(sql, str(work / "got.arrow")), want)
+        for c in cli:
+            check(c.name, q, c.rows(sql), want)
+    engines = workers + [duck] + cli
+    times = {(e.name, q): [] for e in engines for q in qs}
+    for r in range(args.runs):
+        order = engines[r % len(engines):] + engines[:r % len(engines)]
+        for q, sql in qs.items():
+            for e in order:
+                times[(e.name, q)].append(e.run_sql(sql)[0])
+        log(f"round {r + 1}/{args.runs} done")
+    for e in engines:
+        e.close()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    lines = report(args, work, [e.name for e in engines], qs, med)
+    print("\n".join(lines))
+    if args.results:
+        compare.write_results(lines, "tpch", heading="TPC-H over encrypted Iceberg (`benches/tpch/run.py`)")
+
+
+def report(args, work, names, qs, med):
+    import duckdb
+    import pyarrow
+
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    size = lambda d: sum(f.stat().st_size for f in (work / d).iterdir()) / 1e6  # noqa: E731
+    enc, plain, df, dd = "ClearIce enc", "ClearIce plain", "DataFusion plain", "DuckDB plain"
+    lines = [
+        f"Machine: {os.cpu_count()} vCPU {cpu}, {platform.system()} {platform.release()}; "
+        f"{datetime.date.today()}; pyarrow {pyarrow.__version__}, duckdb {duckdb.__version__}.",
+        f"Command: `python benches/tpch/run.py --sf {args.sf} --runs {args.runs}` (median of {args.runs} rounds, "
+        "engines in rotating order, every answer checked equal to DuckDB's first).",
+        f"Data: TPC-H SF{args.sf} by tpchgen-cli, rewritten by PyArrow (Snappy, its default row groups): "
+        f"plaintext {size('plain'):.0f} MB; encrypted {size('enc'):.0f} MB ("
+        + "; ".join(f"{t}: " + ", ".join(f"`{c}`" for cs in k.values() for c in cs) for t, k in ENCRYPTED.items())
+        + "; names, addresses and phones under `pii_key`, money under `finance_key`, encrypted footers).",
+        "",
+        "| query | " + " | ".join(names) + f" | enc / {df} | enc / {dd} | enc / plain |",
+        "|---|" + "---|" * (len(names) + 3),
+    ]
+    total = {n: sum(med[(n, q)] for q in qs) for n in names}
+    for q in qs:
+        e = med[(enc, q)]
+        lines.append(f"| q{q} | " + " | ".join(f"{med[(n, q)]:.3f}" for n in names)
+                     + f" | {e / med[(df, q)]:.2f} | {e / med[(dd, q)]:.2f} | {e / med[(plain, q)]:.2f} |")
+    lines.append("| **total** | " + " | ".join(f"**{total[n]:.2f} s**" for n in names)
+                 + f" | **{total[enc] / total[df]:.2f}×** | **{total[enc] / total[dd]:.2f}×** "
+                 f"| **{total[enc] / total[plain]:.2f}×** |")
+    return lines
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        duckdb_worker(sys.argv[2])
+    else:
+        main()
