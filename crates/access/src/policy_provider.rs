@@ -35,7 +35,7 @@ use crate::mask;
 use crate::mask_exec::{MaskOutput, PolicyMaskExec};
 use crate::remote::{DistributeScans, RemoteScanExec, ScanRequest};
 use clearice_iceberg::Error;
-use clearice_iceberg::IcebergTableProvider;
+use clearice_iceberg::{IcebergTableProvider, Shown};
 
 pub(crate) mod restrictions;
 pub(crate) mod row_filter;
@@ -762,10 +762,24 @@ impl TableProvider for PolicyTableProvider {
             .config()
             .get_extension::<DistributeScans>()
             .filter(|_| self.access.credential().is_none() && row_filter.is_none());
+        // Statistics in the plan (and `EXPLAIN`): of the columns shown in plaintext only,
+        // and none under a row filter (not even the table's row count).
+        let shown = if row_filter.is_some() {
+            Shown::Nothing
+        } else {
+            Shown::Columns(Arc::new(
+                projected
+                    .iter()
+                    .filter(|c| c.resolved.decision == Decision::Plaintext)
+                    .map(|c| c.inner)
+                    .collect(),
+            ))
+        };
         let inner = match &distribute {
             Some(d) => self.inner.clone().split_into(d.partitions),
             None => self.inner.clone(),
-        };
+        }
+        .with_shown_statistics(shown);
         let grant = self.grant().with_scope(scope);
         // The filters go to the Parquet reader when a mask above blocks DataFusion's own
         // pushdown, and for workers: the leaf they get takes no pushdown either, so row

@@ -134,8 +134,9 @@ type Schemas = BTreeMap<String, Arc<IcebergSchemaProvider>>;
 /// A DataFusion catalog over an Iceberg catalog. DataFusion's listing API is synchronous,
 /// so namespaces and table names are listed when the catalog is opened and again by
 /// [`IcebergCatalogProvider::refresh_if_older`] (sessions call it before each statement,
-/// so tables created or dropped by other writers show up without a restart); tables are
-/// loaded fresh from the catalog on every query.
+/// so tables created or dropped by other writers show up without a restart); each query
+/// asks the catalog for its tables' current metadata (an unchanged table reuses the
+/// manifests read before: `loaded.rs`).
 pub struct IcebergCatalogProvider {
     name: String,
     catalog: Arc<dyn Catalog>,
@@ -370,7 +371,7 @@ impl IcebergSchemaProvider {
         format!("{}.{}.{table}", self.catalog_name, self.schema_name)
     }
 
-    /// Loads a table fresh from the catalog (`t$files`: the table `t`), as of a
+    /// Loads a table's current metadata from the catalog (`t$files`: the table `t`), as of a
     /// snapshot if `as_of` says so.
     pub async fn load(
         &self,
@@ -409,7 +410,7 @@ impl IcebergSchemaProvider {
         })?;
         let provider = IcebergTableProvider::try_new(
             full,
-            table,
+            crate::loaded::reuse(table),
             Arc::clone(&self.crypto),
             self.stores.clone(),
         )?

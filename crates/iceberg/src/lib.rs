@@ -35,6 +35,7 @@ pub mod exec;
 pub mod field_id;
 mod filter;
 pub mod lineage;
+mod loaded;
 pub mod metadata;
 pub mod native;
 pub mod native_write;
@@ -45,6 +46,7 @@ pub mod restrictions;
 mod schema;
 mod snapshot_exec;
 pub mod sql;
+mod statistics;
 pub mod travel;
 pub mod write;
 
@@ -57,7 +59,7 @@ pub use error::{Error, Result};
 pub use filter::to_iceberg_predicate;
 pub use metadata::metadata_table;
 pub use provider::{
-    AsOf, CATALOG_STORE_URL, FILE_COLUMN, IcebergSnapshotExec, IcebergTableProvider,
+    AsOf, CATALOG_STORE_URL, FILE_COLUMN, IcebergSnapshotExec, IcebergTableProvider, Shown,
 };
 pub use report::{WriteAudit, WriteReport};
 pub use schema::arrow_schema;

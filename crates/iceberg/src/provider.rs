@@ -40,6 +40,7 @@ use crate::filter::to_iceberg_predicate;
 use crate::restrictions::{LoadedRestrictions, Refused, RestRestrictions};
 use crate::schema::arrow_schema;
 pub use crate::snapshot_exec::IcebergSnapshotExec;
+pub use crate::statistics::Shown;
 pub use crate::travel::AsOf;
 pub(crate) use crate::travel::{format_ms, listing, refs_of};
 use clearice_pme::{DecryptingReaderFactory, FileKeys, ScanKeys};
@@ -84,6 +85,8 @@ pub struct IcebergTableProvider {
     split: Option<usize>,
     /// Its REST catalog's read restrictions and its name there (namespace, table).
     restrictions: Option<(Arc<RestRestrictions>, Vec<String>, String)>,
+    /// Which column statistics its scans' plans carry.
+    shown: Shown,
 }
 
 impl std::fmt::Debug for IcebergTableProvider {
@@ -123,6 +126,7 @@ impl IcebergTableProvider {
             lineage: false,
             split: None,
             restrictions: None,
+            shown: Shown::default(),
         })
     }
 
@@ -134,6 +138,13 @@ impl IcebergTableProvider {
     ) -> Self {
         self.catalog = Some(catalog);
         self.committer = Some(committer);
+        self
+    }
+
+    /// Its scans' plans carry statistics as `shown` says (the access layer: the columns
+    /// the principal reads in plaintext).
+    pub fn with_shown_statistics(mut self, shown: Shown) -> Self {
+        self.shown = shown;
         self
     }
 
@@ -749,8 +760,11 @@ impl IcebergTableProvider {
                 )
                 .await;
         }
+        let stats = self
+            .file_statistics(&tasks, &data_factory, &scan_keys.grant)
+            .await;
         let mut groups: BTreeMap<Vec<String>, Vec<ScanFile>> = BTreeMap::new();
-        for (t, plan) in tasks.iter().zip(plans) {
+        for ((t, plan), stats) in tasks.iter().zip(plans).zip(stats) {
             let file = self.scan_file(t, plan)?;
             groups
                 .entry(deletes.equality_files(t))
@@ -759,6 +773,7 @@ impl IcebergTableProvider {
                     file,
                     rows: t.record_count,
                     exact: t.deletes.is_empty(),
+                    stats,
                 });
         }
         let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::with_capacity(groups.len());
@@ -888,6 +903,7 @@ impl IcebergTableProvider {
                     file,
                     rows: Some(rows),
                     exact: t.deletes.is_empty(),
+                    stats: None,
                 },
                 projection,
             )?;
@@ -908,6 +924,49 @@ impl IcebergTableProvider {
             schema,
             partitions,
         )))
+    }
+
+    /// The footer statistics of each of `tasks` without deletes, as [`Shown`] lets this
+    /// scan carry them (read a few files at a time, cached; see `statistics.rs`).
+    async fn file_statistics(
+        &self,
+        tasks: &[FileScanTask],
+        factory: &DecryptingReaderFactory,
+        grant: &ScanGrant,
+    ) -> Vec<Option<Arc<Statistics>>> {
+        if tasks.len() > crate::statistics::MAX_FILES || matches!(self.shown, Shown::Nothing) {
+            return vec![None; tasks.len()];
+        }
+        let file_schema = self.file_schema();
+        let pending: Vec<_> = tasks
+            .iter()
+            .map(|t| {
+                self.file_statistics_of(t, factory, grant, &file_schema)
+                    .boxed()
+            })
+            .collect();
+        futures::stream::iter(pending)
+            .buffered(LOAD_CONCURRENCY)
+            .collect()
+            .await
+    }
+
+    async fn file_statistics_of(
+        &self,
+        t: &FileScanTask,
+        factory: &DecryptingReaderFactory,
+        grant: &ScanGrant,
+        file_schema: &SchemaRef,
+    ) -> Option<Arc<Statistics>> {
+        if !t.deletes.is_empty() {
+            return None;
+        }
+        let file = self.scan_file(t, None).ok()?;
+        let stats =
+            crate::statistics::of_file(factory, grant, &t.data_file_path, &file, file_schema)
+                .await?;
+        let width = self.full_schema().fields().len();
+        crate::statistics::shown(&stats, &self.shown, &grant.scope, width).map(Arc::new)
     }
 
     /// One `DataSourceExec` reading `file` whole, in order, in one partition.
@@ -936,23 +995,35 @@ impl IcebergTableProvider {
         limit: Option<usize>,
         partitions: usize,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        // Iceberg's record counts are exact for files without deletes: `count(*)` over
-        // them needs no IO.
-        let mut table_stats = Statistics::new_unknown(&self.full_schema());
+        // Each file's footer statistics where known; else Iceberg's record counts, exact
+        // for files without deletes: `count(*)` over them needs no IO.
+        let schema = self.full_schema();
+        let mut table_stats = Statistics::new_unknown(&schema);
+        let footers: Option<Vec<Arc<Statistics>>> = files.iter().map(|f| f.stats.clone()).collect();
         let rows: Option<u64> = files.iter().map(|f| f.rows).sum();
         let exact = files.iter().all(|f| f.exact);
-        if let Some(n) = rows {
-            table_stats.num_rows = if exact {
-                Precision::Exact(n as usize)
-            } else {
-                Precision::Inexact(n as usize)
-            };
+        match (footers, rows) {
+            _ if matches!(self.shown, Shown::Nothing) => {}
+            (Some(footers), _) if !footers.is_empty() => {
+                table_stats =
+                    Statistics::try_merge_iter(footers.iter().map(AsRef::as_ref), &schema)?;
+            }
+            (_, Some(n)) => {
+                table_stats.num_rows = if exact {
+                    Precision::Exact(n as usize)
+                } else {
+                    Precision::Inexact(n as usize)
+                };
+            }
+            _ => {}
         }
         let files = files
             .into_iter()
-            .map(|f| match f.rows {
-                Some(n) if f.exact => {
-                    let mut stats = Statistics::new_unknown(&self.full_schema());
+            .map(|f| match (f.stats, f.rows) {
+                _ if matches!(self.shown, Shown::Nothing) => f.file,
+                (Some(stats), _) => f.file.with_statistics(stats),
+                (None, Some(n)) if f.exact => {
+                    let mut stats = Statistics::new_unknown(&schema);
                     stats.num_rows = Precision::Exact(n as usize);
                     f.file.with_statistics(Arc::new(stats))
                 }
@@ -993,6 +1064,8 @@ struct ScanFile {
     rows: Option<u64>,
     /// No delete applies: `rows` is exact.
     exact: bool,
+    /// Its footer's statistics as the principal may see them (files without deletes).
+    stats: Option<Arc<Statistics>>,
 }
 
 #[cfg(test)]

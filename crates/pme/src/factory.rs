@@ -64,6 +64,16 @@ impl DecryptingReaderFactory {
         Ok(reader.view().await?.column_keys.clone())
     }
 
+    /// The footer metadata of `file` as this scan's keys decrypt it: columns whose keys
+    /// the scope does not allow have stand-ins without statistics.
+    pub async fn metadata(
+        &self,
+        file: PartitionedFile,
+    ) -> datafusion::error::Result<Arc<parquet::file::metadata::ParquetMetaData>> {
+        let mut reader = self.reader(0, file, None, &ExecutionPlanMetricsSet::new())?;
+        Ok(Arc::clone(&reader.view().await?.metadata))
+    }
+
     fn reader(
         &self,
         partition: usize,
