@@ -14,6 +14,7 @@ use parquet::arrow::async_reader::AsyncFileReader;
 use crate::DecryptError;
 use crate::keys::{FileKeys, ScanKeys};
 use crate::reader::{Counters, DecryptingReader};
+use crate::shared::Views;
 
 /// Creates [`DecryptingReader`]s for a scan.
 #[derive(Debug)]
@@ -23,6 +24,8 @@ pub struct DecryptingReaderFactory {
     file_prefix: String,
     /// Each file's own key (Iceberg-native encryption): every file of the scan has one.
     file_keys: Option<Arc<FileKeys>>,
+    /// File views its readers share (they end with the factory, and the scan).
+    views: Arc<Views>,
 }
 
 impl DecryptingReaderFactory {
@@ -33,6 +36,7 @@ impl DecryptingReaderFactory {
             keys: Arc::new(keys),
             file_prefix: "/".into(),
             file_keys: None,
+            views: Arc::new(Views::for_scan()),
         }
     }
 
@@ -99,9 +103,10 @@ impl DecryptingReaderFactory {
         };
         let inner = self.inner.create_reader(partition, file, hint, metrics)?;
         let counters = Counters::new(metrics, partition);
-        Ok(DecryptingReader::new(
-            inner, path, size, hint, keys, counters,
-        ))
+        Ok(
+            DecryptingReader::new(inner, path, size, hint, keys, counters)
+                .with_views(Arc::clone(&self.views)),
+        )
     }
 }
 

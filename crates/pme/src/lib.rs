@@ -54,6 +54,7 @@ mod keys;
 mod pages;
 mod reader;
 mod rekey;
+mod shared;
 
 pub use error::DecryptError;
 pub use factory::DecryptingReaderFactory;

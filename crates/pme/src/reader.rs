@@ -19,6 +19,7 @@ use crate::DecryptError;
 use crate::footer::View;
 use crate::keys::ScanKeys;
 use crate::pages::{RegionKind, covered, overlapping, page_span, u_enc};
+use crate::shared::Views;
 
 /// An [`AsyncFileReader`] serving the plaintext view of one file.
 pub struct DecryptingReader {
@@ -36,6 +37,8 @@ pub struct DecryptingReader {
     /// Encrypted ranges fetched together for one `get_byte_ranges` call.
     prefetched: HashMap<Range<u64>, Bytes>,
     pub(crate) counters: Counters,
+    /// Views shared with the scan's other readers.
+    views: Option<Arc<Views>>,
 }
 
 /// What the reader did, in the scan's metrics (`EXPLAIN ANALYZE`).
@@ -91,7 +94,21 @@ impl DecryptingReader {
             small: HashMap::new(),
             prefetched: HashMap::new(),
             counters,
+            views: None,
         }
+    }
+
+    /// Shares file views with the other readers of `views` (a scan's).
+    pub(crate) fn with_views(mut self, views: Arc<Views>) -> Self {
+        self.views = Some(views);
+        self
+    }
+
+    /// Where views of this file may be found and kept: the scan's, then (for plaintext
+    /// files of scans that give no keys of their own) all scans'.
+    fn caches(&self, plaintext: bool) -> impl Iterator<Item = &Views> {
+        let all = (plaintext && self.keys.given.is_none()).then(Views::plaintext);
+        self.views.as_deref().into_iter().chain(all)
     }
 
     pub(crate) fn malformed(&self, reason: impl Into<String>) -> DecryptError {
@@ -140,7 +157,17 @@ impl DecryptingReader {
         if let Some(v) = &self.view {
             return Ok(Arc::clone(v));
         }
+        let cached = self
+            .caches(true)
+            .find_map(|c| c.view(&self.file, self.size));
+        if let Some(v) = cached {
+            self.view = Some(Arc::clone(&v));
+            return Ok(v);
+        }
         let v = Arc::new(self.build_view().await?);
+        for c in self.caches(is_plaintext(&v)) {
+            c.keep_view(&self.file, self.size, &v);
+        }
         self.view = Some(Arc::clone(&v));
         Ok(v)
     }
@@ -286,6 +313,11 @@ impl DecryptingReader {
     }
 }
 
+/// A view of a file without any encryption: no key went into it.
+fn is_plaintext(view: &View) -> bool {
+    view.crypto.is_none() && view.column_keys.iter().all(|(_, k)| k.is_none())
+}
+
 /// Names the file in errors that do not already (ours always do).
 fn named(path: &str, e: parquet::errors::ParquetError) -> parquet::errors::ParquetError {
     use parquet::errors::ParquetError;
@@ -337,12 +369,24 @@ impl AsyncFileReader for DecryptingReader {
             if column == PageIndexPolicy::Skip && offset == PageIndexPolicy::Skip {
                 return Ok(Arc::clone(&view.metadata));
             }
+            let which = format!("{column:?}/{offset:?}");
+            let plaintext = is_plaintext(&view);
+            if let Some(m) = self
+                .caches(plaintext)
+                .find_map(|c| c.indexed(&self.file, self.size, &which))
+            {
+                return Ok(m);
+            }
             let mut reader =
                 ParquetMetaDataReader::new_with_metadata(view.metadata.as_ref().clone())
                     .with_column_index_policy(column)
                     .with_offset_index_policy(offset);
             reader.load_page_index(&mut *self).await?;
-            Ok(Arc::new(reader.finish().map_err(|e| named(&self.file, e))?))
+            let m = Arc::new(reader.finish().map_err(|e| named(&self.file, e))?);
+            for c in self.caches(plaintext) {
+                c.keep_indexed(&self.file, self.size, &which, &m);
+            }
+            Ok(m)
         }
         .boxed()
     }

@@ -556,3 +556,40 @@ async fn concurrent_queries_in_one_session_are_audited_separately() {
         }
     }
 }
+
+/// Plans carry the data files' statistics (DataFusion's, from the footers) for the columns
+/// a principal reads in plaintext, and none for the others: a masked column's bounds are
+/// not in `EXPLAIN` with statistics shown, nor in any other node.
+#[tokio::test]
+async fn plans_carry_statistics_of_plaintext_columns_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = demo_engine(tmp.path()).await;
+    let explain = |principal: &'static str, sql: &'static str| {
+        let session = engine.session(principal);
+        async move {
+            query(&session, "SET datafusion.explain.show_statistics = true")
+                .await
+                .unwrap();
+            let plan = datafusion::arrow::util::pretty::pretty_format_batches(
+                &query(&session, sql).await.unwrap(),
+            )
+            .unwrap()
+            .to_string();
+            plan
+        }
+    };
+    // The analyst reads `id` in plaintext and `birth_date` truncated to the year.
+    let plain = explain("analyst", "EXPLAIN SELECT id FROM lake.sales.customers").await;
+    assert!(plain.contains("Min=Exact(Int"), "{plain}");
+    let masked = explain(
+        "analyst",
+        "EXPLAIN SELECT birth_date FROM lake.sales.customers",
+    )
+    .await;
+    assert!(masked.contains("DataSourceExec"), "{masked}");
+    assert!(!masked.contains("Date32("), "{masked}");
+    assert!(!masked.contains("Min=Exact") && !masked.contains("Min=Inexact"), "{masked}");
+    // Encrypted and masked (show_last_4): no bounds either.
+    let ssn = explain("analyst", "EXPLAIN SELECT ssn FROM lake.sales.customers").await;
+    assert!(!ssn.contains("Min=Exact") && !ssn.contains("Min=Inexact"), "{ssn}");
+}

@@ -694,3 +694,55 @@ async fn a_provider_that_keeps_its_keys_gets_batches_and_reads_the_same() {
         }
     }
 }
+
+/// Readers of one scan share a file's decrypted view (the second asks the provider
+/// nothing); another scan does not get it: a scan without the keys still cannot read the
+/// encrypted column another scan just decrypted.
+#[tokio::test]
+async fn a_scan_shares_views_between_its_readers_and_never_with_other_scans() {
+    let Some(dir) = parquet_testing_dir() else {
+        return;
+    };
+    let f = testing(&dir, "encrypt_columns_plaintext_footer.parquet.encrypted");
+    let store = Arc::new(LocalFileSystem::new());
+    let size = std::fs::metadata(&f).unwrap().len();
+    let location = object_store::path::Path::from_filesystem_path(&f).unwrap();
+    let file = PartitionedFile::new(location.to_string(), size);
+    let factory =
+        DecryptingReaderFactory::new(store, Keys::explicit(KEYS_128).scan(KeyScope::All));
+    let how = Read {
+        columns: Some(vec![5]),
+        page_index: true,
+        ..Default::default()
+    };
+    let mut batches = Vec::new();
+    let mut calls = Vec::new();
+    for partition in 0..2 {
+        let metrics = ExecutionPlanMetricsSet::new();
+        let reader = Boxed(
+            factory
+                .create_reader(partition, file.clone(), None, &metrics)
+                .unwrap(),
+        );
+        let options = ArrowReaderOptions::new().with_page_index_policy(how.policy());
+        let b = ParquetRecordBatchStreamBuilder::new_with_options(reader, options)
+            .await
+            .unwrap();
+        let read: Vec<RecordBatch> = how.shape(b).build().unwrap().try_collect().await.unwrap();
+        batches.push(concat(read));
+        calls.push(counter(&metrics, "crypto_provider_calls"));
+    }
+    assert_eq!(batches[0], batches[1]);
+    assert_eq!(batches[0], read_native(&f, &Keys::explicit(KEYS_128), &how));
+    assert!(calls[0] > 0, "{calls:?}");
+    assert_eq!(calls[1], 0, "the second reader built its own view: {calls:?}");
+    // A new scan without keys: refused, whatever the last scan decrypted.
+    let e = read_new(&f, Keys::explicit(&[]).scan(KeyScope::All), &how)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("double_field") && e.contains("not decrypted"),
+        "{e}"
+    );
+}
