@@ -43,7 +43,10 @@ fn every_engine_answers_the_22_tpch_queries_as_duckdb_does() {
     );
     // One row per query and the totals, for every engine.
     for q in 1..=22 {
-        assert!(stdout.contains(&format!("| q{q} |")), "no q{q} in:\n{stdout}");
+        assert!(
+            stdout.contains(&format!("| q{q} |")),
+            "no q{q} in:\n{stdout}"
+        );
     }
     for needle in [
         "ClearIce enc",
