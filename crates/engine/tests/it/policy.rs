@@ -588,8 +588,14 @@ async fn plans_carry_statistics_of_plaintext_columns_only() {
     .await;
     assert!(masked.contains("DataSourceExec"), "{masked}");
     assert!(!masked.contains("Date32("), "{masked}");
-    assert!(!masked.contains("Min=Exact") && !masked.contains("Min=Inexact"), "{masked}");
+    assert!(
+        !masked.contains("Min=Exact") && !masked.contains("Min=Inexact"),
+        "{masked}"
+    );
     // Encrypted and masked (show_last_4): no bounds either.
     let ssn = explain("analyst", "EXPLAIN SELECT ssn FROM lake.sales.customers").await;
-    assert!(!ssn.contains("Min=Exact") && !ssn.contains("Min=Inexact"), "{ssn}");
+    assert!(
+        !ssn.contains("Min=Exact") && !ssn.contains("Min=Inexact"),
+        "{ssn}"
+    );
 }

@@ -708,8 +708,7 @@ async fn a_scan_shares_views_between_its_readers_and_never_with_other_scans() {
     let size = std::fs::metadata(&f).unwrap().len();
     let location = object_store::path::Path::from_filesystem_path(&f).unwrap();
     let file = PartitionedFile::new(location.to_string(), size);
-    let factory =
-        DecryptingReaderFactory::new(store, Keys::explicit(KEYS_128).scan(KeyScope::All));
+    let factory = DecryptingReaderFactory::new(store, Keys::explicit(KEYS_128).scan(KeyScope::All));
     let how = Read {
         columns: Some(vec![5]),
         page_index: true,
@@ -735,7 +734,10 @@ async fn a_scan_shares_views_between_its_readers_and_never_with_other_scans() {
     assert_eq!(batches[0], batches[1]);
     assert_eq!(batches[0], read_native(&f, &Keys::explicit(KEYS_128), &how));
     assert!(calls[0] > 0, "{calls:?}");
-    assert_eq!(calls[1], 0, "the second reader built its own view: {calls:?}");
+    assert_eq!(
+        calls[1], 0,
+        "the second reader built its own view: {calls:?}"
+    );
     // A new scan without keys: refused, whatever the last scan decrypted.
     let e = read_new(&f, Keys::explicit(&[]).scan(KeyScope::All), &how)
         .await
