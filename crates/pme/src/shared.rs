@@ -10,16 +10,19 @@ use parquet::file::metadata::ParquetMetaData;
 
 use crate::footer::View;
 
-/// Views one scan keeps (the rest are built by each reader, as before).
-const SCAN_FILES: usize = 256;
+/// Metadata bytes one scan keeps (the rest of its files: each reader builds its own).
+const SCAN_BYTES: usize = 64 << 20;
 
-/// Plaintext views kept for all scans before the cache starts over.
-const PLAIN_FILES: usize = 4096;
+/// Metadata bytes of plaintext files kept for all scans before the cache starts over.
+const PLAIN_BYTES: usize = 64 << 20;
 
 /// Views (and their metadata with page indexes loaded) by file name and size.
 #[derive(Default)]
 pub(crate) struct Views {
+    /// Metadata bytes kept at most.
     capacity: usize,
+    /// Metadata bytes kept now.
+    bytes: Mutex<usize>,
     /// When full: start over (the cache for all scans), else keep no more (a scan).
     starts_over: bool,
     views: Mutex<HashMap<(String, u64), Arc<View>>>,
@@ -34,7 +37,7 @@ impl std::fmt::Debug for Views {
 }
 
 static PLAIN: LazyLock<Views> = LazyLock::new(|| Views {
-    capacity: PLAIN_FILES,
+    capacity: PLAIN_BYTES,
     starts_over: true,
     ..Views::default()
 });
@@ -43,7 +46,7 @@ impl Views {
     /// The views of one scan.
     pub(crate) fn for_scan() -> Self {
         Self {
-            capacity: SCAN_FILES,
+            capacity: SCAN_BYTES,
             ..Self::default()
         }
     }
@@ -58,7 +61,13 @@ impl Views {
     }
 
     pub(crate) fn keep_view(&self, file: &str, size: u64, view: &Arc<View>) {
-        self.keep(&self.views, (file.to_owned(), size), Arc::clone(view));
+        let bytes = view.metadata.memory_size();
+        self.keep(
+            &self.views,
+            (file.to_owned(), size),
+            Arc::clone(view),
+            bytes,
+        );
     }
 
     pub(crate) fn indexed(
@@ -83,18 +92,27 @@ impl Views {
             &self.indexed,
             (file.to_owned(), size, which.to_owned()),
             Arc::clone(metadata),
+            metadata.memory_size(),
         );
     }
 
-    fn keep<K: std::hash::Hash + Eq, V>(&self, m: &Mutex<HashMap<K, V>>, k: K, v: V) {
-        let mut m = lock(m);
-        if m.len() >= self.capacity && !m.contains_key(&k) {
-            if !self.starts_over {
+    fn keep<K: std::hash::Hash + Eq, V>(&self, m: &Mutex<HashMap<K, V>>, k: K, v: V, bytes: usize) {
+        let mut total = self
+            .bytes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *total + bytes > self.capacity {
+            if !self.starts_over || bytes > self.capacity {
                 return;
             }
-            m.clear();
+            // Both maps start over (the byte count is theirs together).
+            lock(&self.views).clear();
+            lock(&self.indexed).clear();
+            *total = 0;
         }
-        m.insert(k, v);
+        if lock(m).insert(k, v).is_none() {
+            *total += bytes;
+        }
     }
 }
 
