@@ -570,12 +570,11 @@ async fn plans_carry_statistics_of_plaintext_columns_only() {
             query(&session, "SET datafusion.explain.show_statistics = true")
                 .await
                 .unwrap();
-            let plan = datafusion::arrow::util::pretty::pretty_format_batches(
+            datafusion::arrow::util::pretty::pretty_format_batches(
                 &query(&session, sql).await.unwrap(),
             )
             .unwrap()
-            .to_string();
-            plan
+            .to_string()
         }
     };
     // The analyst reads `id` in plaintext and `birth_date` truncated to the year.
