@@ -1,4 +1,4 @@
-//! Tables as last loaded, by metadata file: a statement over a table whose metadata has
+//! Tables as last loaded, by metadata file and runtime: a statement over a table whose metadata has
 //! not changed reuses the `Table` the previous one planned with, and so the manifest
 //! lists and manifests iceberg-rust cached in it (a metadata file is never rewritten:
 //! the same location is the same table). Every statement still asks the catalog for the
@@ -12,7 +12,7 @@ use iceberg::table::Table;
 /// Tables kept (each with its own bounded manifest cache) before the map starts over.
 const TABLES: usize = 32;
 
-static LOADED: LazyLock<Mutex<HashMap<String, Table>>> =
+static LOADED: LazyLock<Mutex<HashMap<(String, tokio::runtime::Id), Table>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// The table kept for `fresh`'s metadata file if it is the same table read the same
@@ -20,6 +20,12 @@ static LOADED: LazyLock<Mutex<HashMap<String, Table>>> =
 /// else `fresh`, now kept.
 pub(crate) fn reuse(fresh: Table) -> Table {
     let Some(location) = fresh.metadata_location().map(str::to_owned) else {
+        return fresh;
+    };
+    // iceberg-rust plans a table's files on the runtime it was loaded in: on a runtime
+    // that has ended, its planning tasks never run and the scan sees no files at all (an
+    // empty result, not an error). A table is reused only within its own runtime.
+    let Ok(runtime) = tokio::runtime::Handle::try_current().map(|h| h.id()) else {
         return fresh;
     };
     // A table Iceberg encrypts itself holds unwrapped keys (and metadata decrypted with
@@ -35,7 +41,8 @@ pub(crate) fn reuse(fresh: Table) -> Table {
     let mut loaded = LOADED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(kept) = loaded.get(&location)
+    let key = (location, runtime);
+    if let Some(kept) = loaded.get(&key)
         && kept.identifier() == fresh.identifier()
         && kept.file_io().config() == fresh.file_io().config()
         && kept.readonly() == fresh.readonly()
@@ -45,6 +52,6 @@ pub(crate) fn reuse(fresh: Table) -> Table {
     if loaded.len() >= TABLES {
         loaded.clear();
     }
-    loaded.insert(location, fresh.clone());
+    loaded.insert(key, fresh.clone());
     fresh
 }
