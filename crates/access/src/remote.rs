@@ -311,7 +311,9 @@ pub async fn scan_request(
         (Some(id), false) => table.pinned(id)?,
         (None, _) => table.clone(),
     }
-    .split_into(request.partitions);
+    .split_into(request.partitions)
+    // The coordinator planned with the statistics: a worker reads no footer for them.
+    .with_shown_statistics(clearice_iceberg::Shown::Nothing);
     // A table key a crypto provider keeps: unwrapped by this worker's provider of that
     // name, for the request's principal (as on the coordinator).
     let table = match &grant.route {

@@ -1,4 +1,4 @@
-//! Tables as last loaded, by metadata file and runtime: a statement over a table whose metadata has
+//! Tables as last loaded, by identifier and runtime: a statement over a table whose metadata has
 //! not changed reuses the `Table` the previous one planned with, and so the manifest
 //! lists and manifests iceberg-rust cached in it (a metadata file is never rewritten:
 //! the same location is the same table). Every statement still asks the catalog for the
@@ -12,6 +12,8 @@ use iceberg::table::Table;
 /// Tables kept (each with its own bounded manifest cache) before the map starts over.
 const TABLES: usize = 32;
 
+/// By table identifier and runtime: one version of each table (a table committed to
+/// often replaces its kept version rather than filling the map).
 static LOADED: LazyLock<Mutex<HashMap<(String, tokio::runtime::Id), Table>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
@@ -41,15 +43,15 @@ pub(crate) fn reuse(fresh: Table) -> Table {
     let mut loaded = LOADED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let key = (location, runtime);
+    let key = (fresh.identifier().to_string(), runtime);
     if let Some(kept) = loaded.get(&key)
-        && kept.identifier() == fresh.identifier()
+        && kept.metadata_location() == Some(location.as_str())
         && kept.file_io().config() == fresh.file_io().config()
         && kept.readonly() == fresh.readonly()
     {
         return kept.clone();
     }
-    if loaded.len() >= TABLES {
+    if loaded.len() >= TABLES && !loaded.contains_key(&key) {
         loaded.clear();
     }
     loaded.insert(key, fresh.clone());

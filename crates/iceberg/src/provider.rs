@@ -962,9 +962,21 @@ impl IcebergTableProvider {
             return None;
         }
         let file = self.scan_file(t, None).ok()?;
-        let stats =
-            crate::statistics::of_file(factory, grant, &t.data_file_path, &file, file_schema)
-                .await?;
+        let stats = crate::statistics::of_file(
+            factory,
+            grant,
+            &self.name,
+            &t.data_file_path,
+            &file,
+            file_schema,
+        )
+        .await?;
+        // A footer that disagrees with its manifest entry is not this table's file.
+        if t.record_count
+            .is_some_and(|n| stats.num_rows != Precision::Exact(n as usize))
+        {
+            return None;
+        }
         let width = self.full_schema().fields().len();
         crate::statistics::shown(&stats, &self.shown, &grant.scope, width).map(Arc::new)
     }

@@ -11,6 +11,13 @@
 //! plaintext ([`Shown`]), and only where the file's column has the table's type (a
 //! promoted column, `int` written and `long` read, has none: its bounds would be of
 //! another type).
+//!
+//! Only the row count is exact (a file without deletes whose footer agrees with its
+//! manifest entry): bounds, null counts and sums are estimates, so DataFusion orders
+//! joins with them but never answers `min`/`max`/`count(col)` from them nor replaces a
+//! column by a constant (a footer's bounds leave NaN out, a row group may lack
+//! statistics, a writer may omit null counts). Float columns get no bounds at all: a
+//! NaN compares above every bound, so pruning by them would drop its row.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -59,6 +66,9 @@ pub enum Shown {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
+    /// The table (catalog-qualified) and the file: two catalogs may name the same path
+    /// in different stores.
+    table: String,
     location: String,
     size: u64,
     /// [`fingerprint`] of the table schema the statistics are matched to: after a
@@ -114,12 +124,14 @@ fn size_of(stats: &Statistics) -> usize {
 pub(crate) async fn of_file(
     factory: &DecryptingReaderFactory,
     grant: &ScanGrant,
+    table: &str,
     location: &str,
     file: &PartitionedFile,
     schema: &SchemaRef,
 ) -> Option<Arc<Statistics>> {
     // A principal's own provider token may be refused tomorrow: not cached.
     let key = grant.credential.is_none().then(|| Key {
+        table: table.to_owned(),
         location: location.to_owned(),
         size: file.object_meta.size,
         schema: fingerprint(schema),
@@ -220,15 +232,23 @@ fn compute(metadata: &ParquetMetaData, schema: &SchemaRef) -> Option<Statistics>
         if p.is_some_and(|p| !same_type(p.data_type(), f.data_type())) {
             *column = ColumnStatistics::new_unknown();
         }
+        if f.data_type().is_floating() {
+            column.min_value = Precision::Absent;
+            column.max_value = Precision::Absent;
+            column.sum_value = Precision::Absent;
+        }
         for bound in [
             &mut column.min_value,
             &mut column.max_value,
             &mut column.sum_value,
         ] {
-            if bound.get_value().is_some_and(|v| v.is_null()) {
-                *bound = Precision::Absent;
-            }
+            *bound = if bound.get_value().is_some_and(|v| v.is_null()) {
+                Precision::Absent
+            } else {
+                bound.clone().to_inexact()
+            };
         }
+        column.null_count = column.null_count.to_inexact();
     }
     Some(stats)
 }
@@ -332,19 +352,21 @@ mod tests {
         )
     }
 
-    /// The footer of a file of `a` (field id 1, int 1..=3) and `b` (field id 2, int
-    /// 10..=30), as written.
+    /// The footer of a file of `a` (field id 1, int 1..=3), `b` (field id 2, int
+    /// 10..=30) and `f` (field id 4, double 2.5, NaN, 2.5), as written.
     fn footer() -> ParquetMetaData {
-        use datafusion::arrow::array::{Int32Array, RecordBatch};
+        use datafusion::arrow::array::{Float64Array, Int32Array, RecordBatch};
         let schema = Arc::new(Schema::new(vec![
             field("a", 1, DataType::Int32),
             field("b", 2, DataType::Int32),
+            field("f", 4, DataType::Float64),
         ]));
         let batch = RecordBatch::try_new(
             Arc::clone(&schema),
             vec![
                 Arc::new(Int32Array::from(vec![1, 2, 3])),
                 Arc::new(Int32Array::from(vec![10, 20, 30])),
+                Arc::new(Float64Array::from(vec![2.5, f64::NAN, 2.5])),
             ],
         )
         .unwrap();
@@ -380,6 +402,16 @@ mod tests {
         assert_eq!(s.num_rows, Precision::Exact(3));
         assert_eq!(bounds(&s, 0), (int(10), int(30)));
         assert_eq!(bounds(&s, 1), (int(1), int(3)));
+        // Estimates only: DataFusion answers no aggregate from them.
+        let a = &s.column_statistics[1];
+        assert!(matches!(a.min_value, Precision::Inexact(_)), "{a:?}");
+        assert!(matches!(a.max_value, Precision::Inexact(_)), "{a:?}");
+        assert_eq!(a.null_count, Precision::Inexact(0));
+        // The footer's double bounds leave the NaN out: none are kept.
+        let float = Arc::new(Schema::new(vec![field("f", 4, DataType::Float64)]));
+        let s = compute(&footer, &float).unwrap();
+        assert_eq!(bounds(&s, 0), (None, None));
+        assert_eq!(s.column_statistics[0].sum_value, Precision::Absent);
         // `a` promoted to long; field 3 added after the file was written.
         let evolved = Arc::new(Schema::new(vec![
             field("a", 1, DataType::Int64),

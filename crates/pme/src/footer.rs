@@ -29,6 +29,51 @@ pub(crate) struct View {
     pub(crate) crypto: Option<FileCrypto>,
 }
 
+/// `metadata` without statistics or column indexes for FLOAT and DOUBLE columns: Parquet
+/// writers leave NaN out of their bounds, while DataFusion (as DuckDB and PostgreSQL)
+/// orders NaN above every number, so `x > 3` pruned by a row group's or page's bounds
+/// would drop the NaN rows it returns. Such columns are read, not pruned.
+pub(crate) fn without_float_bounds(
+    metadata: ParquetMetaData,
+) -> parquet::errors::Result<ParquetMetaData> {
+    use parquet::basic::Type as Physical;
+    let is_float = |c: &parquet::file::metadata::ColumnChunkMetaData| {
+        matches!(c.column_type(), Physical::FLOAT | Physical::DOUBLE)
+    };
+    if !metadata
+        .row_groups()
+        .iter()
+        .any(|rg| rg.columns().iter().any(is_float))
+    {
+        return Ok(metadata);
+    }
+    let mut builder = metadata.into_builder();
+    let row_groups = builder
+        .take_row_groups()
+        .into_iter()
+        .map(|rg| {
+            let mut rg = rg.into_builder();
+            let columns = rg
+                .take_columns()
+                .into_iter()
+                .map(|c| {
+                    if is_float(&c) {
+                        c.into_builder()
+                            .clear_statistics()
+                            .set_column_index_offset(None)
+                            .set_column_index_length(None)
+                            .build()
+                    } else {
+                        Ok(c)
+                    }
+                })
+                .collect::<parquet::errors::Result<Vec<_>>>()?;
+            rg.set_column_metadata(columns).build()
+        })
+        .collect::<parquet::errors::Result<Vec<_>>>()?;
+    Ok(builder.set_row_groups(row_groups).build())
+}
+
 impl DecryptingReader {
     pub(crate) async fn build_view(&mut self) -> Result<View, parquet::errors::ParquetError> {
         let size = self.size;
@@ -60,13 +105,17 @@ impl DecryptingReader {
         } else {
             self.fetch(size - 8 - footer_len..size - 8).await?
         };
-        match &magic {
+        let view = match &magic {
             b"PAR1" => self.plaintext_footer(footer).await,
             b"PARE" => self.encrypted_footer(footer).await.map_err(Into::into),
             _ => Err(self
                 .malformed("not a Parquet file (no PAR1/PARE magic at the end)")
                 .into()),
-        }
+        }?;
+        Ok(View {
+            metadata: Arc::new(without_float_bounds(Arc::unwrap_or_clone(view.metadata))?),
+            ..view
+        })
     }
 
     async fn plaintext_footer(&mut self, footer: Bytes) -> parquet::errors::Result<View> {

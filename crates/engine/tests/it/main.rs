@@ -23,5 +23,6 @@ mod row_filter;
 mod row_filter_writes;
 mod s3;
 mod spark;
+mod statistics;
 mod tags;
 mod tamper;
