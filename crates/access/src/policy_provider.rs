@@ -764,8 +764,11 @@ impl TableProvider for PolicyTableProvider {
             .filter(|_| self.access.credential().is_none() && row_filter.is_none());
         // Statistics in the plan (and `EXPLAIN`): of the columns shown in plaintext only,
         // and none under a row filter (not even the table's row count).
+        // A coordinator reads no footer: its workers hold the keys.
         let shown = if row_filter.is_some() {
             Shown::Nothing
+        } else if distribute.is_some() {
+            Shown::RowCounts
         } else {
             Shown::Columns(Arc::new(
                 projected

@@ -934,7 +934,9 @@ impl IcebergTableProvider {
         factory: &DecryptingReaderFactory,
         grant: &ScanGrant,
     ) -> Vec<Option<Arc<Statistics>>> {
-        if tasks.len() > crate::statistics::MAX_FILES || matches!(self.shown, Shown::Nothing) {
+        if tasks.len() > crate::statistics::MAX_FILES
+            || matches!(self.shown, Shown::Nothing | Shown::RowCounts)
+        {
             return vec![None; tasks.len()];
         }
         let file_schema = self.file_schema();

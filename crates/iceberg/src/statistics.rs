@@ -59,6 +59,9 @@ pub enum Shown {
     /// These columns (indices in the table's schema): those the principal reads in
     /// plaintext.
     Columns(Arc<BTreeSet<usize>>),
+    /// The manifests' record counts only, no footer read: a coordinator whose workers
+    /// scan (and hold the keys) plans without decrypting a footer.
+    RowCounts,
     /// No statistics at all, not even row counts (a scan under a row filter: the table's
     /// size is not the principal's to see).
     Nothing,
@@ -279,7 +282,7 @@ pub(crate) fn shown(
     let visible = |i: usize| match shown {
         Shown::ByScope => matches!(scope, KeyScope::All),
         Shown::Columns(c) => c.contains(&i),
-        Shown::Nothing => false,
+        Shown::RowCounts | Shown::Nothing => false,
     };
     if matches!(shown, Shown::Nothing) {
         return None;
