@@ -140,8 +140,9 @@ def main() -> int:
     # Same-layout files for the tampering suite: fixed-size values, no compression, no
     # dictionary, equal row groups, so that modules can be swapped between row groups,
     # columns and files. Not in fixtures.json.
-    grid = pa.table({"a": pa.array(np.arange(4000, dtype=np.float64)),
-                     "b": pa.array(np.arange(4000, dtype=np.float64) * -1.0)})
+    # (Integers: ClearIce reads no bounds or column index of float columns, NaN-safe.)
+    grid = pa.table({"a": pa.array(np.arange(4000, dtype=np.int64)),
+                     "b": pa.array(np.arange(4000, dtype=np.int64) * -1)})
     swap = dict(row_group_size=1000, data_page_size=2048, write_page_index=True,
                 use_dictionary=False, compression="none")
     for name in ("swap_a.parquet", "swap_b.parquet"):
