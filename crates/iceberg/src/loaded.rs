@@ -1,8 +1,9 @@
-//! Tables as last loaded, by identifier and runtime: a statement over a table whose metadata has
-//! not changed reuses the `Table` the previous one planned with, and so the manifest
-//! lists and manifests iceberg-rust cached in it (a metadata file is never rewritten:
-//! the same location is the same table). Every statement still asks the catalog for the
-//! table's current metadata file. Tables Iceberg encrypts itself are never kept.
+//! Tables as last loaded, by identifier and runtime: a statement over a table whose
+//! metadata file has not changed reuses the `Table` the previous one planned with, and so
+//! the manifest lists and manifests iceberg-rust cached in it (a metadata file is never
+//! rewritten: the same location is the same table). Every statement still asks the
+//! catalog for the table's current metadata file. Tables Iceberg encrypts itself are never
+//! kept.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
@@ -17,9 +18,9 @@ const TABLES: usize = 32;
 static LOADED: LazyLock<Mutex<HashMap<(String, tokio::runtime::Id), Table>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
-/// The table kept for `fresh`'s metadata file if it is the same table read the same
-/// way (identifier and file IO properties: a catalog's vended credentials change them),
-/// else `fresh`, now kept.
+/// The table kept for `fresh`'s identifier if it is the same metadata file read the same
+/// way (file IO properties: a catalog's vended credentials change them), else `fresh`,
+/// now kept.
 pub(crate) fn reuse(fresh: Table) -> Table {
     let Some(location) = fresh.metadata_location().map(str::to_owned) else {
         return fresh;
