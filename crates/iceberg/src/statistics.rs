@@ -207,10 +207,9 @@ fn compute(metadata: &ParquetMetaData, schema: &SchemaRef) -> Option<Statistics>
             .map(|f| field_id(f).and_then(|id| by_id.get(&id).copied()))
             .collect()
     };
-    let logical = if by_id.is_empty() {
-        Arc::clone(schema)
-    } else {
-        let fields: Vec<Field> = schema
+    // `schema`'s columns under their names in the file.
+    let logical = Arc::new(Schema::new(
+        schema
             .fields()
             .iter()
             .zip(&in_file)
@@ -222,9 +221,8 @@ fn compute(metadata: &ParquetMetaData, schema: &SchemaRef) -> Option<Statistics>
                 };
                 f.as_ref().clone().with_name(name)
             })
-            .collect();
-        Arc::new(Schema::new(fields))
-    };
+            .collect::<Vec<Field>>(),
+    ));
     let mut stats = DFParquetMetadata::statistics_from_parquet_metadata(metadata, &logical).ok()?;
     for ((column, f), p) in stats
         .column_statistics
