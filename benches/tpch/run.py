@@ -139,19 +139,25 @@ def generate(work, sf):
     cat.create_namespace("tpch_plain")
     dp = cf.file_decryption_properties(mf.KMS_CONN, pe.DecryptionConfiguration())
     for table in TABLES:
-        t = pq.read_table(raw / f"{table}.parquet")
+        source = pq.ParquetFile(raw / f"{table}.parquet")
         # tpchgen writes Utf8View; Iceberg's string is Utf8 (what PyArrow writes by default).
-        t = t.cast(pa.schema([f.with_type(pa.string()) if f.type == pa.string_view() else f
-                              for f in t.schema]))
+        schema = pa.schema([f.with_type(pa.string()) if f.type == pa.string_view() else f
+                            for f in source.schema_arrow])
         plain, enc = work / "plain" / f"{table}.parquet", work / "enc" / f"{table}.parquet"
-        pq.write_table(t, plain, compression="snappy")
         props = None
         if table in ENCRYPTED:
             config = pe.EncryptionConfiguration(footer_key="footer_key", column_keys=ENCRYPTED[table])
             props = cf.file_encryption_properties(mf.KMS_CONN, config)
-        pq.write_table(t, enc, compression="snappy", encryption_properties=props)
+        # Streamed a row group (PyArrow's default 1Mi rows) at a time: SF10's lineitem
+        # does not fit in memory twice.
+        with pq.ParquetWriter(plain, schema, compression="snappy") as wp, \
+                pq.ParquetWriter(enc, schema, compression="snappy", encryption_properties=props) as we:
+            for batch in source.iter_batches(batch_size=1 << 20):
+                chunk = pa.Table.from_batches([batch]).cast(schema)
+                wp.write_table(chunk)
+                we.write_table(chunk)
         for ns, path, decrypt in [("tpch", enc, dp if props else None), ("tpch_plain", plain, None)]:
-            ice = cat.create_table(f"{ns}.{table}", schema=iceberg_schema(t.schema))
+            ice = cat.create_table(f"{ns}.{table}", schema=iceberg_schema(schema))
             df = mf.data_file_for_encrypted_parquet(ice, f"file://{path}", path, decrypt)
             with ice.transaction() as tx:
                 with tx.update_snapshot().fast_append() as fa:
@@ -211,12 +217,14 @@ class Sql(compare.Worker):
             return compare.rows_of(f.read_all())
 
 
-def duckdb_worker(data):
+def duckdb_worker(data, memory_limit_mb):
     """DuckDB over the plaintext files, one view per table."""
     import duckdb
     import pyarrow.ipc as ipc
 
     con = duckdb.connect()
+    if memory_limit_mb:
+        con.execute(f"SET memory_limit = '{memory_limit_mb}MiB'")
     for t in TABLES:
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{Path(data) / f'{t}.parquet'}')")
     print("ready", flush=True)
@@ -280,6 +288,9 @@ def main():
     ap.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI (a process per query)")
     ap.add_argument("--results", action="store_true", help="write the table into benches/RESULTS.md")
+    ap.add_argument("--memory-limit", type=int, default=0,
+                    help="MiB each engine's memory pool may hold (ClearIce `[execution] memory_limit_mb`, "
+                    "DataFusion's FairSpillPool, DuckDB's memory_limit); 0: none")
     args = ap.parse_args()
 
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -292,6 +303,12 @@ def main():
     if not (work / "sf").exists() or (work / "sf").read_text() != args.sf:
         generate(work, args.sf)
     config = str(work / "clearice.toml")
+    if args.memory_limit:
+        # The same config with the process's memory pool bounded (`[execution]`).
+        limited = work / f"clearice-{args.memory_limit}mb.toml"
+        limited.write_text((work / "clearice.toml").read_text()
+                           + f"\n[execution]\nmemory_limit_mb = {args.memory_limit}\n")
+        config = str(limited)
     bins = str(args.bin_dir / "compare"), str(args.bin_dir / "clearice")
     qs = queries([int(n) for n in args.queries.split(",")])
 
@@ -299,6 +316,8 @@ def main():
         return [bins[0], "clearice", "--config", config, "--user", "admin", "--namespace", ns]
 
     datafusion = [bins[0], "datafusion", "--keyring", str(work / "keyring.json")]
+    if args.memory_limit:
+        datafusion += ["--memory-limit", str(args.memory_limit)]
     for t in TABLES:
         datafusion += ["--table", f"{t}={work / 'plain' / t}.parquet"]
     workers = [
@@ -306,7 +325,8 @@ def main():
         Sql("ClearIce plain", clearice("lake.tpch_plain"), {}),
         Sql("DataFusion plain", datafusion, {}),
     ]
-    duck = Sql("DuckDB plain", [sys.executable, __file__, "--worker", str(work / "plain")], {})
+    duck = Sql("DuckDB plain", [sys.executable, __file__, "--worker", str(work / "plain"),
+                                str(args.memory_limit or 0)], {})
     cli = [] if args.no_cli else [Cli("ClearIce CLI enc", bins[1], config, "lake.tpch")]
 
     log("checking answers against DuckDB")
@@ -324,13 +344,26 @@ def main():
             for e in order:
                 times[(e.name, q)].append(e.run_sql(sql)[0])
         log(f"round {r + 1}/{args.runs} done")
+    peaks = {e.name: peak_rss_mib(e) for e in workers + [duck]}
     for e in engines:
         e.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     lines = report(args, work, [e.name for e in engines], qs, med)
+    lines.append("")
+    lines.append("Peak RSS per process over the whole run"
+                 + (f" (memory pools {args.memory_limit} MiB)" if args.memory_limit else "") + ": "
+                 + ", ".join(f"{n} {p:,.0f} MiB" for n, p in peaks.items()) + ".")
     print("\n".join(lines))
     if args.results:
         compare.write_results(lines, "tpch", heading="TPC-H over encrypted Iceberg (`benches/tpch/run.py`)")
+
+
+def peak_rss_mib(worker):
+    """The worker process's peak resident set (Linux `VmHWM`), in MiB."""
+    for line in Path(f"/proc/{worker.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def report(args, work, names, qs, med):
@@ -343,7 +376,8 @@ def report(args, work, names, qs, med):
     lines = [
         f"Machine: {os.cpu_count()} vCPU {cpu}, {platform.system()} {platform.release()}; "
         f"{datetime.date.today()}; pyarrow {pyarrow.__version__}, duckdb {duckdb.__version__}.",
-        f"Command: `python benches/tpch/run.py --sf {args.sf} --runs {args.runs}` (median of {args.runs} rounds, "
+        f"Command: `python benches/tpch/run.py --sf {args.sf} --runs {args.runs}"
+        + (f" --memory-limit {args.memory_limit}" if args.memory_limit else "") + f"` (median of {args.runs} rounds, "
         "engines in rotating order, every answer checked equal to DuckDB's first).",
         f"Data: TPC-H SF{args.sf} by tpchgen-cli, rewritten by PyArrow (Snappy, its default row groups): "
         f"plaintext {size('plain'):.0f} MB; encrypted {size('enc'):.0f} MB ("
@@ -366,6 +400,6 @@ def report(args, work, names, qs, med):
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        duckdb_worker(sys.argv[2])
+        duckdb_worker(sys.argv[2], int(sys.argv[3]))
     else:
         main()

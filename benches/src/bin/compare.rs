@@ -153,7 +153,20 @@ async fn open(args: &[String]) -> anyhow::Result<Runner> {
                 HashMap::new(),
                 clearice_crypto::DEFAULT_KEY_CACHE_TTL,
             ));
-            let ctx = SessionContext::new();
+            // `--memory-limit MB`: DataFusion's FairSpillPool, as `datafusion-cli
+            // --memory-limit` makes it.
+            let ctx = match arg(args, "--memory-limit") {
+                Some(mb) => {
+                    let bytes = mb.parse::<usize>()?.saturating_mul(1 << 20);
+                    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+                        .with_memory_pool(Arc::new(
+                            datafusion::execution::memory_pool::FairSpillPool::new(bytes),
+                        ))
+                        .build_arc()?;
+                    SessionContext::new_with_config_rt(Default::default(), runtime)
+                }
+                None => SessionContext::new(),
+            };
             ctx.runtime_env().register_parquet_encryption_factory(
                 "keyring",
                 Arc::new(KeyringFactory {

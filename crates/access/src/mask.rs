@@ -8,7 +8,7 @@ use clearice_policy::Mask;
 use datafusion::arrow::array::builder::NullBufferBuilder;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Date32Array, ListArray, PrimitiveArray, StringArray, StringBuilder,
-    new_empty_array, new_null_array,
+    StringViewArray, StringViewBuilder, new_empty_array, new_null_array,
 };
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::compute::cast;
@@ -195,6 +195,24 @@ fn keep_chars_rows(a: &StringArray, keep_first: bool) -> StringArray {
     map_strings(a, |v, out| mask_into(v, keep_first, out))
 }
 
+/// `StringView` values masked into new views: values of up to 12 bytes stay inline,
+/// longer ones are copied once into the builder's blocks (no cast to `Utf8` and back).
+fn keep_chars_view(a: &StringViewArray, keep_first: bool) -> StringViewArray {
+    let mut b = StringViewBuilder::with_capacity(a.len());
+    let mut scratch = String::new();
+    for v in a.iter() {
+        match v {
+            Some(v) => {
+                scratch.clear();
+                mask_into(v, keep_first, &mut scratch);
+                b.append_value(&scratch);
+            }
+            None => b.append_null(),
+        }
+    }
+    b.finish()
+}
+
 fn keep_chars(a: &ArrayRef, keep_first: bool) -> Result<ArrayRef> {
     match a.data_type() {
         DataType::Utf8 => {
@@ -207,7 +225,9 @@ fn keep_chars(a: &ArrayRef, keep_first: bool) -> Result<ArrayRef> {
                 keep_chars_rows(s, keep_first)
             }))
         }
-        // Views and other types: through Utf8 and back (the casts copy bytes once each way).
+        // Views (what DataFusion's Parquet scans produce): straight into new views.
+        DataType::Utf8View => Ok(Arc::new(keep_chars_view(a.as_string_view(), keep_first))),
+        // Other types: through Utf8 and back (the casts copy bytes once each way).
         _ => {
             let s = cast(a, &DataType::Utf8)?;
             Ok(cast(&keep_chars(&s, keep_first)?, a.data_type())?)

@@ -69,6 +69,9 @@ pub struct Config {
     /// Object storage settings.
     #[serde(default)]
     pub storage: StorageConfig,
+    /// Query execution of this process: its memory pool.
+    #[serde(default)]
+    pub execution: ExecutionConfig,
     /// Scale-out: the workers a coordinator sends scans to, and the secret that signs
     /// them (`clearice --distributed`, `clearice worker`).
     #[serde(default)]
@@ -131,6 +134,33 @@ pub enum CatalogKind {
     Rest,
     /// Hive Metastore (Thrift): Iceberg tables registered there, read-only.
     Hms,
+}
+
+/// `[execution]`: the memory every statement of this process shares (DataFusion's
+/// memory pool, as `datafusion-cli --memory-limit --mem-pool-type`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionConfig {
+    /// Memory all running statements may reserve together, in MiB (default: no limit).
+    /// Sorts, aggregates and joins spill to disk first; a statement that still cannot get
+    /// memory fails with `RESOURCE_EXHAUSTED` naming its largest consumers.
+    #[serde(default)]
+    pub memory_limit_mb: Option<u64>,
+    /// How the pool is shared: `fair` (default: each spilling operator gets an equal
+    /// share) or `greedy` (first come, first served).
+    #[serde(default)]
+    pub memory_pool: MemoryPoolKind,
+}
+
+/// `[execution] memory_pool`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryPoolKind {
+    /// DataFusion's `FairSpillPool`.
+    #[default]
+    Fair,
+    /// DataFusion's `GreedyMemoryPool`.
+    Greedy,
 }
 
 /// `[storage]`: where tables' files live besides the local disk.

@@ -32,6 +32,7 @@ mod error;
 mod executor;
 mod guard;
 mod local;
+mod memory;
 mod rotate;
 mod route;
 mod session;
@@ -69,8 +70,8 @@ pub use clearice_iceberg::Error as TableError;
 pub use clearice_iceberg::sql::parse_statements;
 pub use clearice_storage::{Requests as StorageRequests, S3Options, Secret};
 pub use config::{
-    AuditConfig, CatalogConfig, CatalogKind, ClusterConfig, Config, ExplicitKeysConfig, KmsConfig,
-    KmsKind, LimitsConfig, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
+    AuditConfig, CatalogConfig, CatalogKind, ClusterConfig, Config, ExecutionConfig,
+    ExplicitKeysConfig, KmsConfig, KmsKind, LimitsConfig, MemoryPoolKind, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
     ShellConfig,
 };
 pub use error::{Error, ErrorClass, Result, classify, message_of};
@@ -136,6 +137,7 @@ impl Engine {
         // `clearice-s3://BUCKET`); the machine's own sessions also reach `s3://`.
         let runtime = RuntimeEnvBuilder::new()
             .with_object_store_registry(Arc::new(LakeRegistry::new(stores.clone(), true)))
+            .with_memory_pool(memory::pool(&config.execution))
             .build_arc()
             .map_err(|e| Error::ConfigRead {
                 path: config.source.clone(),

@@ -12,6 +12,7 @@ mod hms;
 mod interop;
 mod keyed_mask;
 mod layout;
+mod memory;
 mod native;
 mod parquet_testing;
 mod policy;
