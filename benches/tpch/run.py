@@ -330,10 +330,21 @@ def main():
     cli = [] if args.no_cli else [Cli("ClearIce CLI enc", bins[1], config, "lake.tpch")]
 
     log("checking answers against DuckDB")
+    # A peer that refuses a query (bare DataFusion over a memory limit) is reported as
+    # refused; ClearIce refusing one fails the run.
+    refused = {}
     for q, sql in qs.items():
         want = duck.rows(sql, str(work / "want.arrow"))
         for w in workers:
-            check(w.name, q, w.rows(sql, str(work / "got.arrow")), want)
+            try:
+                got = w.rows(sql, str(work / "got.arrow"))
+            except SystemExit as e:
+                if w.name.startswith("ClearIce"):
+                    raise
+                refused[(w.name, q)] = str(e)
+                log(f"{w.name} q{q} refused: {str(e)[:300]}")
+                continue
+            check(w.name, q, got, want)
         for c in cli:
             check(c.name, q, c.rows(sql), want)
     engines = workers + [duck] + cli
@@ -342,13 +353,16 @@ def main():
         order = engines[r % len(engines):] + engines[:r % len(engines)]
         for q, sql in qs.items():
             for e in order:
-                times[(e.name, q)].append(e.run_sql(sql)[0])
+                if (e.name, q) not in refused:
+                    times[(e.name, q)].append(e.run_sql(sql)[0])
         log(f"round {r + 1}/{args.runs} done")
     peaks = {e.name: peak_rss_mib(e) for e in workers + [duck]}
     for e in engines:
         e.close()
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in times.items() if v}
     lines = report(args, work, [e.name for e in engines], qs, med)
+    for (name, q), why in sorted(refused.items(), key=lambda kv: kv[0][1]):
+        lines.append(f"- {name} refused q{q}: `{why.split(': ', 2)[-1][:240]}`")
     lines.append("")
     lines.append("Peak RSS per process over the whole run"
                  + (f" (memory pools {args.memory_limit} MiB)" if args.memory_limit else "") + ": "
@@ -387,14 +401,21 @@ def report(args, work, names, qs, med):
         "| query | " + " | ".join(names) + f" | enc / {df} | enc / {dd} | enc / plain |",
         "|---|" + "---|" * (len(names) + 3),
     ]
-    total = {n: sum(med[(n, q)] for q in qs) for n in names}
+    # Totals over the queries every engine answered (a refused query has no time).
+    done = [q for q in qs if all((n, q) in med for n in names)]
+    total = {n: sum(med[(n, q)] for q in done) for n in names}
+    shown = lambda n, q: f"{med[(n, q)]:.3f}" if (n, q) in med else "refused"  # noqa: E731
+    ratio = lambda a, b, q: f"{med[(a, q)] / med[(b, q)]:.2f}" if (b, q) in med else "—"  # noqa: E731
     for q in qs:
-        e = med[(enc, q)]
-        lines.append(f"| q{q} | " + " | ".join(f"{med[(n, q)]:.3f}" for n in names)
-                     + f" | {e / med[(df, q)]:.2f} | {e / med[(dd, q)]:.2f} | {e / med[(plain, q)]:.2f} |")
-    lines.append("| **total** | " + " | ".join(f"**{total[n]:.2f} s**" for n in names)
+        lines.append(f"| q{q} | " + " | ".join(shown(n, q) for n in names)
+                     + f" | {ratio(enc, df, q)} | {ratio(enc, dd, q)} | {ratio(enc, plain, q)} |")
+    label = "total" if len(done) == len(qs) else f"total of the {len(done)} queries all answered"
+    lines.append(f"| **{label}** | " + " | ".join(f"**{total[n]:.2f} s**" for n in names)
                  + f" | **{total[enc] / total[df]:.2f}×** | **{total[enc] / total[dd]:.2f}×** "
                  f"| **{total[enc] / total[plain]:.2f}×** |")
+    if len(done) < len(qs):
+        lines.append("| **total of all 22** | " + " | ".join(
+            f"**{sum(med[(n, q)] for q in qs if (n, q) in med):.2f} s**" for n in names) + " | | | |")
     return lines
 
 

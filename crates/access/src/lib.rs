@@ -25,6 +25,7 @@ mod access;
 mod caller;
 mod catalog;
 mod cause;
+pub mod compact;
 pub mod confine;
 pub mod ddl;
 mod encryption;

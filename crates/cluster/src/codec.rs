@@ -8,6 +8,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 
+use clearice_access::compact::CompactViewsExec;
 use clearice_access::fair::YieldExec;
 
 use crate::error::refused;
@@ -17,11 +18,13 @@ use crate::wire::WireScan;
 pub(crate) const SCAN_MAGIC: &[u8; 8] = b"CLRSCAN2";
 
 pub(crate) const YIELD_MAGIC: &[u8; 8] = b"CLRYLD01";
+pub(crate) const COMPACT_MAGIC: &[u8; 8] = b"CLRCMP01";
 
 pub(crate) const TAG_BYTES: usize = 32;
 
 /// Encodes ClearIce's plan nodes for workers (composed with datafusion-distributed's
-/// codec): [`RemoteScanExec`] as a signed [`ScanRequest`], `YieldExec` by its slice size.
+/// codec): [`RemoteScanExec`] as a signed [`ScanRequest`], `YieldExec` by its slice size,
+/// `CompactViewsExec` by its name.
 /// Any other ClearIce node cannot leave the coordinator (`ClusterRule` keeps such plans
 /// local).
 #[derive(Debug, Clone)]
@@ -107,6 +110,12 @@ impl PhysicalExtensionCodec for ClearIceCodec {
             let max_rows = (n > 0).then_some(n as usize);
             return Ok(Arc::new(YieldExec::new(Arc::clone(input), max_rows)));
         }
+        if buf == COMPACT_MAGIC {
+            let input = inputs
+                .first()
+                .ok_or_else(|| refused("CompactViewsExec without input"))?;
+            return Ok(Arc::new(CompactViewsExec::new(Arc::clone(input))));
+        }
         Err(refused("unknown plan node (not encoded by ClearIce)"))
     }
 
@@ -122,6 +131,10 @@ impl PhysicalExtensionCodec for ClearIceCodec {
         if let Some(y) = node.as_any().downcast_ref::<YieldExec>() {
             buf.extend_from_slice(YIELD_MAGIC);
             buf.extend_from_slice(&(y.max_rows().unwrap_or(0) as u64).to_le_bytes());
+            return Ok(());
+        }
+        if node.as_any().is::<CompactViewsExec>() {
+            buf.extend_from_slice(COMPACT_MAGIC);
             return Ok(());
         }
         Err(DataFusionError::NotImplemented(format!(

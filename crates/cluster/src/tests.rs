@@ -15,6 +15,7 @@ use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use tonic::codegen::http;
 
+use clearice_access::compact::CompactViewsExec;
 use clearice_access::fair::YieldExec;
 
 use crate::codec::{ClearIceCodec, SCAN_MAGIC};
@@ -269,7 +270,7 @@ fn call_credentials_hold_for_their_rpc_secret_and_window_only() {
 }
 
 #[test]
-fn yield_nodes_round_trip_and_other_nodes_stay_home() {
+fn yield_and_compact_nodes_round_trip_and_other_nodes_stay_home() {
     let s = signer(60);
     let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::new(Schema::empty())));
     let node: Arc<dyn ExecutionPlan> = Arc::new(YieldExec::new(Arc::clone(&input), Some(128)));
@@ -278,10 +279,29 @@ fn yield_nodes_round_trip_and_other_nodes_stay_home() {
     coordinator.try_encode(node, &mut buf).unwrap();
     let worker = ClearIceCodec::worker(s, Arc::new(NoBuilder));
     let back = worker
-        .try_decode(&buf, &[input], &TaskContext::default())
+        .try_decode(&buf, &[Arc::clone(&input)], &TaskContext::default())
         .unwrap();
     let y = back.as_any().downcast_ref::<YieldExec>().unwrap();
     assert_eq!(y.max_rows(), Some(128));
+    let mut buf = Vec::new();
+    coordinator
+        .try_encode(
+            Arc::new(CompactViewsExec::new(Arc::clone(&input))),
+            &mut buf,
+        )
+        .unwrap();
+    let back = worker
+        .try_decode(&buf, &[input], &TaskContext::default())
+        .unwrap();
+    assert!(back.as_any().is::<CompactViewsExec>());
+    // Bytes after the name are not a CompactViewsExec.
+    buf.push(0);
+    let empty: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::new(Schema::empty())));
+    assert!(
+        worker
+            .try_decode(&buf, &[empty], &TaskContext::default())
+            .is_err()
+    );
     let e = coordinator
         .try_encode(
             Arc::new(PlaceholderRowExec::new(Arc::new(Schema::empty()))),

@@ -71,8 +71,8 @@ pub use clearice_iceberg::sql::parse_statements;
 pub use clearice_storage::{Requests as StorageRequests, S3Options, Secret};
 pub use config::{
     AuditConfig, CatalogConfig, CatalogKind, ClusterConfig, Config, ExecutionConfig,
-    ExplicitKeysConfig, KmsConfig, KmsKind, LimitsConfig, MemoryPoolKind, PolicyConfig, ProviderConfig, ProviderKind, ServerConfig, ServerUser,
-    ShellConfig,
+    ExplicitKeysConfig, KmsConfig, KmsKind, LimitsConfig, MemoryPoolKind, PolicyConfig,
+    ProviderConfig, ProviderKind, ServerConfig, ServerUser, ShellConfig,
 };
 pub use error::{Error, ErrorClass, Result, classify, message_of};
 pub use executor::CpuExecutor;
@@ -562,6 +562,10 @@ impl Engine {
                 )),
                 _ => Arc::clone(&self.runtime.memory_pool),
             };
+        let bounded = matches!(
+            memory_pool.memory_limit(),
+            datafusion::execution::memory_pool::MemoryLimit::Finite(_)
+        );
         let object_store_registry: Arc<dyn ObjectStoreRegistry> = match &guard {
             // `file://` confined to the areas; catalog data through its own store.
             Some(g) => {
@@ -605,11 +609,19 @@ impl Engine {
                 clearice_iceberg::travel::TravelPlanner::default(),
             )])
             .build();
-        if confined {
-            state = SessionStateBuilder::new_from_existing(state)
-                .with_physical_optimizer_rule(Arc::new(clearice_access::fair::FairJoins))
-                .build();
+        // Under a bounded pool, hash joins charged for what they hold (see `compact`): it
+        // refused joins that fit in a quarter of it. Unbounded sessions keep DataFusion's
+        // plans as they are.
+        let mut rules = SessionStateBuilder::new_from_existing(state);
+        if bounded {
+            rules = rules.with_physical_optimizer_rule(Arc::new(
+                clearice_access::compact::CompactJoinBuilds,
+            ));
         }
+        if confined {
+            rules = rules.with_physical_optimizer_rule(Arc::new(clearice_access::fair::FairJoins));
+        }
+        state = rules.build();
         if let Some(c) = &self.coordinator {
             state = c.distribute(state);
         }

@@ -59,12 +59,12 @@ impl MemoryPool for ProcessPool {
         self.inner
             .try_grow(reservation, additional)
             .map_err(|e| match e {
-                DataFusionError::ResourcesExhausted(m) => DataFusionError::ResourcesExhausted(
-                    format!(
+                DataFusionError::ResourcesExhausted(m) => {
+                    DataFusionError::ResourcesExhausted(format!(
                         "{m} (the process's memory pool of {} MiB, [execution] memory_limit_mb)",
                         self.mb
-                    ),
-                ),
+                    ))
+                }
                 e => e,
             })
     }

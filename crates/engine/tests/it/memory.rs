@@ -34,8 +34,16 @@ async fn a_bounded_pool_spills_sorts_and_names_itself_when_it_refuses() {
     let sort = "SELECT order_id, customer_id, order_date, card_number, status, copy \
                 FROM lake.sales.orders CROSS JOIN (VALUES (1), (2), (3), (4)) AS c(copy) \
                 ORDER BY status, card_number DESC, order_id, copy";
-    let want = unbounded.session_for("admin", "test").sql(sort).await.unwrap();
-    let got = bounded.session_for("admin", "test").sql(sort).await.unwrap();
+    let want = unbounded
+        .session_for("admin", "test")
+        .sql(sort)
+        .await
+        .unwrap();
+    let got = bounded
+        .session_for("admin", "test")
+        .sql(sort)
+        .await
+        .unwrap();
     assert_eq!(got.rows(), 4 * demo::ORDERS);
     assert_eq!(
         concat_batches(&got.schema, &got.batches).unwrap(),
@@ -56,6 +64,27 @@ async fn a_bounded_pool_spills_sorts_and_names_itself_when_it_refuses() {
     assert!(
         spills.iter().any(|m| *m != "spill_count=0"),
         "the sort did not spill: {text}"
+    );
+
+    // Under the bound, hash joins are charged for the strings they hold: their build side
+    // and output compacted (clearice_access::compact); without one, DataFusion's plan.
+    let join = "EXPLAIN SELECT c.name, o.status FROM lake.sales.orders o \
+                JOIN lake.sales.customers c ON o.customer_id = c.id";
+    let plan_of = async |engine: &Engine| {
+        let out = engine.session_for("admin", "test").sql(join).await.unwrap();
+        datafusion::arrow::util::pretty::pretty_format_batches(&out.batches)
+            .unwrap()
+            .to_string()
+    };
+    let compacted = plan_of(&bounded).await;
+    assert!(compacted.contains("HashJoinExec"), "{compacted}");
+    assert_eq!(compacted.matches("CompactViewsExec").count(), 2, "{compacted}");
+    assert!(!plan_of(&unbounded).await.contains("CompactViewsExec"));
+    let rows = |out: &clearice_engine::QueryOutput| out.rows();
+    let sql = &join["EXPLAIN ".len()..];
+    assert_eq!(
+        rows(&bounded.session_for("admin", "test").sql(sql).await.unwrap()),
+        rows(&unbounded.session_for("admin", "test").sql(sql).await.unwrap())
     );
 
     // One aggregate state of every card number cannot spill: refused, naming the setting.
