@@ -78,13 +78,23 @@ async fn a_bounded_pool_spills_sorts_and_names_itself_when_it_refuses() {
     };
     let compacted = plan_of(&bounded).await;
     assert!(compacted.contains("HashJoinExec"), "{compacted}");
-    assert_eq!(compacted.matches("CompactViewsExec").count(), 2, "{compacted}");
+    assert_eq!(
+        compacted.matches("CompactViewsExec").count(),
+        2,
+        "{compacted}"
+    );
     assert!(!plan_of(&unbounded).await.contains("CompactViewsExec"));
     let rows = |out: &clearice_engine::QueryOutput| out.rows();
     let sql = &join["EXPLAIN ".len()..];
     assert_eq!(
         rows(&bounded.session_for("admin", "test").sql(sql).await.unwrap()),
-        rows(&unbounded.session_for("admin", "test").sql(sql).await.unwrap())
+        rows(
+            &unbounded
+                .session_for("admin", "test")
+                .sql(sql)
+                .await
+                .unwrap()
+        )
     );
 
     // One aggregate state of every card number cannot spill: refused, naming the setting.
