@@ -374,6 +374,8 @@ def main():
 
 def peak_rss_mib(worker):
     """The worker process's peak resident set (Linux `VmHWM`), in MiB."""
+    if worker.proc.poll() is not None:
+        return float("nan")  # it died: no figure
     for line in Path(f"/proc/{worker.proc.pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
@@ -414,8 +416,8 @@ def report(args, work, names, qs, med):
                  + f" | **{total[enc] / total[df]:.2f}×** | **{total[enc] / total[dd]:.2f}×** "
                  f"| **{total[enc] / total[plain]:.2f}×** |")
     if len(done) < len(qs):
-        lines.append("| **total of all 22** | " + " | ".join(
-            f"**{sum(med[(n, q)] for q in qs if (n, q) in med):.2f} s**" for n in names) + " | | | |")
+        lines.append("| sum of the queries each engine answered (not comparable) | " + " | ".join(
+            f"{sum(med[(n, q)] for q in qs if (n, q) in med):.2f} s" for n in names) + " | | | |")
     return lines
 
 

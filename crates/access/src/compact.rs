@@ -21,7 +21,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -72,6 +72,14 @@ impl ExecutionPlan for CompactViewsExec {
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![&self.input]
+    }
+
+    fn partition_statistics(
+        &self,
+        partition: Option<usize>,
+    ) -> Result<datafusion::common::Statistics> {
+        // The same rows: the input's statistics (join sizing, FairJoins' slices).
+        self.input.partition_statistics(partition)
     }
 
     fn with_new_children(
@@ -164,6 +172,19 @@ impl PhysicalOptimizerRule for CompactJoinBuilds {
                     .iter()
                     .any(|f| matches!(f.data_type(), DataType::Utf8View | DataType::BinaryView))
         };
+        // Once per plan: a plan that has the nodes already is left as it is.
+        let mut planned = false;
+        plan.apply(|node| {
+            planned |= node.as_any().is::<CompactViewsExec>();
+            Ok(if planned {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+        if planned {
+            return Ok(plan);
+        }
         plan.transform_up(|node| {
             if !node.as_any().is::<HashJoinExec>() {
                 return Ok(Transformed::no(node));
@@ -297,6 +318,18 @@ mod tests {
                 .as_any()
                 .is::<CompactViewsExec>(),
             "the build side is compacted"
+        );
+        // Applied again (a state built from another): the same plan.
+        let again = CompactJoinBuilds
+            .optimize(Arc::clone(&plan), &ConfigOptions::default())
+            .unwrap();
+        assert!(Arc::ptr_eq(&again, &plan));
+        assert_eq!(
+            plan.partition_statistics(None).unwrap().num_rows,
+            plan.children()[0]
+                .partition_statistics(None)
+                .unwrap()
+                .num_rows
         );
         let got = collect(plan, ctx).await.unwrap();
         let want = collect(join_over_taken_views(), Arc::new(TaskContext::default()))

@@ -609,11 +609,12 @@ impl Engine {
                 clearice_iceberg::travel::TravelPlanner::default(),
             )])
             .build();
-        // Under a bounded pool, hash joins charged for what they hold (see `compact`): it
-        // refused joins that fit in a quarter of it. Unbounded sessions keep DataFusion's
-        // plans as they are.
+        // Under a bounded pool (`[execution] memory_limit_mb`, a Flight session's
+        // `query_memory_mb`), hash joins charged for what they hold (see `compact`): it
+        // refused joins that fit in a quarter of it. Distributed plans too: their joins run
+        // under each worker's own pool. Other sessions keep DataFusion's plans as they are.
         let mut rules = SessionStateBuilder::new_from_existing(state);
-        if bounded {
+        if bounded || self.coordinator.is_some() {
             rules = rules.with_physical_optimizer_rule(Arc::new(
                 clearice_access::compact::CompactJoinBuilds,
             ));
