@@ -101,7 +101,7 @@ impl ExecutionPlan for CompactViewsExec {
 }
 
 /// `batch` with every view column that holds more than twice the bytes its values use
-/// (and at least [`MIN_HELD_BYTES`]) copied into buffers of its own; other columns, and
+/// (and at least 64 KiB) copied into buffers of its own; other columns, and
 /// batches with nothing to gain, are returned as they are.
 pub fn compact(batch: RecordBatch) -> Result<RecordBatch> {
     let mut changed = false;
