@@ -17,8 +17,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, GenericByteViewArray, RecordBatch};
 use datafusion::arrow::buffer::Buffer;
+use datafusion::arrow::datatypes::ByteViewType;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -108,32 +109,25 @@ pub fn compact(batch: RecordBatch) -> Result<RecordBatch> {
     let columns: Vec<ArrayRef> = batch
         .columns()
         .iter()
-        .map(|c| match c.data_type() {
-            DataType::Utf8View => {
-                let a = c.as_string_view();
-                if wasteful(a.views(), a.data_buffers()) {
-                    changed = true;
-                    Arc::new(a.gc()) as ArrayRef
-                } else {
-                    Arc::clone(c)
-                }
-            }
-            DataType::BinaryView => {
-                let a = c.as_binary_view();
-                if wasteful(a.views(), a.data_buffers()) {
-                    changed = true;
-                    Arc::new(a.gc()) as ArrayRef
-                } else {
-                    Arc::clone(c)
-                }
-            }
-            _ => Arc::clone(c),
+        .map(|c| {
+            let compacted = match c.data_type() {
+                DataType::Utf8View => compacted(c.as_string_view()),
+                DataType::BinaryView => compacted(c.as_binary_view()),
+                _ => None,
+            };
+            changed |= compacted.is_some();
+            compacted.unwrap_or_else(|| Arc::clone(c))
         })
         .collect();
     if !changed {
         return Ok(batch);
     }
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
+
+/// `a` copied into buffers of its own if it is [`wasteful`]; `None` if it is not.
+fn compacted<T: ByteViewType + ?Sized>(a: &GenericByteViewArray<T>) -> Option<ArrayRef> {
+    wasteful(a.views(), a.data_buffers()).then(|| Arc::new(a.gc()) as ArrayRef)
 }
 
 /// Whether buffers of `held` bytes serve values using less than half of them. A view's
