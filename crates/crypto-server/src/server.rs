@@ -603,7 +603,7 @@ async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bo
                 value: if binary {
                     String::new()
                 } else {
-                    protocol::frame(parts.iter().map(Vec::as_slice))
+                    protocol::frame(parts.iter().map(|p| p.as_ref()))
                 },
             };
             let answer = BatchResponse {
@@ -618,7 +618,7 @@ async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bo
                         axum::http::header::CONTENT_TYPE,
                         protocol::BINARY_CONTENT_TYPE,
                     )],
-                    protocol::encode_binary(&answer, parts.iter().map(Vec::as_slice)),
+                    protocol::encode_binary(&answer, parts.iter().map(|p| p.as_ref())),
                 )
                     .into_response()
             } else {
@@ -641,7 +641,7 @@ async fn run(
     payload: Option<&Bytes>,
     key: clearice_crypto::KeyRef,
     encrypt: bool,
-) -> Result<Vec<Vec<u8>>, Response> {
+) -> Result<Vec<Bytes>, Response> {
     let bad = |m: String| error(StatusCode::BAD_REQUEST, "bad_request", m);
     let data = if encrypt {
         req.data_batch.as_ref()
@@ -704,7 +704,8 @@ async fn run(
     let out = tokio::task::block_in_place(|| {
         tokio::runtime::Handle::current().block_on(async {
             if encrypt {
-                service.provider.encrypt(ctx, batch).await
+                let bodies = service.provider.encrypt(ctx, batch).await?;
+                Ok(bodies.into_iter().map(Bytes::from).collect())
             } else {
                 service.provider.decrypt(ctx, batch).await
             }

@@ -109,6 +109,21 @@ async fn service_encrypts_decrypts_refuses_limits_and_shuts_down() {
     }
     let back = remote.decrypt(&ctx, encrypted.clone()).await.unwrap();
     assert_eq!(back[1], vec![1u8; 1000]);
+    // A column chunk's worth of modules (12 × 200 KB) goes as 4 concurrent requests of
+    // 3 modules each, answered in order.
+    let big = batch(key.clone(), &[200_000; 12]);
+    let sealed = remote.encrypt(&ctx, big.clone()).await.unwrap();
+    let mut big_enc = big.clone();
+    for (m, body) in big_enc.modules.iter_mut().zip(sealed) {
+        m.data = Bytes::from(body);
+    }
+    let before = remote.request_count();
+    let opened = remote.decrypt(&ctx, big_enc).await.unwrap();
+    assert_eq!(remote.request_count() - before, 4);
+    assert_eq!(opened.len(), 12);
+    for (m, p) in big.modules.iter().zip(&opened) {
+        assert_eq!(p, &m.data);
+    }
     // A module moved to another position (AAD) fails with its index.
     let mut moved = encrypted.clone();
     moved.modules[1].aad = b"aad-elsewhere".to_vec();

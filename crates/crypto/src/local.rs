@@ -104,11 +104,13 @@ impl CryptoProvider for LocalProvider {
         &self,
         ctx: &CallContext,
         batch: ModuleBatch,
-    ) -> Result<Vec<Vec<u8>>, ProviderError> {
-        self.each_module(ctx, &batch, |c, m| {
-            c.decrypt(batch.algorithm, m.position.kind, &m.aad, &m.data)
-        })
-        .await
+    ) -> Result<Vec<Bytes>, ProviderError> {
+        let plains = self
+            .each_module(ctx, &batch, |c, m| {
+                c.decrypt(batch.algorithm, m.position.kind, &m.aad, &m.data)
+            })
+            .await?;
+        Ok(plains.into_iter().map(Bytes::from).collect())
     }
 
     async fn encrypt(

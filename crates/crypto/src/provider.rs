@@ -189,12 +189,14 @@ pub trait CryptoProvider: Send + Sync + std::fmt::Debug {
         key_metadata: Bytes,
     ) -> Result<KeyRef, ProviderError>;
 
-    /// Decrypts every module of the batch; the result has one plaintext per module.
+    /// Decrypts every module of the batch; the result has one plaintext per module
+    /// (`Bytes`, so a provider answering over the network hands out slices of its
+    /// answer instead of copies).
     async fn decrypt(
         &self,
         ctx: &CallContext,
         batch: ModuleBatch,
-    ) -> Result<Vec<Vec<u8>>, ProviderError>;
+    ) -> Result<Vec<Bytes>, ProviderError>;
 
     /// Encrypts every module of the batch; the result has one body per module
     /// (`nonce || ciphertext [|| tag]`, no length prefix).

@@ -101,6 +101,12 @@ impl RemoteConfig {
     }
 }
 
+/// A large batch is sent as up to this many concurrent requests.
+const PARALLEL_PIECES: usize = 4;
+
+/// Smallest piece a batch is split into for concurrency (smaller batches go whole).
+const MIN_PIECE_BYTES: usize = 256 << 10;
+
 /// Remote provider: see the module docs.
 pub struct RemoteProvider {
     config: RemoteConfig,
@@ -434,17 +440,25 @@ impl RemoteProvider {
         }
     }
 
-    /// Splits the batch at the request size limit and runs the pieces concurrently.
+    /// Splits the batch into pieces (at most [`RemoteConfig::max_request_bytes`] each, and
+    /// a large batch into up to [`PARALLEL_PIECES`] pieces of at least
+    /// [`MIN_PIECE_BYTES`]) and runs them concurrently: the service decrypts the pieces
+    /// of one column chunk on several cores while the answers of the others travel.
     async fn run(
         &self,
         ctx: &CallContext,
         batch: ModuleBatch,
         encrypt: bool,
-    ) -> Result<Vec<Vec<u8>>, ProviderError> {
+    ) -> Result<Vec<Bytes>, ProviderError> {
+        let total: usize = batch.modules.iter().map(|m| m.data.len() + 4).sum();
+        let piece = total
+            .div_ceil(PARALLEL_PIECES)
+            .max(MIN_PIECE_BYTES)
+            .min(self.config.max_request_bytes);
         let mut ranges = Vec::new();
         let (mut start, mut bytes) = (0, 0);
         for (i, m) in batch.modules.iter().enumerate() {
-            if i > start && bytes + m.data.len() > self.config.max_request_bytes {
+            if i > start && bytes + m.data.len() > piece {
                 ranges.push(start..i);
                 (start, bytes) = (i, 0);
             }
@@ -487,7 +501,7 @@ impl RemoteProvider {
                     .map_err(|e| self.unavailable(format!("answer: {e}")))?;
                 let parts = protocol::unframe_raw(&payload, range.len())
                     .map_err(|e| self.unavailable(format!("answer: {e}")))?;
-                Ok::<_, ProviderError>(parts.into_iter().map(|b| b.to_vec()).collect::<Vec<_>>())
+                Ok::<_, ProviderError>(parts)
             }
         });
         let parts = futures::future::try_join_all(calls).await?;
@@ -578,7 +592,7 @@ impl CryptoProvider for RemoteProvider {
         &self,
         ctx: &CallContext,
         batch: ModuleBatch,
-    ) -> Result<Vec<Vec<u8>>, ProviderError> {
+    ) -> Result<Vec<Bytes>, ProviderError> {
         self.run(ctx, batch, false).await
     }
 
@@ -587,7 +601,8 @@ impl CryptoProvider for RemoteProvider {
         ctx: &CallContext,
         batch: ModuleBatch,
     ) -> Result<Vec<Vec<u8>>, ProviderError> {
-        self.run(ctx, batch, true).await
+        let bodies = self.run(ctx, batch, true).await?;
+        Ok(bodies.into_iter().map(Vec::from).collect())
     }
 
     async fn new_data_key(

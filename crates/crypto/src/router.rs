@@ -97,7 +97,7 @@ impl CryptoProvider for RoutedProvider {
         &self,
         ctx: &CallContext,
         batch: ModuleBatch,
-    ) -> Result<Vec<Vec<u8>>, ProviderError> {
+    ) -> Result<Vec<Bytes>, ProviderError> {
         self.for_key(&batch.key.key_id).decrypt(ctx, batch).await
     }
 

@@ -202,7 +202,7 @@ impl DecryptingReader {
         algorithm: Algorithm,
         column: Option<&str>,
         modules: Vec<Module>,
-    ) -> Result<Vec<Vec<u8>>> {
+    ) -> Result<Vec<Bytes>> {
         self.counters.modules.add(modules.len());
         if let Some(cipher) = &key.cipher {
             return modules
@@ -210,6 +210,7 @@ impl DecryptingReader {
                 .map(|m| {
                     cipher
                         .decrypt(algorithm, m.position.kind, &m.aad, &m.data)
+                        .map(Bytes::from)
                         .map_err(|error| DecryptError::Tampered {
                             file: self.file.clone(),
                             column: column.map(Into::into),

@@ -104,19 +104,18 @@ impl DecryptingReader {
             RegionKind::ColumnIndex { key } => {
                 let enc = self.fetch_region(region.range.clone()).await?;
                 let m = self.one_module(crypto, &enc, ModuleType::ColumnIndex, rg, col, column)?;
-                Bytes::from(
-                    self.decrypt(key, crypto.algorithm, Some(column), vec![m])
-                        .await?
-                        .remove(0),
-                )
+                self.decrypt(key, crypto.algorithm, Some(column), vec![m])
+                    .await?
+                    .remove(0)
             }
             RegionKind::OffsetIndex { key, chunk } => {
                 let enc = self.fetch_region(region.range.clone()).await?;
                 let m = self.one_module(crypto, &enc, ModuleType::OffsetIndex, rg, col, column)?;
-                let mut plain = self
-                    .decrypt(key, crypto.algorithm, Some(column), vec![m])
-                    .await?
-                    .remove(0);
+                let mut plain = Vec::from(
+                    self.decrypt(key, crypto.algorithm, Some(column), vec![m])
+                        .await?
+                        .remove(0),
+                );
                 self.plaintext_offsets(crypto, *chunk, &mut plain)?;
                 Bytes::from(plain)
             }
@@ -143,9 +142,10 @@ impl DecryptingReader {
                         enc.slice_ref(bitset),
                     )?,
                 ];
-                let mut parts = self
+                let parts = self
                     .decrypt(key, crypto.algorithm, Some(column), modules)
                     .await?;
+                let mut parts: Vec<Vec<u8>> = parts.into_iter().map(Vec::from).collect();
                 // Readers take the bitset to follow the header struct and to run to the
                 // end of `bloom_filter_length`: the header keeps its module's length.
                 compact::rewrite_bloom_header(&mut parts[0]).ok_or_else(|| {
@@ -457,7 +457,7 @@ impl DecryptingReader {
                     }
                 }
                 for (pair, plain) in bodies.chunks(2).zip(plains.chunks(2)) {
-                    let mut header = plain[0].clone();
+                    let mut header = plain[0].to_vec();
                     self.fix_header(&mut header, &pair[0].0, plain[1].len(), column)?;
                     out.extend_from_slice(&header);
                     out.extend_from_slice(&plain[1]);

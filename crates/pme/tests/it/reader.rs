@@ -112,7 +112,7 @@ impl clearice_crypto::CryptoProvider for KeepsKeys {
         &self,
         ctx: &CallContext,
         batch: clearice_crypto::ModuleBatch,
-    ) -> Result<Vec<Vec<u8>>, clearice_crypto::ProviderError> {
+    ) -> Result<Vec<Bytes>, clearice_crypto::ProviderError> {
         self.0.decrypt(ctx, batch).await
     }
 
