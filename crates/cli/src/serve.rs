@@ -160,26 +160,30 @@ pub async fn worker(
 ) -> Result<i32> {
     // Fails early (before listening) without a cluster secret.
     engine.worker_service()?;
-    let insecure = engine.config().cluster.as_ref().is_some_and(|c| c.insecure);
+    let cluster = engine.config().cluster.as_ref();
+    let insecure = cluster.is_some_and(|c| c.insecure);
+    // Checked together with tls_key and tls_ca when the engine opened.
+    let tls = cluster.is_some_and(|c| c.tls_cert.is_some());
     let addr = addr.unwrap_or_else(|| "127.0.0.1:50061".into());
     let sock: SocketAddr = tokio::net::lookup_host(&addr)
         .await
         .with_context(|| format!("cannot resolve listen address '{addr}'"))?
         .next()
         .with_context(|| format!("no address for '{addr}'"))?;
-    // Stage results (decrypted, masked rows) cross this connection in plaintext.
-    if !sock.ip().is_loopback() && !insecure {
+    // Without TLS, stage results (decrypted, masked rows) cross this connection in
+    // plaintext.
+    if !tls && !sock.ip().is_loopback() && !insecure {
         bail!(
-            "refusing to listen on {sock}: worker traffic is not encrypted (no TLS between \
-             coordinator and workers yet); keep workers on a private network and set \
-             [cluster] insecure = true"
+            "refusing to listen on {sock} without TLS: set [cluster] tls_cert, tls_key and \
+             tls_ca (mutual TLS), or insecure = true to accept plaintext"
         );
     }
     let listener = tokio::net::TcpListener::bind(sock)
         .await
         .with_context(|| format!("cannot listen on {sock}"))?;
     let bound = listener.local_addr()?;
-    println!("ClearIce worker listening on http://{bound}");
+    let scheme = if tls { "https" } else { "http" };
+    println!("ClearIce worker listening on {scheme}://{bound}");
     if let Some(f) = addr_file {
         std::fs::write(&f, bound.to_string())
             .with_context(|| format!("cannot write '{}'", f.display()))?;

@@ -1,8 +1,11 @@
-//! Channels between coordinator and workers: one connection per worker, a credential on every call, bounded messages.
+//! Channels between coordinator and workers: one connection per worker (mutual TLS when
+//! the cluster has certificates), a credential on every call, bounded messages.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use datafusion::error::Result as DfResult;
 use datafusion_distributed::{
@@ -11,6 +14,7 @@ use datafusion_distributed::{
 use tonic::codegen::{Service, http};
 
 use crate::signer::TaskSigner;
+use crate::tls::ClusterTls;
 
 /// Largest gRPC message a worker decodes or sends, and a coordinator or worker decodes
 /// from a worker: 64 MiB. Stage plans are small (a scan travels as its signed request, not
@@ -26,7 +30,10 @@ pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 #[derive(Clone)]
 pub(crate) struct ClusterChannels {
     pub(crate) signer: Arc<TaskSigner>,
+    pub(crate) tls: Option<Arc<ClusterTls>>,
     channels: DefaultChannelResolver,
+    /// With TLS: one lazily connected channel per worker URL.
+    secured: Arc<parking_lot::Mutex<HashMap<url::Url, tonic::transport::Channel>>>,
 }
 
 impl fmt::Debug for ClusterChannels {
@@ -36,11 +43,51 @@ impl fmt::Debug for ClusterChannels {
 }
 
 impl ClusterChannels {
-    pub(crate) fn new(signer: Arc<TaskSigner>) -> Self {
+    pub(crate) fn new(signer: Arc<TaskSigner>, tls: Option<Arc<ClusterTls>>) -> Self {
         Self {
             signer,
+            tls,
             channels: DefaultChannelResolver::default(),
+            secured: Arc::default(),
         }
+    }
+
+    /// New channels with the same credentials (no connection shared with these).
+    pub(crate) fn fresh(&self) -> Self {
+        Self::new(Arc::clone(&self.signer), self.tls.clone())
+    }
+
+    /// The channel to `url`: over mutual TLS (`https://` only) when the cluster has
+    /// certificates, else datafusion-distributed's plaintext one (`http://` only).
+    async fn channel(&self, url: &url::Url) -> DfResult<BoxCloneSyncChannel> {
+        let wrong = |want: &str| {
+            datafusion::error::DataFusionError::Configuration(format!("worker '{url}': {want}"))
+        };
+        let Some(tls) = &self.tls else {
+            if url.scheme() != "http" {
+                return Err(wrong(
+                    "an https:// worker needs [cluster] tls_cert, tls_key and tls_ca",
+                ));
+            }
+            return self.channels.get_channel(url).await;
+        };
+        if url.scheme() != "https" {
+            return Err(wrong(
+                "the cluster uses TLS ([cluster] tls_cert): worker URLs must be https://",
+            ));
+        }
+        let mut secured = self.secured.lock();
+        if let Some(c) = secured.get(url) {
+            return Ok(BoxCloneSyncChannel::new(c.clone()));
+        }
+        let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+            .and_then(|e| e.tls_config(tls.client()))
+            .map_err(|e| wrong(&format!("{e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        secured.insert(url.clone(), channel.clone());
+        Ok(BoxCloneSyncChannel::new(channel))
     }
 }
 
@@ -50,7 +97,7 @@ impl ChannelResolver for ClusterChannels {
         &self,
         url: &url::Url,
     ) -> DfResult<WorkerServiceClient<BoxCloneSyncChannel>> {
-        let channel = self.channels.get_channel(url).await?;
+        let channel = self.channel(url).await?;
         let channel = BoxCloneSyncChannel::new(Credentialed {
             inner: channel,
             signer: Arc::clone(&self.signer),

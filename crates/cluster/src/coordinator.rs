@@ -25,6 +25,7 @@ use crate::channels::ClusterChannels;
 use crate::codec::ClearIceCodec;
 use crate::error::ClusterError;
 use crate::signer::TaskSigner;
+use crate::tls::ClusterTls;
 
 /// Splits a [`RemoteScanExec`] over tasks: each task runs a share of its file groups.
 #[derive(Debug)]
@@ -212,8 +213,13 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 
 impl Workers {
     /// Parses the configured URLs and starts probing them (needs a Tokio runtime); calls
-    /// carry credentials made with `signer`. The probe stops when the last clone is dropped.
-    pub fn start(urls: &[String], signer: Arc<TaskSigner>) -> Result<Self, String> {
+    /// carry credentials made with `signer`, over mutual TLS with `tls`. The probe stops
+    /// when the last clone is dropped.
+    pub fn start(
+        urls: &[String],
+        signer: Arc<TaskSigner>,
+        tls: Option<Arc<ClusterTls>>,
+    ) -> Result<Self, String> {
         let all = urls
             .iter()
             .map(|u| url::Url::parse(u).map_err(|e| format!("worker '{u}': {e}")))
@@ -222,7 +228,7 @@ impl Workers {
         let workers = Self {
             all: Arc::new(all),
             live,
-            channels: ClusterChannels::new(signer),
+            channels: ClusterChannels::new(signer, tls),
         };
         let weak = Arc::downgrade(&workers.live);
         let all = Arc::clone(&workers.all);
@@ -262,7 +268,7 @@ impl Workers {
     /// One line for a query that a worker call failed: the workers that do not answer
     /// now (probed at once, and left out of the next queries' plans).
     async fn explain(&self, e: &DataFusionError) -> DataFusionError {
-        let channels = ClusterChannels::new(Arc::clone(&self.channels.signer));
+        let channels = self.channels.fresh();
         let mut up = Vec::new();
         let mut down = Vec::new();
         for url in self.all.iter() {

@@ -21,7 +21,8 @@
 //! and the workers' own channels (`ClusterChannels`) put a credential made with the same
 //! secret in the call's `authorization` header, and the worker's server ([`serve`]) answers
 //! any other call `UNAUTHENTICATED` from its headers alone. Messages are bounded by
-//! [`MAX_MESSAGE_BYTES`] on both sides.
+//! [`MAX_MESSAGE_BYTES`] on both sides. With a [`ClusterTls`] every channel is mutual TLS
+//! under the cluster's own CA.
 // Dependencies nothing uses fail the build (tests add dev-dependencies, so not there).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![forbid(unsafe_code)]
@@ -33,6 +34,7 @@ mod error;
 mod signer;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod wire;
 mod worker;
 
@@ -41,4 +43,5 @@ pub use codec::ClearIceCodec;
 pub use coordinator::{Coordinator, Workers};
 pub use error::ClusterError;
 pub use signer::{MIN_SECRET_BYTES, TaskSigner};
+pub use tls::ClusterTls;
 pub use worker::{WorkerScans, WorkerSessions, serve, worker};

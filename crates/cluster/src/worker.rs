@@ -24,6 +24,7 @@ use crate::channels::{ClusterChannels, MAX_MESSAGE_BYTES};
 use crate::codec::ClearIceCodec;
 use crate::error::refused;
 use crate::signer::TaskSigner;
+use crate::tls::ClusterTls;
 
 /// Plans scans on a worker with its own catalogs and crypto providers.
 #[derive(Debug)]
@@ -122,6 +123,9 @@ pub struct WorkerSessions {
     pub runtime: Arc<RuntimeEnv>,
     /// Decodes stage plans (verifies signed scans, plans them with [`WorkerScans`]).
     pub codec: Arc<ClearIceCodec>,
+    /// Mutual TLS: the worker's server certificate (client certificates of the cluster CA
+    /// required), and its identity on its channels to other workers.
+    pub tls: Option<Arc<ClusterTls>>,
 }
 
 #[async_trait::async_trait]
@@ -164,15 +168,16 @@ impl WorkerSessionBuilder for WorkerSessionsOnChannels {
 /// A worker service for `sessions`; it runs only stage plans `admitted` (leaves are signed scans), and cuts result
 /// batches so that each message stays under [`MAX_MESSAGE_BYTES`]. Serve it with [`serve`].
 pub fn worker(sessions: WorkerSessions) -> Worker {
-    let channels = ClusterChannels::new(Arc::clone(&sessions.codec.signer));
+    let channels = ClusterChannels::new(Arc::clone(&sessions.codec.signer), sessions.tls.clone());
     let mut worker = Worker::from_session_builder(WorkerSessionsOnChannels { sessions, channels })
         .with_max_message_size(MAX_MESSAGE_BYTES / 2);
     worker.add_on_plan_hook(guard);
     worker
 }
 
-/// Serves the [`worker`] of `sessions` on `listener` until `shutdown` completes: only
-/// stage plans whose leaves are signed scans run, a call is authenticated with the
+/// Serves the [`worker`] of `sessions` on `listener` until `shutdown` completes: with
+/// [`WorkerSessions::tls`], only over TLS with a client certificate of the cluster CA;
+/// only stage plans whose leaves are signed scans run, a call is authenticated with the
 /// codec's signer from its headers before its message is read (`Authenticated`), and a
 /// message over [`MAX_MESSAGE_BYTES`] is refused from its length prefix.
 pub async fn serve(
@@ -181,6 +186,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let signer = Arc::clone(&sessions.codec.signer);
+    let tls = sessions.tls.clone();
     let service = Authenticated {
         inner: worker(sessions)
             .into_worker_server()
@@ -189,7 +195,11 @@ pub async fn serve(
         signer,
     };
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server.tls_config(tls.server())?;
+    }
+    server
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

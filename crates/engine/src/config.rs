@@ -290,8 +290,22 @@ pub struct ClusterConfig {
     /// ones (replayed plan bytes).
     #[serde(default)]
     pub task_ttl_s: Option<u64>,
-    /// A worker may listen beyond loopback although its traffic (decrypted, masked rows)
-    /// is not encrypted: there is no TLS between coordinator and workers yet.
+    /// PEM certificate chain of this process in the cluster: a worker's server
+    /// certificate (naming the host in its URL), and the client certificate every
+    /// process presents to workers. With `tls_key` and `tls_ca`, every channel between
+    /// coordinator and workers is mutual TLS and worker URLs are `https://`.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle of the cluster: the only roots a worker's certificate is checked
+    /// against, and the only issuer of client certificates a worker accepts.
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// Plaintext (no `tls_*`) beyond loopback: a worker may listen on, and a coordinator
+    /// may call, a non-loopback address although the traffic (decrypted, masked rows,
+    /// call credentials) crosses the network unencrypted.
     #[serde(default)]
     pub insecure: bool,
 }

@@ -104,6 +104,8 @@ pub struct Engine {
     permits: Arc<clearice_access::limits::Permits>,
     /// Signs and verifies scans sent to workers (`[cluster]` configured).
     signer: Option<Arc<TaskSigner>>,
+    /// `[cluster] tls_*`: mutual TLS on every channel between coordinator and workers.
+    cluster_tls: Option<Arc<clearice_cluster::ClusterTls>>,
     /// Sends scans to workers (after [`Engine::distribute`]).
     coordinator: Option<clearice_cluster::Coordinator>,
     /// The `hmac_sha256` mask's secret (the policy's `[masks] hmac_key_file`).
@@ -125,6 +127,7 @@ impl Engine {
             catalog_props,
             mut principal_tokens,
             signer,
+            cluster_tls,
             mask_key,
         } = tokio::task::spawn_blocking(move || LocalParts::load(&cfg))
             .await
@@ -285,6 +288,7 @@ impl Engine {
             policy: Arc::new(policy),
             permits: Arc::default(),
             signer: signer.map(Arc::new),
+            cluster_tls: cluster_tls.map(Arc::new),
             mask_key,
             coordinator: None,
         })
@@ -307,8 +311,12 @@ impl Engine {
         if cluster.workers.is_empty() {
             return Err(cluster_err("[cluster] workers is empty".into()));
         }
-        let workers = clearice_cluster::Workers::start(&cluster.workers, Arc::clone(signer))
-            .map_err(cluster_err)?;
+        let workers = clearice_cluster::Workers::start(
+            &cluster.workers,
+            Arc::clone(signer),
+            self.cluster_tls.clone(),
+        )
+        .map_err(cluster_err)?;
         self.coordinator = Some(clearice_cluster::Coordinator {
             workers,
             signer: Arc::clone(signer),
@@ -335,6 +343,7 @@ impl Engine {
         Ok(clearice_cluster::WorkerSessions {
             runtime: Arc::clone(&self.runtime),
             codec: Arc::new(self.worker_codec(Arc::clone(signer))),
+            tls: self.cluster_tls.clone(),
         })
     }
 

@@ -34,6 +34,8 @@ pub(crate) struct LocalParts {
     pub(crate) principal_tokens: HashMap<String, std::collections::BTreeMap<String, AccessToken>>,
     /// `[cluster]`: the signer over its secret.
     pub(crate) signer: Option<TaskSigner>,
+    /// `[cluster] tls_*`: this process's certificate, its key and the cluster CA.
+    pub(crate) cluster_tls: Option<clearice_cluster::ClusterTls>,
     /// The policy's `[masks] hmac_key_file`, read.
     pub(crate) mask_key: Option<Arc<clearice_crypto::MaskKey>>,
 }
@@ -214,6 +216,10 @@ impl LocalParts {
             }
             None => None,
         };
+        let cluster_tls = match &config.cluster {
+            Some(c) => cluster_tls(config, c)?,
+            None => None,
+        };
         Ok(Self {
             resolver,
             policy,
@@ -224,9 +230,94 @@ impl LocalParts {
             catalog_props,
             principal_tokens,
             signer,
+            cluster_tls,
             mask_key,
         })
     }
+}
+
+/// `[cluster] tls_cert`, `tls_key` and `tls_ca`, all three or none, read; worker URLs
+/// checked against them (`https://` with TLS; plaintext `http://` only to loopback
+/// unless `insecure`).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "startup file reads; Engine::open runs this on a blocking thread"
+)]
+fn cluster_tls(
+    config: &Config,
+    c: &crate::config::ClusterConfig,
+) -> Result<Option<clearice_cluster::ClusterTls>> {
+    let err = |key: &str, reason: String| Error::ConfigValue {
+        path: config.source.clone(),
+        key: format!("cluster.{key}"),
+        reason,
+    };
+    let tls = match (&c.tls_cert, &c.tls_key, &c.tls_ca) {
+        (None, None, None) => None,
+        (Some(cert), Some(key), Some(ca)) => {
+            let read = |name: &str, p: &std::path::Path| {
+                let path = config.resolve(p);
+                std::fs::read(&path)
+                    .map(zeroize::Zeroizing::new)
+                    .map_err(|e| err(name, format!("'{}': {e}", path.display())))
+            };
+            let (cert, key, ca) = (
+                read("tls_cert", cert)?,
+                read("tls_key", key)?,
+                read("tls_ca", ca)?,
+            );
+            Some(
+                clearice_cluster::ClusterTls::from_pem(&cert, &key, &ca)
+                    .map_err(|r| err("tls_cert", r))?,
+            )
+        }
+        _ => {
+            return Err(err(
+                "tls_cert",
+                "tls_cert, tls_key and tls_ca are set together (mutual TLS) or not at all".into(),
+            ));
+        }
+    };
+    for w in &c.workers {
+        let url = url::Url::parse(w).map_err(|e| err("workers", format!("'{w}': {e}")))?;
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(d)) => d == "localhost",
+            None => false,
+        };
+        match (url.scheme(), tls.is_some()) {
+            ("https", true) => {}
+            ("http", false) if loopback || c.insecure => {}
+            ("http", false) => {
+                return Err(err(
+                    "workers",
+                    format!(
+                        "'{w}' is not on loopback: set tls_cert, tls_key and tls_ca (mutual TLS, https://), or insecure = true to send its traffic in plaintext"
+                    ),
+                ));
+            }
+            ("http", true) => {
+                return Err(err(
+                    "workers",
+                    format!("'{w}': the cluster uses TLS, so worker URLs are https://"),
+                ));
+            }
+            (_, false) if url.scheme() == "https" => {
+                return Err(err(
+                    "workers",
+                    format!("'{w}' is https://: set tls_cert, tls_key and tls_ca"),
+                ));
+            }
+            (s, _) => {
+                return Err(err(
+                    "workers",
+                    format!("'{w}': scheme '{s}' (http or https)"),
+                ));
+            }
+        }
+    }
+    Ok(tls)
 }
 
 /// A `[providers.NAME]` section as the remote provider's settings (reads its files:

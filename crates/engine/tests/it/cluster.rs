@@ -15,7 +15,7 @@ use crate::common::*;
 /// A worker serving on loopback until dropped.
 pub(crate) struct TestWorker {
     pub(crate) engine: Arc<Engine>,
-    url: String,
+    pub(crate) url: String,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -25,9 +25,13 @@ impl Drop for TestWorker {
     }
 }
 
-async fn start_worker(config: &Path, listener: tokio::net::TcpListener) -> TestWorker {
+async fn start_worker(
+    config: &Path,
+    listener: tokio::net::TcpListener,
+    scheme: &str,
+) -> TestWorker {
     let engine = Arc::new(Engine::open(Config::load(config).unwrap()).await.unwrap());
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
     let e = Arc::clone(&engine);
     let server = tokio::spawn(async move {
         e.serve_worker(listener, std::future::pending())
@@ -52,6 +56,15 @@ async fn cluster(tmp: &Path, extra: &str) -> (Arc<Engine>, Vec<TestWorker>, std:
 /// Three workers and a coordinator, each an engine of `config` with `[cluster]` (and
 /// `extra`) appended, written next to it as `cluster.toml`.
 pub(crate) async fn cluster_of(config: &Path, extra: &str) -> (Arc<Engine>, Vec<TestWorker>) {
+    cluster_with(config, extra, "http").await
+}
+
+/// [`cluster_of`] with worker URLs of `scheme` (`https` for a cluster with TLS in `extra`).
+pub(crate) async fn cluster_with(
+    config: &Path,
+    extra: &str,
+    scheme: &str,
+) -> (Arc<Engine>, Vec<TestWorker>) {
     let dir = config.parent().unwrap();
     let mut listeners = Vec::new();
     for _ in 0..3 {
@@ -59,7 +72,7 @@ pub(crate) async fn cluster_of(config: &Path, extra: &str) -> (Arc<Engine>, Vec<
     }
     let urls: Vec<String> = listeners
         .iter()
-        .map(|l| format!("\"http://{}\"", l.local_addr().unwrap()))
+        .map(|l| format!("\"{scheme}://{}\"", l.local_addr().unwrap()))
         .collect();
     std::fs::write(
         dir.join("cluster.secret"),
@@ -75,7 +88,7 @@ pub(crate) async fn cluster_of(config: &Path, extra: &str) -> (Arc<Engine>, Vec<
     std::fs::write(&clustered, text).unwrap();
     let mut workers = Vec::new();
     for l in listeners {
-        workers.push(start_worker(&clustered, l).await);
+        workers.push(start_worker(&clustered, l, scheme).await);
     }
     let coordinator = Arc::new(
         Engine::open(Config::load(&clustered).unwrap())
@@ -94,7 +107,7 @@ pub(crate) async fn explain(engine: &Engine, principal: &str, sql: &str) -> Stri
     pretty_format_batches(&batches).unwrap().to_string()
 }
 
-const QUERIES: &[&str] = &[
+pub(crate) const QUERIES: &[&str] = &[
     "SELECT * FROM lake.sales.customers ORDER BY id",
     "SELECT count(*), sum(balance), min(ssn), max(email) FROM lake.sales.customers",
     "SELECT id, ssn, email, birth_date FROM lake.sales.customers WHERE id % 997 = 3 ORDER BY id",
