@@ -185,10 +185,14 @@ impl ExecutionPlan for WorkerErrorsExec {
             let workers = workers.clone();
             async move {
                 match item {
-                    Err(e) if cause_of::<tonic::Status>(&e).is_some() => {
-                        Err(workers.explain(&e).await)
-                    }
-                    other => other,
+                    Err(e) => Err(match crate::classes::tagged(&e) {
+                        Some(on_worker) => on_worker.into(),
+                        None if cause_of::<tonic::Status>(&e).is_some() => {
+                            workers.explain(&e).await
+                        }
+                        None => e,
+                    }),
+                    ok => ok,
                 }
             }
         });

@@ -35,6 +35,15 @@ pub enum ClusterError {
         /// The transport's message.
         reason: String,
     },
+    /// A worker's error (a denial, a tampered file, a key it could not get), with the
+    /// class it had on the worker.
+    #[error("{message}")]
+    OnWorker {
+        /// Its class on the worker.
+        class: clearice_access::ErrorClass,
+        /// Its message (one line).
+        message: String,
+    },
     /// No configured worker answers.
     #[error("no cluster worker answers (configured: {configured})")]
     NoWorkers {

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod channels;
+mod classes;
 mod codec;
 mod coordinator;
 mod error;
@@ -39,6 +40,7 @@ mod wire;
 mod worker;
 
 pub use channels::MAX_MESSAGE_BYTES;
+pub use classes::Classifier;
 pub use codec::ClearIceCodec;
 pub use coordinator::{Coordinator, Workers};
 pub use error::ClusterError;

@@ -21,6 +21,7 @@ use datafusion_distributed::{
 use tonic::codegen::{BoxFuture, Service, http};
 
 use crate::channels::{ClusterChannels, MAX_MESSAGE_BYTES};
+use crate::classes::{ClassifiedExec, Classifier};
 use crate::codec::ClearIceCodec;
 use crate::error::refused;
 use crate::signer::TaskSigner;
@@ -126,6 +127,8 @@ pub struct WorkerSessions {
     /// Mutual TLS: the worker's server certificate (client certificates of the cluster CA
     /// required), and its identity on its channels to other workers.
     pub tls: Option<Arc<ClusterTls>>,
+    /// Classifies a stage's errors: the class travels with the error to the coordinator.
+    pub classify: Classifier,
 }
 
 #[async_trait::async_trait]
@@ -169,9 +172,13 @@ impl WorkerSessionBuilder for WorkerSessionsOnChannels {
 /// batches so that each message stays under [`MAX_MESSAGE_BYTES`]. Serve it with [`serve`].
 pub fn worker(sessions: WorkerSessions) -> Worker {
     let channels = ClusterChannels::new(Arc::clone(&sessions.codec.signer), sessions.tls.clone());
+    let classify = Arc::clone(&sessions.classify);
     let mut worker = Worker::from_session_builder(WorkerSessionsOnChannels { sessions, channels })
         .with_max_message_size(MAX_MESSAGE_BYTES / 2);
-    worker.add_on_plan_hook(guard);
+    worker.add_on_plan_hook(move |plan| {
+        let plan = guard(plan);
+        Arc::new(ClassifiedExec::new(plan, Arc::clone(&classify))) as Arc<dyn ExecutionPlan>
+    });
     worker
 }
 

@@ -60,34 +60,7 @@ pub enum Error {
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What an engine error means for whoever asked, decided by the error's type: how the
-/// front ends pick a gRPC code (Flight SQL) or an exit code (CLI). Typed ClearIce errors
-/// are found anywhere in the chain ([`cause_of`]); DataFusion's own by variant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorClass {
-    /// The SQL does not parse or plan (syntax, unknown column, bad option value).
-    InvalidQuery,
-    /// A named catalog, schema or table does not exist.
-    NotFound,
-    /// The policy or the session's confinement refuses it.
-    Denied,
-    /// Not implemented (yet).
-    Unsupported,
-    /// The data or its keys cannot be used: a missing key, an unreadable file.
-    DataUnusable,
-    /// An encrypted module failed authentication: the file was altered.
-    Tampered,
-    /// The statement ran longer than its timeout.
-    Timeout,
-    /// A resource limit: memory, result size, concurrent statements.
-    ResourceLimit,
-    /// A catalog or KMS could not be reached.
-    Unavailable,
-    /// The statement was cancelled.
-    Cancelled,
-    /// A bug or an unexpected state.
-    Internal,
-}
+pub use clearice_access::ErrorClass;
 
 /// Classifies an engine error (see [`ErrorClass`]).
 pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
@@ -144,6 +117,7 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
         use clearice_cluster::ClusterError as C;
         return match c {
             C::Refused { .. } => ErrorClass::Denied,
+            C::OnWorker { class, .. } => *class,
             C::WorkerLost { .. } | C::WorkerFailed { .. } | C::NoWorkers { .. } => {
                 ErrorClass::Unavailable
             }
@@ -215,6 +189,8 @@ pub fn message_of(e: &datafusion::error::DataFusionError) -> String {
         l.to_string()
     } else if let Some(d) = cause_of::<DecryptError>(e) {
         d.to_string()
+    } else if let Some(c) = cause_of::<clearice_cluster::ClusterError>(e) {
+        c.to_string()
     } else {
         e.to_string()
     };

@@ -344,6 +344,7 @@ impl Engine {
             runtime: Arc::clone(&self.runtime),
             codec: Arc::new(self.worker_codec(Arc::clone(signer))),
             tls: self.cluster_tls.clone(),
+            classify: Arc::new(|e| (classify(e), message_of(e))),
         })
     }
 

@@ -474,3 +474,42 @@ async fn oversized_worker_messages_are_refused_before_they_are_read() {
     .unwrap();
     assert_eq!(rows[0].num_rows(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn errors_raised_on_workers_keep_their_class_and_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (coordinator, _workers, config) = cluster(tmp.path(), "").await;
+    let single = Engine::open(Config::load(&config).unwrap()).await.unwrap();
+    // A byte flipped inside the encrypted footer of every customers file, before any
+    // process has read them (workers decrypt footers; the coordinator does not).
+    let data = tmp.path().join("lake/warehouse/sales/customers/data");
+    for f in std::fs::read_dir(data).unwrap() {
+        let f = f.unwrap().path();
+        let mut b = std::fs::read(&f).unwrap();
+        let at = b.len() - 8 - 40;
+        b[at] ^= 0x10;
+        std::fs::write(&f, b).unwrap();
+    }
+    let sql = "SELECT count(ssn) FROM lake.sales.customers";
+    let on_worker = query(&coordinator.session("admin"), sql).await.unwrap_err();
+    let here = query(&single.session("admin"), sql).await.unwrap_err();
+    assert!(
+        matches!(
+            clearice_access::cause_of::<clearice_engine::ClusterError>(&on_worker),
+            Some(clearice_engine::ClusterError::OnWorker { .. })
+        ),
+        "raised on a worker: {on_worker}"
+    );
+    use clearice_engine::{ErrorClass, classify, message_of};
+    assert_eq!(classify(&here), ErrorClass::Tampered, "{here}");
+    assert_eq!(classify(&on_worker), ErrorClass::Tampered, "{on_worker}");
+    let m = message_of(&on_worker);
+    assert!(
+        m.contains("authentication failed") && m.contains(".parquet") && m.contains("footer"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("clearice-error-class") && m.lines().count() == 1,
+        "{m}"
+    );
+}
