@@ -10,6 +10,7 @@
     reason = "test support: a panic is how a test fails, and tests may block"
 )]
 
+pub mod certs;
 pub mod matrix;
 
 use std::path::{Path, PathBuf};

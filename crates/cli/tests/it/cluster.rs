@@ -138,7 +138,8 @@ fn a_worker_killed_mid_query_fails_it_clearly_and_the_next_query_runs_on_the_oth
 }
 
 #[test]
-fn a_worker_refuses_to_start_without_a_cluster_secret_or_beyond_loopback_in_plaintext() {
+fn a_worker_refuses_to_start_without_a_cluster_secret_or_beyond_loopback_in_plaintext_and_starts_there_with_mutual_tls()
+ {
     let tmp = tempfile::tempdir().unwrap();
     let config = lake(tmp.path());
     // `clearice worker` with `config` on `addr` must fail; its stderr.
@@ -156,7 +157,46 @@ fn a_worker_refuses_to_start_without_a_cluster_secret_or_beyond_loopback_in_plai
     assert!(err.contains("[cluster] secret_file"), "{err}");
     let clustered = with_cluster(&config, &[]);
     let err = refusal(&clustered, "0.0.0.0:0");
-    assert!(err.contains("not encrypted"), "{err}");
+    assert!(
+        err.contains("without TLS") && err.contains("tls_cert") && err.contains("insecure"),
+        "{err}"
+    );
+    // With the cluster's certificates it listens there, over TLS.
+    let (ca_pem, issuer) = clearice_testkit::certs::ca("cluster CA");
+    let (cert, key) = clearice_testkit::certs::node(&issuer);
+    let lake_dir = tmp.path().join("lake");
+    for (f, text) in [("ca.pem", &ca_pem), ("node.pem", &cert), ("node.key", &key)] {
+        std::fs::write(lake_dir.join(f), text).unwrap();
+    }
+    let mut text = std::fs::read_to_string(&clustered).unwrap();
+    text.push_str("tls_cert = \"node.pem\"\ntls_key = \"node.key\"\ntls_ca = \"ca.pem\"\n");
+    let tls_config = lake_dir.join("cluster-tls.toml");
+    std::fs::write(&tls_config, text).unwrap();
+    let addr_file = tmp.path().join("tls-worker.addr");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
+        .arg("--config")
+        .arg(&tls_config)
+        .args(["worker", "--addr", "0.0.0.0:0", "--addr-file"])
+        .arg(&addr_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::fs::read_to_string(&addr_file)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the TLS worker exited: {status}");
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no TLS worker");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("listening on https://0.0.0.0:"), "{said}");
     std::fs::write(tmp.path().join("lake/cluster.secret"), "short").unwrap();
     let err = refusal(&clustered, "127.0.0.1:0");
     assert!(err.contains("at least 32 are needed"), "{err}");

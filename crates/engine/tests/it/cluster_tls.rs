@@ -7,41 +7,11 @@ use std::time::Duration;
 
 use clearice_demo as demo;
 use clearice_engine::{Config, Engine};
-use rcgen::{
-    BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use crate::cluster::{QUERIES, cluster_with};
 use crate::common::*;
-
-/// A CA: its certificate (PEM) and the issuer that signs with it.
-fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let cert = params.self_signed(&key).unwrap();
-    (cert.pem(), Issuer::new(params, key))
-}
-
-/// A process certificate for loopback (server and client use), signed by `issuer`: the
-/// certificate and key PEM.
-fn node(issuer: &Issuer<'static, KeyPair>) -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let mut params =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = params.signed_by(&key, issuer).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
+use clearice_testkit::certs::{ca, node};
 
 const GET_WORKER_INFO: &str = "/worker.WorkerService/GetWorkerInfo";
 
