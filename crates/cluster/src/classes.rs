@@ -151,10 +151,14 @@ mod tests {
             DataFusionError::Execution("file 'f.parquet': column 'ssn' altered".into()),
             &classify,
         );
-        // What the coordinator decodes: the text, as an external error, maybe in context.
+        // What the coordinator decodes: datafusion-distributed sends an external error
+        // as its inner error's text, which may arrive wrapped in context.
+        let DataFusionError::External(inner) = &e else {
+            panic!("not external: {e}");
+        };
         let sent = DataFusionError::Context(
             "stage 2".into(),
-            Box::new(DataFusionError::External(e.to_string().into())),
+            Box::new(DataFusionError::External(inner.to_string().into())),
         );
         match tagged(&sent) {
             Some(ClusterError::OnWorker { class, message }) => {
