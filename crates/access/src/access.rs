@@ -38,6 +38,9 @@ pub struct QueryAccess(Arc<QueryAccessInner>);
 #[derive(Debug, Default)]
 struct QueryAccessInner {
     accesses: Mutex<Vec<TableAccess>>,
+    /// What happened while it ran that its audit records report (a retry on other
+    /// cluster workers), one line each.
+    notes: Mutex<Vec<String>>,
 }
 
 tokio::task_local! {
@@ -53,6 +56,23 @@ impl QueryAccess {
     /// Takes the accesses recorded so far.
     pub fn take(&self) -> Vec<TableAccess> {
         std::mem::take(&mut *self.0.accesses.lock().expect("accesses"))
+    }
+
+    /// The collector of the query being planned on this task, if any (for plan nodes
+    /// that [`note`](Self::note) what happens while the query runs).
+    pub fn current() -> Option<QueryAccess> {
+        CURRENT_QUERY.try_with(QueryAccess::clone).ok()
+    }
+
+    /// Notes an event of the running query for its audit records (one line: no values,
+    /// no key material).
+    pub fn note(&self, line: String) {
+        self.0.notes.lock().expect("notes").push(line);
+    }
+
+    /// The events noted so far.
+    pub fn notes(&self) -> Vec<String> {
+        self.0.notes.lock().expect("notes").clone()
     }
 
     fn record(&self, access: TableAccess) {
@@ -81,9 +101,7 @@ impl QueryAccess {
 
     /// The collector of the query being planned on this task, else `fallback`.
     fn current_or(fallback: &QueryAccess) -> QueryAccess {
-        CURRENT_QUERY
-            .try_with(QueryAccess::clone)
-            .unwrap_or_else(|_| fallback.clone())
+        Self::current().unwrap_or_else(|| fallback.clone())
     }
 }
 

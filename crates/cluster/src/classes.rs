@@ -35,10 +35,14 @@ impl fmt::Display for Tagged {
 
 impl std::error::Error for Tagged {}
 
-/// The tagged form of `e`, unless it is tagged already (raised by another worker) or a
-/// resource limit (whose variant survives the wire as it is).
+/// The tagged form of `e`, unless it is tagged already (raised by another worker), a
+/// resource limit (whose variant survives the wire as it is), or a failed call to
+/// another worker (the coordinator probes the workers and may run the query again).
 fn tag(e: DataFusionError, classify: &Classifier) -> DataFusionError {
-    if matches!(e, DataFusionError::ResourcesExhausted(_)) || tagged(&e).is_some() {
+    if matches!(e, DataFusionError::ResourcesExhausted(_))
+        || tagged(&e).is_some()
+        || clearice_access::cause_of::<tonic::Status>(&e).is_some()
+    {
         return e;
     }
     let (class, message) = classify(&e);

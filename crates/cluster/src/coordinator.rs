@@ -1,21 +1,19 @@
-//! The coordinator: which plans go to workers, which workers answer, and one line when one is lost.
+//! The coordinator: which plans go to workers and which workers answer.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clearice_access::remote::RemoteScanExec;
 use datafusion::config::ConfigOptions;
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion_distributed::{
-    ChannelResolver, DistributedExec, DistributedExt, DistributedPhysicalOptimizerRule,
-    NetworkCoalesceExec, PartitionIsolatorExec, TaskEstimation, TaskEstimator, WorkerResolver,
+    ChannelResolver, DistributedExt, PartitionIsolatorExec, TaskEstimation, TaskEstimator,
+    WorkerResolver,
 };
 use parking_lot::RwLock;
 
@@ -24,6 +22,7 @@ use clearice_access::cause_of;
 use crate::channels::ClusterChannels;
 use crate::codec::ClearIceCodec;
 use crate::error::ClusterError;
+use crate::retry::ClusterRootExec;
 use crate::signer::TaskSigner;
 use crate::tls::ClusterTls;
 
@@ -95,23 +94,12 @@ impl PhysicalOptimizerRule for ClusterRule {
         if !distributable(&plan, &mut scans) || scans == 0 {
             return Ok(plan);
         }
-        let mut distributed =
-            DistributedPhysicalOptimizerRule.optimize(Arc::clone(&plan), config)?;
-        if !distributed.as_any().is::<DistributedExec>() {
-            // One task is enough (one file group, or one worker answering): the planner
-            // keeps such plans here, but the scan decrypts on a worker all the same, so
-            // the whole plan runs there as one stage.
-            let mut plan = plan;
-            if plan.output_partitioning().partition_count() > 1 {
-                plan = Arc::new(CoalescePartitionsExec::new(plan));
-            }
-            let stage = NetworkCoalesceExec::try_new(plan, uuid::Uuid::new_v4(), 1, 1, 1)?;
-            distributed = Arc::new(DistributedExec::new(Arc::new(stage)));
-        }
-        Ok(Arc::new(WorkerErrorsExec {
-            input: distributed,
-            workers: self.workers.clone(),
-        }))
+        let distributed = crate::retry::distributed(&plan, config)?;
+        Ok(Arc::new(ClusterRootExec::new(
+            plan,
+            distributed,
+            self.workers.clone(),
+        )))
     }
 
     fn name(&self) -> &str {
@@ -120,85 +108,6 @@ impl PhysicalOptimizerRule for ClusterRule {
 
     fn schema_check(&self) -> bool {
         true
-    }
-}
-
-/// The coordinator's root of a distributed plan: a worker that fails mid-query fails the
-/// query with one line naming the workers that stopped answering (and they get no more
-/// stages until they answer again). Never sent to a worker.
-#[derive(Debug)]
-struct WorkerErrorsExec {
-    input: Arc<dyn ExecutionPlan>,
-    workers: Workers,
-}
-
-impl datafusion::physical_plan::DisplayAs for WorkerErrorsExec {
-    fn fmt_as(
-        &self,
-        _t: datafusion::physical_plan::DisplayFormatType,
-        f: &mut fmt::Formatter<'_>,
-    ) -> fmt::Result {
-        write!(f, "WorkerErrorsExec: workers={}", self.workers.all.len())
-    }
-}
-
-impl ExecutionPlan for WorkerErrorsExec {
-    fn name(&self) -> &str {
-        "WorkerErrorsExec"
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
-        self.input.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let input = children
-            .pop()
-            .ok_or_else(|| DataFusionError::Internal("WorkerErrorsExec: no child".into()))?;
-        Ok(Arc::new(Self {
-            input,
-            workers: self.workers.clone(),
-        }))
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        context: Arc<TaskContext>,
-    ) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
-        use futures::StreamExt;
-        let input = self.input.execute(partition, context)?;
-        let schema = input.schema();
-        let workers = self.workers.clone();
-        let stream = input.then(move |item| {
-            let workers = workers.clone();
-            async move {
-                match item {
-                    Err(e) => Err(match crate::classes::tagged(&e) {
-                        Some(on_worker) => on_worker.into(),
-                        None if cause_of::<tonic::Status>(&e).is_some() => {
-                            workers.explain(&e).await
-                        }
-                        None => e,
-                    }),
-                    ok => ok,
-                }
-            }
-        });
-        Ok(Box::pin(
-            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, stream),
-        ))
     }
 }
 
@@ -212,17 +121,18 @@ pub struct Workers {
     pub(crate) channels: ClusterChannels,
 }
 
-/// How often workers are probed.
-const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// How often workers are probed by default, milliseconds.
+pub const PROBE_EVERY_MS: u64 = 500;
 
 impl Workers {
-    /// Parses the configured URLs and starts probing them (needs a Tokio runtime); calls
-    /// carry credentials made with `signer`, over mutual TLS with `tls`. The probe stops
-    /// when the last clone is dropped.
+    /// Parses the configured URLs and starts probing them every `probe_every` (needs a
+    /// Tokio runtime); calls carry credentials made with `signer`, over mutual TLS with
+    /// `tls`. The probe stops when the last clone is dropped.
     pub fn start(
         urls: &[String],
         signer: Arc<TaskSigner>,
         tls: Option<Arc<ClusterTls>>,
+        probe_every: Duration,
     ) -> Result<Self, String> {
         let all = urls
             .iter()
@@ -243,7 +153,7 @@ impl Workers {
         )]
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(PROBE_EVERY).await;
+                tokio::time::sleep(probe_every).await;
                 let Some(live) = weak.upgrade() else { return };
                 let mut up = Vec::with_capacity(all.len());
                 for url in all.iter() {
@@ -271,7 +181,7 @@ impl Workers {
 
     /// One line for a query that a worker call failed: the workers that do not answer
     /// now (probed at once, and left out of the next queries' plans).
-    async fn explain(&self, e: &DataFusionError) -> DataFusionError {
+    pub(crate) async fn explain(&self, e: &DataFusionError) -> DataFusionError {
         let channels = self.channels.fresh();
         let mut up = Vec::new();
         let mut down = Vec::new();
@@ -283,9 +193,11 @@ impl Workers {
             }
         }
         *self.live.write() = up;
-        let reason = cause_of::<tonic::Status>(e)
-            .map(|s| s.message().lines().next().unwrap_or_default().to_owned())
-            .unwrap_or_default();
+        // The transport's message (the error's own text may quote values).
+        let reason = cause_of::<tonic::Status>(e).map_or_else(
+            || "a call to it failed".to_owned(),
+            |s| s.message().lines().next().unwrap_or_default().to_owned(),
+        );
         if down.is_empty() {
             ClusterError::WorkerFailed { reason }.into()
         } else {

@@ -32,6 +32,7 @@ mod classes;
 mod codec;
 mod coordinator;
 mod error;
+mod retry;
 mod signer;
 #[cfg(test)]
 mod tests;
@@ -42,8 +43,9 @@ mod worker;
 pub use channels::MAX_MESSAGE_BYTES;
 pub use classes::Classifier;
 pub use codec::ClearIceCodec;
-pub use coordinator::{Coordinator, Workers};
+pub use coordinator::{Coordinator, PROBE_EVERY_MS, Workers};
 pub use error::ClusterError;
+pub use retry::MAX_ATTEMPTS;
 pub use signer::{MIN_SECRET_BYTES, TaskSigner};
 pub use tls::ClusterTls;
 pub use worker::{WorkerScans, WorkerSessions, serve, worker};

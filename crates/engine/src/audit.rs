@@ -198,6 +198,7 @@ mod tests {
             allowed: true,
             rows: Some(i as u64),
             error: None,
+            retries: vec![],
         }
     }
 

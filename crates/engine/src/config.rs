@@ -290,6 +290,11 @@ pub struct ClusterConfig {
     /// ones (replayed plan bytes).
     #[serde(default)]
     pub task_ttl_s: Option<u64>,
+    /// How often a coordinator probes its workers, milliseconds (default 500): a worker
+    /// that stops answering gets no new stages after the next probe (a query that meets
+    /// it before then is run again on the others).
+    #[serde(default)]
+    pub probe_interval_ms: Option<u64>,
     /// PEM certificate chain of this process in the cluster: a worker's server
     /// certificate (naming the host in its URL), and the client certificate every
     /// process presents to workers. With `tls_key` and `tls_ca`, every channel between

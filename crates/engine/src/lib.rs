@@ -311,10 +311,20 @@ impl Engine {
         if cluster.workers.is_empty() {
             return Err(cluster_err("[cluster] workers is empty".into()));
         }
+        if cluster.probe_interval_ms == Some(0) {
+            return Err(cluster_err(
+                "[cluster] probe_interval_ms must be at least 1".into(),
+            ));
+        }
         let workers = clearice_cluster::Workers::start(
             &cluster.workers,
             Arc::clone(signer),
             self.cluster_tls.clone(),
+            std::time::Duration::from_millis(
+                cluster
+                    .probe_interval_ms
+                    .unwrap_or(clearice_cluster::PROBE_EVERY_MS),
+            ),
         )
         .map_err(cluster_err)?;
         self.coordinator = Some(clearice_cluster::Coordinator {
@@ -404,6 +414,7 @@ impl Engine {
             allowed: false,
             rows: None,
             error: Some(error.to_owned()),
+            retries: vec![],
         })
         .await
     }

@@ -512,7 +512,7 @@ impl Session {
                 }
             })
             .await;
-        self.write_audit(&id, sql, query.take(), &result).await?;
+        self.write_audit(&id, sql, &query, &result).await?;
         result
     }
 
@@ -608,7 +608,7 @@ impl Session {
                     }
                 })
                 .await;
-        let pending = self.pending_audit(&id, sql, query.take());
+        let pending = self.pending_audit(&id, sql, query.take()).noting(&query);
         match started {
             Ok((inner, permit)) => {
                 let inner: SendableRecordBatchStream = match &self.limits {

@@ -49,4 +49,8 @@ pub struct AuditRecord {
     pub rows: Option<u64>,
     /// The error, if the query failed.
     pub error: Option<String>,
+    /// Attempts of the query that were stopped and run again (a cluster worker lost
+    /// before the query returned a row), one line each; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<String>,
 }

@@ -7,14 +7,14 @@ impl Session {
         &self,
         id: &str,
         sql: &str,
-        accesses: Vec<clearice_access::TableAccess>,
+        query: &QueryAccess,
         result: &Result<QueryOutput>,
     ) -> Result<()> {
         let (outcome, event) = match result {
             Ok(o) => (Ok(o.rows() as u64), None),
             Err(e) => (Err(one_line(e)), event_of(e)),
         };
-        let pending = self.pending_audit(id, sql, accesses);
+        let pending = self.pending_audit(id, sql, query.take()).noting(query);
         pending
             .write(outcome, event)
             .await
@@ -33,6 +33,7 @@ impl Session {
             caller: self.access.caller().clone(),
             query_id: id.to_owned(),
             sql_sha256: hex::encode(Sha256::digest(sql.as_bytes())),
+            query: None,
         }
     }
 }
@@ -44,9 +45,17 @@ pub(super) struct PendingAudit {
     caller: Caller,
     query_id: String,
     sql_sha256: String,
+    /// The running query's collector: its notes (retries) go into the records.
+    query: Option<QueryAccess>,
 }
 
 impl PendingAudit {
+    /// These records, reporting what `query` notes while it runs.
+    pub(super) fn noting(mut self, query: &QueryAccess) -> Self {
+        self.query = Some(query.clone());
+        self
+    }
+
     /// The records of the query's table accesses, and one of its refusal or limit
     /// (`event`: action and resource) if it was stopped by one.
     fn records(
@@ -69,6 +78,11 @@ impl PendingAudit {
         let known: std::collections::BTreeSet<&str> = known.iter().map(String::as_str).collect();
         let redact = |e: &String| clearice_access::redact::redact_values(e, &known);
         let outcome = outcome.map_err(|e| redact(&e));
+        let retries = self
+            .query
+            .as_ref()
+            .map(QueryAccess::notes)
+            .unwrap_or_default();
         if let Some((action, resource)) = event {
             out.push(AuditRecord {
                 row_filter: None,
@@ -84,6 +98,7 @@ impl PendingAudit {
                 allowed: false,
                 rows: None,
                 error: outcome.as_ref().err().cloned(),
+                retries: retries.clone(),
             });
         }
         for a in self.accesses {
@@ -116,6 +131,7 @@ impl PendingAudit {
                     .as_ref()
                     .map(redact)
                     .or_else(|| outcome.as_ref().err().cloned()),
+                retries: retries.clone(),
             });
         }
         out

@@ -1,0 +1,249 @@
+//! The coordinator's root of a distributed plan: a worker's error keeps its class, a
+//! worker lost before the query returned a row costs a retry on the others, and a query
+//! that cannot be finished exactly fails in one line.
+//!
+//! Scans are idempotent (a signed scan of a pinned snapshot), so a query whose workers
+//! change before it has returned anything can be planned again from its local plan and
+//! run on the workers that answer, with fresh stage and task keys. Once a row has left
+//! the coordinator, running again could repeat it: the query then fails in one line and
+//! no partial result is reported as complete.
+
+use std::fmt;
+use std::sync::Arc;
+
+use clearice_access::{QueryAccess, cause_of};
+use datafusion::config::ConfigOptions;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::reset_plan_states;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
+use datafusion_distributed::{
+    DistributedExec, DistributedPhysicalOptimizerRule, NetworkCoalesceExec,
+};
+use futures::StreamExt;
+
+use crate::coordinator::Workers;
+use crate::error::ClusterError;
+
+/// Attempts of one query, at most (the first and two retries).
+pub const MAX_ATTEMPTS: usize = 3;
+
+/// `plan` cut into stages for the workers (a plan the planner keeps whole runs on one
+/// worker as one stage: its scans decrypt there all the same).
+pub(crate) fn distributed(
+    plan: &Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let distributed = DistributedPhysicalOptimizerRule.optimize(Arc::clone(plan), config)?;
+    if distributed.as_any().is::<DistributedExec>() {
+        return Ok(distributed);
+    }
+    let mut plan = Arc::clone(plan);
+    if plan.output_partitioning().partition_count() > 1 {
+        plan = Arc::new(CoalescePartitionsExec::new(plan));
+    }
+    let stage = NetworkCoalesceExec::try_new(plan, uuid::Uuid::new_v4(), 1, 1, 1)?;
+    Ok(Arc::new(DistributedExec::new(Arc::new(stage))))
+}
+
+/// The root of a distributed query on the coordinator. Never sent to a worker.
+#[derive(Debug)]
+pub(crate) struct ClusterRootExec {
+    /// The plan before it was cut into stages (planned again for a retry).
+    local: Arc<dyn ExecutionPlan>,
+    /// Its first distribution.
+    input: Arc<dyn ExecutionPlan>,
+    workers: Workers,
+    /// The query's collector (planned in its scope): retries are noted for its audit.
+    query: Option<QueryAccess>,
+}
+
+impl ClusterRootExec {
+    /// The root of `input`, the distribution of `local`, for the query being planned.
+    pub(crate) fn new(
+        local: Arc<dyn ExecutionPlan>,
+        input: Arc<dyn ExecutionPlan>,
+        workers: Workers,
+    ) -> Self {
+        Self {
+            local,
+            input,
+            workers,
+            query: QueryAccess::current(),
+        }
+    }
+}
+
+impl DisplayAs for ClusterRootExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ClusterRootExec: workers={}, attempts<={MAX_ATTEMPTS}",
+            self.workers.all.len()
+        )
+    }
+}
+
+impl ExecutionPlan for ClusterRootExec {
+    fn name(&self) -> &str {
+        "ClusterRootExec"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("ClusterRootExec: no child".into()))?;
+        Ok(Arc::new(Self {
+            local: Arc::clone(&self.local),
+            input,
+            workers: self.workers.clone(),
+            query: self.query.clone(),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let schema = self.input.schema();
+        let run = Run {
+            current: None,
+            first: Some(Arc::clone(&self.input)),
+            local: Arc::clone(&self.local),
+            workers: self.workers.clone(),
+            query: self.query.clone(),
+            partition,
+            context,
+            attempt: 1,
+            returned_rows: false,
+            done: false,
+        };
+        let stream = futures::stream::unfold(run, |mut run| async move {
+            let item = run.next().await?;
+            Some((item, run))
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+/// One execution of a [`ClusterRootExec`], across its attempts.
+struct Run {
+    current: Option<SendableRecordBatchStream>,
+    /// The first attempt's plan, until it starts.
+    first: Option<Arc<dyn ExecutionPlan>>,
+    local: Arc<dyn ExecutionPlan>,
+    workers: Workers,
+    query: Option<QueryAccess>,
+    partition: usize,
+    context: Arc<TaskContext>,
+    attempt: usize,
+    /// Whether a batch with rows has been passed on (no retry after that).
+    returned_rows: bool,
+    done: bool,
+}
+
+impl Run {
+    async fn next(&mut self) -> Option<DfResult<datafusion::arrow::array::RecordBatch>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let polled = match self.stream() {
+                Ok(stream) => stream.next().await,
+                Err(e) => Some(Err(e)),
+            };
+            match polled {
+                Some(Ok(batch)) => {
+                    self.returned_rows |= batch.num_rows() > 0;
+                    return Some(Ok(batch));
+                }
+                None => {
+                    self.done = true;
+                    return None;
+                }
+                Some(Err(e)) => match self.retry_after(e).await {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        self.done = true;
+                        self.current = None;
+                        return Some(Err(e));
+                    }
+                },
+            }
+        }
+    }
+
+    /// The stream of the current attempt (started on first use).
+    fn stream(&mut self) -> DfResult<&mut SendableRecordBatchStream> {
+        if self.current.is_none() {
+            let plan = match self.first.take() {
+                Some(plan) => plan,
+                None => distributed(
+                    &reset_plan_states(Arc::clone(&self.local))?,
+                    self.context.session_config().options(),
+                )?,
+            };
+            self.current = Some(plan.execute(self.partition, Arc::clone(&self.context))?);
+        }
+        Ok(self.current.as_mut().expect("started above"))
+    }
+
+    /// `Ok` when the query runs again on the workers that answer after `e`; the error to
+    /// report otherwise: a worker's own error with its class, or one line naming the
+    /// workers lost.
+    async fn retry_after(&mut self, e: DataFusionError) -> DfResult<()> {
+        if let Some(on_worker) = crate::classes::tagged(&e) {
+            return Err(on_worker.into());
+        }
+        // A call to a worker failed, here or on a worker reading a peer's stage (such
+        // errors are sent untagged), or the coordinator's own part failed: which workers
+        // answer now tells.
+        let explained = self.workers.explain(&e).await;
+        let Some(ClusterError::WorkerLost { workers, reason }) =
+            cause_of::<ClusterError>(&explained)
+        else {
+            return Err(if cause_of::<tonic::Status>(&e).is_some() {
+                explained
+            } else {
+                e
+            });
+        };
+        if self.returned_rows || self.attempt >= MAX_ATTEMPTS || self.workers.live().is_empty() {
+            return Err(explained);
+        }
+        let line = format!(
+            "attempt {} stopped: cluster worker {workers} stopped answering ({reason}); \
+             run again on the others",
+            self.attempt
+        );
+        tracing::warn!(retry = %line, "distributed query retried");
+        if let Some(query) = &self.query {
+            query.note(line);
+        }
+        // Dropping the attempt's stream cancels its calls to the workers that answer.
+        self.current = None;
+        self.attempt += 1;
+        Ok(())
+    }
+}
