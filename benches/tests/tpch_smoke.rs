@@ -1,8 +1,10 @@
 //! The TPC-H benchmark (`benches/tpch/run.py`) at scale factor 0.01, with the debug
 //! binaries `cargo test --workspace` built: ClearIce over the PME-encrypted Iceberg tables
 //! (in process and through its CLI), over their plaintext twins, and bare DataFusion must
-//! each return DuckDB's answer to all 22 queries, in the queries' order. The harness exits
-//! non-zero on any difference; timings are not checked.
+//! each return DuckDB's answer to all 22 queries, in the queries' order; so must ClearIce as
+//! the coordinator of three `clearice worker` processes over mutual TLS, and as `analyst`
+//! (masked columns) the cluster must answer as one process does. The harness exits non-zero
+//! on any difference; timings are not checked.
 
 use std::path::Path;
 use std::process::Command;
@@ -28,7 +30,7 @@ fn every_engine_answers_the_22_tpch_queries_as_duckdb_does() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tpch/run.py");
     let out = Command::new(python)
         .arg(&script)
-        .args(["--sf", "0.01", "--runs", "1", "--bin-dir"])
+        .args(["--sf", "0.01", "--runs", "1", "--cluster", "3", "--bin-dir"])
         .arg(bin_dir)
         .arg("--work")
         .arg(work.path().join("data"))
@@ -54,6 +56,7 @@ fn every_engine_answers_the_22_tpch_queries_as_duckdb_does() {
         "ClearIce CLI enc",
         "DataFusion plain",
         "DuckDB plain",
+        "ClearIce 3 workers enc",
         "| **total** |",
     ] {
         assert!(stdout.contains(needle), "no {needle:?} in:\n{stdout}");

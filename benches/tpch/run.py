@@ -23,8 +23,14 @@ Every engine is one long-lived process (except the CLI); before any time is repo
 engine's answer to every query is checked equal to DuckDB's, row by row in the query's
 order (decimals and floats to 1e-6 relative). Rounds rotate the engines' order; the median
 per query is reported, and the total is the sum of the medians. `--results` writes the
-table into benches/RESULTS.md between the tpch markers. `--sf 0.01 --runs 1` is the smoke
-test CI runs (benches/tests/tpch_smoke.rs).
+table into benches/RESULTS.md between the tpch markers. `--sf 0.01 --runs 1 --cluster 3` is the
+smoke test CI runs (benches/tests/tpch_smoke.rs).
+
+`--cluster N` adds ClearIce as the coordinator of N `clearice worker` processes on loopback,
+over mutual TLS (a CA and certificates made with openssl, a cluster secret): as `admin` it is
+checked against DuckDB and timed like the others; as `analyst` (addresses hashed, phones
+`show_last_4`) its answers are checked equal to one ClearIce process's, and q10's against
+the admin's (they must differ: the masks are applied).
 """
 
 import argparse
@@ -84,14 +90,20 @@ def queries(selected):
 # Data
 # --------------------------------------------------------------------------
 
+# What the second principal, `analyst`, sees of the protected columns (plaintext otherwise).
+ANALYST_MASKS = {"c_address": "sha256", "c_phone": "show_last_4", "s_address": "sha256",
+                 "s_phone": "show_last_4"}
+
+
 def policy():
-    lines = ["[roles]", "admin = {}", "", "[users]", 'admin = { roles = ["admin"] }', "",
-             "[files]", 'decrypt = ["admin"]']
+    lines = ["[roles]", "admin = {}", "analyst = {}", "", "[users]", 'admin = { roles = ["admin"] }',
+             'analyst = { roles = ["analyst"] }', "", "[files]", 'decrypt = ["admin"]']
     for table, keys in ENCRYPTED.items():
         for key, columns in keys.items():
             for c in columns:
+                analyst = ANALYST_MASKS.get(c, "plaintext")
                 lines += ["", f'[tables."lake.tpch.{table}".columns.{c}]', f'master_key = "{key}"',
-                          'access = { admin = "plaintext" }']
+                          f'access = {{ admin = "plaintext", analyst = "{analyst}" }}']
     return "\n".join(lines) + "\n"
 
 
@@ -267,12 +279,73 @@ def same(a, b):
     return a == b
 
 
-def check(name, q, got, want):
+def check(name, q, got, want, peer="DuckDB"):
     if len(got) != len(want):
-        raise SystemExit(f"{name} q{q}: {len(got)} rows, DuckDB {len(want)}")
+        raise SystemExit(f"{name} q{q}: {len(got)} rows, {peer} {len(want)}")
     for i, (g, w) in enumerate(zip(got, want)):
         if len(g) != len(w) or not all(same(x, y) for x, y in zip(g, w)):
-            raise SystemExit(f"{name} q{q}: row {i} differs: {g} vs DuckDB {w}")
+            raise SystemExit(f"{name} q{q}: row {i} differs: {g} vs {peer} {w}")
+
+
+# --------------------------------------------------------------------------
+# A cluster: `clearice worker` processes over mutual TLS on loopback
+# --------------------------------------------------------------------------
+
+def cluster_certs(d):
+    """A CA and one certificate for every process (loopback names), made with openssl."""
+    d.mkdir(parents=True, exist_ok=True)
+
+    def ssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    ssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+        "-subj", "/CN=clearice bench CA", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"),
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+    ssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=node",
+        "-keyout", str(d / "node.key"), "-out", str(d / "node.csr"))
+    (d / "node.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                "extendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature\n")
+    ssl("x509", "-req", "-in", str(d / "node.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+        "-CAcreateserial", "-days", "2", "-extfile", str(d / "node.ext"), "-out", str(d / "node.pem"))
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_cluster(work, clearice, n):
+    """`n` workers over mutual TLS; returns (coordinator config, worker processes)."""
+    d = work / "cluster"
+    cluster_certs(d)
+    (d / "secret").write_text(base64.b16encode(os.urandom(32)).decode())
+    ports = [free_port() for _ in range(n)]
+    urls = ", ".join(f'"https://127.0.0.1:{p}"' for p in ports)
+    config = d / "clearice.toml"
+    config.write_text((work / "clearice.toml").read_text()
+                      .replace('path = "keyring.json"', f'path = "{work / "keyring.json"}"')
+                      .replace('path = "policy.toml"', f'path = "{work / "policy.toml"}"')
+                      + f'\n[cluster]\nworkers = [{urls}]\nsecret_file = "secret"\n'
+                      'tls_cert = "node.pem"\ntls_key = "node.key"\ntls_ca = "ca.pem"\n')
+    procs = []
+    for i, p in enumerate(ports):
+        addr = d / f"worker{i}.addr"
+        addr.unlink(missing_ok=True)
+        procs.append(subprocess.Popen([clearice, "--config", str(config), "worker", "--addr",
+                                       f"127.0.0.1:{p}", "--addr-file", str(addr)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        deadline = time.monotonic() + 120
+        while not (addr.exists() and addr.read_text()):
+            if procs[-1].poll() is not None:
+                raise SystemExit(f"worker {i} did not start: {procs[-1].stderr.read().decode()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"worker {i} did not start within 120 s")
+            time.sleep(0.1)
+    log(f"cluster: {n} workers over mutual TLS on ports {ports}")
+    return str(config), procs
 
 
 # --------------------------------------------------------------------------
@@ -287,6 +360,9 @@ def main():
     ap.add_argument("--bin-dir", type=Path, default=None, help="skip the build; binaries here")
     ap.add_argument("--queries", default=",".join(str(n) for n in range(1, 23)))
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI (a process per query)")
+    ap.add_argument("--cluster", type=int, default=0, metavar="N",
+                    help="also run ClearIce as a coordinator of N `clearice worker` processes over mutual "
+                         "TLS (as admin, checked against DuckDB, and as analyst, checked against one process)")
     ap.add_argument("--results", action="store_true", help="write the table into benches/RESULTS.md")
     ap.add_argument("--memory-limit", type=int, default=0,
                     help="MiB each engine's memory pool may hold (ClearIce `[execution] memory_limit_mb`, "
@@ -302,6 +378,7 @@ def main():
     work = (args.work or target / "tpch" / args.sf).resolve()
     if not (work / "sf").exists() or (work / "sf").read_text() != args.sf:
         generate(work, args.sf)
+    (work / "policy.toml").write_text(policy())
     config = str(work / "clearice.toml")
     if args.memory_limit:
         # The same config with the process's memory pool bounded (`[execution]`).
@@ -312,8 +389,9 @@ def main():
     bins = str(args.bin_dir / "compare"), str(args.bin_dir / "clearice")
     qs = queries([int(n) for n in args.queries.split(",")])
 
-    def clearice(ns):
-        return [bins[0], "clearice", "--config", config, "--user", "admin", "--namespace", ns]
+    def clearice(ns, user="admin", cfg=config):
+        argv = [bins[0], "clearice", "--config", cfg, "--user", user, "--namespace", ns]
+        return argv + (["--distributed"] if cfg != config else [])
 
     datafusion = [bins[0], "datafusion", "--keyring", str(work / "keyring.json")]
     if args.memory_limit:
@@ -328,7 +406,24 @@ def main():
     duck = Sql("DuckDB plain", [sys.executable, __file__, "--worker", str(work / "plain"),
                                 str(args.memory_limit or 0)], {})
     cli = [] if args.no_cli else [Cli("ClearIce CLI enc", bins[1], config, "lake.tpch")]
+    # With --cluster: the coordinator as admin (timed, checked against DuckDB), and the
+    # analyst's masked answers on one process and on the cluster (checked against each other).
+    cluster_procs, pairs = [], []
+    if args.cluster:
+        cluster_config, cluster_procs = start_cluster(work, bins[1], args.cluster)
+        workers.append(Sql(f"ClearIce {args.cluster} workers enc", clearice("lake.tpch", cfg=cluster_config), {}))
+        pairs.append((Sql("ClearIce enc (analyst)", clearice("lake.tpch", "analyst"), {}),
+                      Sql(f"ClearIce {args.cluster} workers enc (analyst)",
+                          clearice("lake.tpch", "analyst", cluster_config), {})))
+    try:
+        run(args, work, qs, workers, duck, cli, pairs)
+    finally:
+        for p in cluster_procs:
+            p.kill()
+            p.wait()
 
+
+def run(args, work, qs, workers, duck, cli, pairs):
     log("checking answers against DuckDB")
     # A peer that refuses a query (bare DataFusion over a memory limit) is reported as
     # refused; ClearIce refusing one fails the run.
@@ -347,6 +442,17 @@ def main():
             check(w.name, q, got, want)
         for c in cli:
             check(c.name, q, c.rows(sql), want)
+        for one, many in pairs:
+            masked = one.rows(sql, str(work / "want.arrow"))
+            check(many.name, q, many.rows(sql, str(work / "got.arrow")), masked, peer=one.name)
+            if q == 10:
+                # q10 returns c_address and c_phone: the analyst sees them masked.
+                try:
+                    check(one.name, q, masked, want)
+                except SystemExit:
+                    pass
+                else:
+                    raise SystemExit(f"{one.name} q10: the analyst's answer is the admin's (no masks)")
     engines = workers + [duck] + cli
     times = {(e.name, q): [] for e in engines for q in qs}
     for r in range(args.runs):
@@ -357,7 +463,7 @@ def main():
                     times[(e.name, q)].append(e.run_sql(sql)[0])
         log(f"round {r + 1}/{args.runs} done")
     peaks = {e.name: peak_rss_mib(e) for e in workers + [duck]}
-    for e in engines:
+    for e in engines + [w for pair in pairs for w in pair]:
         e.close()
     med = {k: statistics.median(v) for k, v in times.items() if v}
     lines = report(args, work, [e.name for e in engines], qs, med)
