@@ -462,6 +462,7 @@ def run(args, work, qs, workers, duck, cli, pairs):
                 if (e.name, q) not in refused:
                     times[(e.name, q)].append(e.run_sql(sql)[0])
         log(f"round {r + 1}/{args.runs} done")
+    fixed = fixed_cost(workers) if args.cluster else None
     peaks = {e.name: peak_rss_mib(e) for e in workers + [duck]}
     for e in engines + [w for pair in pairs for w in pair]:
         e.close()
@@ -473,9 +474,26 @@ def run(args, work, qs, workers, duck, cli, pairs):
     lines.append("Peak RSS per process over the whole run"
                  + (f" (memory pools {args.memory_limit} MiB)" if args.memory_limit else "") + ": "
                  + ", ".join(f"{n} {p:,.0f} MiB" for n, p in peaks.items()) + ".")
+    if fixed:
+        lines.append("")
+        lines.append(fixed)
     print("\n".join(lines))
     if args.results:
         compare.write_results(lines, "tpch", heading="TPC-H over encrypted Iceberg (`benches/tpch/run.py`)")
+
+
+def fixed_cost(workers, n=30):
+    """The fixed cost of a distributed query: a scan of the 5-row `region` table, `n` times on
+    one process and on the cluster (medians, after a warm-up each)."""
+    sql = "SELECT count(*), min(r_name) FROM region"
+    one, many = workers[0], workers[-1]
+    med = {}
+    for w in (one, many):
+        w.run_sql(sql)
+        med[w.name] = statistics.median(w.run_sql(sql)[0] for _ in range(n))
+    return (f"Fixed cost of a distributed query (`{sql}`, median of {n}): {one.name} "
+            f"{med[one.name] * 1e3:.1f} ms, {many.name} {med[many.name] * 1e3:.1f} ms: "
+            f"**+{(med[many.name] - med[one.name]) * 1e3:.1f} ms** per query.")
 
 
 def peak_rss_mib(worker):
