@@ -70,8 +70,13 @@ for v in 18.3.0 17.0.0; do
   JARS=${JARS:+$JARS:}$jar
 done
 command -v java >/dev/null || { echo "error: java (17+) is needed for the JDBC driver tests" >&2; exit 2; }
-# The TPC-H smoke test makes its cluster's CA and certificates with openssl.
-command -v openssl >/dev/null || { echo "error: openssl is needed for the TPC-H cluster smoke test's certificates" >&2; exit 2; }
+# The TPC-H smoke test makes its cluster's CA and certificates with openssl (installed from
+# the Debian registry when missing, as PostgreSQL is below).
+if ! command -v openssl >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing openssl (apt)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
+command -v openssl >/dev/null || { echo "error: openssl is needed for the TPC-H cluster smoke test's certificates (apt-get install openssl)" >&2; exit 2; }
 
 # Java test peers, each resolved by Maven from scripts/NAME/pom.xml into $CACHE/NAME/lib
 # (again only when the pom changes): `resolve_java_peer NAME WHAT`.

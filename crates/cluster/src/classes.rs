@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use clearice_access::ErrorClass;
+use clearice_iceberg::exec::only_child;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -118,11 +119,9 @@ impl ExecutionPlan for ClassifiedExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let input = children
-            .pop()
-            .ok_or_else(|| DataFusionError::Internal("ClassifiedExec: no child".into()))?;
+        let input = only_child("ClassifiedExec", children)?;
         Ok(Arc::new(Self::new(input, Arc::clone(&self.classify))))
     }
 

@@ -12,6 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use clearice_access::{QueryAccess, cause_of};
+use clearice_iceberg::exec::only_child;
 use datafusion::config::ConfigOptions;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -108,11 +109,9 @@ impl ExecutionPlan for ClusterRootExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let input = children
-            .pop()
-            .ok_or_else(|| DataFusionError::Internal("ClusterRootExec: no child".into()))?;
+        let input = only_child("ClusterRootExec", children)?;
         Ok(Arc::new(Self {
             local: Arc::clone(&self.local),
             input,

@@ -311,15 +311,11 @@ impl Engine {
         if cluster.workers.is_empty() {
             return Err(cluster_err("[cluster] workers is empty".into()));
         }
-        if cluster.probe_interval_ms == Some(0) {
-            return Err(cluster_err(
-                "[cluster] probe_interval_ms must be at least 1".into(),
-            ));
-        }
         let workers = clearice_cluster::Workers::start(
             &cluster.workers,
             Arc::clone(signer),
             self.cluster_tls.clone(),
+            // Checked at open: at least 1 ms.
             std::time::Duration::from_millis(
                 cluster
                     .probe_interval_ms

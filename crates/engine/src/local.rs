@@ -217,6 +217,13 @@ impl LocalParts {
             None => None,
         };
         let cluster_tls = match &config.cluster {
+            Some(c) if c.probe_interval_ms == Some(0) => {
+                return Err(Error::ConfigValue {
+                    path: config.source.clone(),
+                    key: "cluster.probe_interval_ms".into(),
+                    reason: "must be at least 1".into(),
+                });
+            }
             Some(c) => cluster_tls(config, c)?,
             None => None,
         };

@@ -78,6 +78,8 @@ impl PendingAudit {
         let known: std::collections::BTreeSet<&str> = known.iter().map(String::as_str).collect();
         let redact = |e: &String| clearice_access::redact::redact_values(e, &known);
         let outcome = outcome.map_err(|e| redact(&e));
+        // Engine-made lines: configured worker URLs and the transport's reason, no data
+        // (not redacted: the URL says which worker was lost).
         let retries = self
             .query
             .as_ref()

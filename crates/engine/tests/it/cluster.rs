@@ -516,6 +516,11 @@ async fn oversized_worker_messages_are_refused_before_they_are_read() {
     assert_eq!(code, tonic::Code::Unauthenticated);
     assert!(took < Duration::from_secs(1), "{took:?}");
     // The worker still serves the cluster.
+    still_answers(&coordinator).await;
+}
+
+/// The cluster of `coordinator` still answers a query (after a refused peer).
+pub(crate) async fn still_answers(coordinator: &Engine) {
     let rows = query(
         &coordinator.session("admin"),
         "SELECT count(*) FROM lake.sales.customers",

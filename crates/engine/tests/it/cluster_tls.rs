@@ -9,7 +9,7 @@ use clearice_demo as demo;
 use clearice_engine::{Config, Engine};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-use crate::cluster::{QUERIES, cluster_with};
+use crate::cluster::{QUERIES, cluster_with, still_answers};
 use crate::common::*;
 use clearice_testkit::certs::{ca, node};
 
@@ -135,13 +135,7 @@ async fn mutual_tls_cluster_answers_as_one_process_and_refuses_other_peers() {
         worker_info(&url.replace("https://", "http://"), None, Some(&signer)).await,
     );
     // The cluster still answers.
-    let rows = query(
-        &coordinator.session("admin"),
-        "SELECT count(*) FROM lake.sales.customers",
-    )
-    .await
-    .unwrap();
-    assert_eq!(rows[0].num_rows(), 1);
+    still_answers(&coordinator).await;
 }
 
 /// `[cluster]` with `extra`, opened as an engine: the error line, if any.
@@ -187,6 +181,11 @@ async fn cluster_tls_settings_are_checked_when_the_engine_opens() {
         ok("tls_cert = \"node.pem\"\ntls_ca = \"ca.pem\"\n").await,
         &["cluster.tls_cert", "together"],
     );
+    refused(
+        ok("probe_interval_ms = 0\n").await,
+        &["cluster.probe_interval_ms", "at least 1"],
+    );
+    assert_eq!(ok("probe_interval_ms = 250\n").await, Ok(()));
     refused(
         ok("workers = [\"http://10.1.2.3:50061\"]\n").await,
         &["cluster.workers", "10.1.2.3", "not on loopback", "insecure"],
