@@ -756,12 +756,12 @@ impl TableProvider for PolicyTableProvider {
             .iter()
             .all(|c| c.resolved.decision == Decision::Plaintext);
         // Scale-out: workers plan the same scan again (their own KMS), given the key scope
-        // and masks decided here. A principal's own provider token is not sent to workers:
-        // such sessions scan here.
+        // and masks decided here; a principal's own provider token goes with it, sealed
+        // for the cluster (clearice-cluster's wire).
         let distribute = state
             .config()
             .get_extension::<DistributeScans>()
-            .filter(|_| self.access.credential().is_none() && row_filter.is_none());
+            .filter(|_| row_filter.is_none());
         // Statistics in the plan (and `EXPLAIN`): of the columns shown in plaintext only,
         // and none under a row filter (not even the table's row count).
         // A coordinator reads no footer: its workers hold the keys.

@@ -72,7 +72,7 @@ pub struct ScanRequest {
     /// `filters` also go to the Parquet reader (a mask above blocks DataFusion's pushdown).
     pub set_predicate: bool,
     /// What the scan may decrypt, and as whom (its provider by name: the worker resolves
-    /// it with its own providers; no token: sessions with one scan on the coordinator).
+    /// it with its own providers; the token travels sealed, see clearice-cluster).
     pub grant: ScanGrant,
     /// The principal's masks, one per output column; `None`: every column in plaintext.
     pub masks: Option<Vec<MaskOutput>>,

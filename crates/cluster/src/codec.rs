@@ -76,7 +76,7 @@ impl ClearIceCodec {
                 self.signer.ttl.as_secs()
             )));
         }
-        wire.into_request(ctx)
+        wire.into_request(ctx, &self.signer)
     }
 }
 
@@ -121,7 +121,7 @@ impl PhysicalExtensionCodec for ClearIceCodec {
 
     fn try_encode(&self, node: Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> DfResult<()> {
         if let Some(scan) = node.as_any().downcast_ref::<RemoteScanExec>() {
-            let body = serde_json::to_vec(&WireScan::from_request(scan.request())?)
+            let body = serde_json::to_vec(&WireScan::from_request(scan.request(), &self.signer)?)
                 .map_err(|e| DataFusionError::Internal(format!("scan encoding: {e}")))?;
             buf.extend_from_slice(SCAN_MAGIC);
             buf.extend_from_slice(&self.signer.sign(&body));

@@ -5,9 +5,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tonic::codegen::http;
 
-/// Signs and verifies scans sent to workers (HMAC-SHA256 with the cluster secret).
+/// Signs and verifies scans sent to workers (HMAC-SHA256 with the cluster secret), and
+/// seals what only cluster members may read in them (a principal's provider token:
+/// AES-256-GCM under a key derived from the secret with HKDF-SHA256).
 pub struct TaskSigner {
     key: ring::hmac::Key,
+    seal: ring::aead::LessSafeKey,
     pub(crate) ttl: Duration,
 }
 
@@ -31,10 +34,56 @@ impl TaskSigner {
                 secret.len()
             ));
         }
+        // Its own key, not the signing key: a tag never doubles as a cipher key.
+        let prk = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, SEAL_SALT).extract(secret);
+        let seal = prk
+            .expand(&[SEAL_INFO], &ring::aead::AES_256_GCM)
+            .map_err(|_| "the cluster secret's sealing key cannot be derived".to_owned())?;
         Ok(Self {
             key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret),
+            seal: ring::aead::LessSafeKey::new(ring::aead::UnboundKey::from(seal)),
             ttl,
         })
+    }
+
+    /// `secret` encrypted for cluster members, bound to `context` (which must be given
+    /// again to open it): a fresh 96-bit nonce, then the ciphertext and its tag.
+    pub(crate) fn seal(&self, secret: &[u8], context: &[u8]) -> Result<Vec<u8>, &'static str> {
+        let mut nonce = [0u8; ring::aead::NONCE_LEN];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+            .map_err(|_| "no randomness for a nonce")?;
+        let mut out = zeroize::Zeroizing::new(secret.to_vec());
+        self.seal
+            .seal_in_place_append_tag(
+                ring::aead::Nonce::assume_unique_for_key(nonce),
+                ring::aead::Aad::from(context),
+                &mut *out,
+            )
+            .map_err(|_| "sealing failed")?;
+        let mut sealed = nonce.to_vec();
+        sealed.extend_from_slice(&out);
+        Ok(sealed)
+    }
+
+    /// What [`TaskSigner::seal`] sealed with `context`, if this cluster sealed it so.
+    pub(crate) fn open(
+        &self,
+        sealed: &[u8],
+        context: &[u8],
+    ) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+        if sealed.len() < ring::aead::NONCE_LEN {
+            return None;
+        }
+        let (nonce, body) = sealed.split_at(ring::aead::NONCE_LEN);
+        let nonce = ring::aead::Nonce::try_assume_unique_for_key(nonce).ok()?;
+        let mut body = zeroize::Zeroizing::new(body.to_vec());
+        let n = self
+            .seal
+            .open_in_place(nonce, ring::aead::Aad::from(context), &mut body)
+            .ok()?
+            .len();
+        body.truncate(n);
+        Some(body)
     }
 
     pub(crate) fn sign(&self, body: &[u8]) -> Vec<u8> {
@@ -99,6 +148,10 @@ impl TaskSigner {
 pub(crate) const CALL_WINDOW: Duration = Duration::from_secs(300);
 
 const CALL_SCHEME: &str = "ClearIce-Cluster ";
+
+/// HKDF salt and info of the sealing key (versioned: a new scheme, a new key).
+const SEAL_SALT: &[u8] = b"clearice-cluster";
+const SEAL_INFO: &[u8] = b"clearice-cluster-seal-v1";
 
 /// What a call credential signs. Scan tags sign JSON (`{...}`), so the two never collide.
 fn call_message(path: &str, at: u64) -> String {

@@ -131,9 +131,20 @@ fn a_scan_request_survives_the_wire() {
     assert_eq!(got.grant.aad_prefix, want.grant.aad_prefix);
     assert_eq!(got.grant.route, want.grant.route);
     assert_eq!(got.grant.column_keys, want.grant.column_keys);
-    // The principal's own token stays on the coordinator.
-    assert!(got.grant.credential.is_none());
+    // The principal's own token reaches the worker, sealed on the wire.
+    assert_eq!(
+        got.grant.credential.as_ref().map(AccessToken::expose),
+        Some("the-analysts-own-token")
+    );
     assert!(!String::from_utf8_lossy(&buf).contains("the-analysts-own-token"));
+    assert!(!format!("{got:?}").contains("the-analysts-own-token"));
+    let mut bare = request();
+    bare.grant.credential = None;
+    let plain = codec
+        .try_decode(&encode(&s, bare), &[], &TaskContext::default())
+        .unwrap();
+    let plain = plain.as_any().downcast_ref::<RemoteScanExec>().unwrap();
+    assert!(plain.request().grant.credential.is_none());
     assert_eq!(got.schema, want.schema);
     assert_eq!(got.partitions, 3);
     assert_eq!(got.mask_key_check, want.mask_key_check);
@@ -168,7 +179,7 @@ fn expired_truncated_and_foreign_scans_are_refused() {
     let codec = ClearIceCodec::worker(Arc::clone(&s), Arc::new(NoBuilder));
     let ctx = TaskContext::default();
     // Signed long ago (a replay): re-sign a body with an old stamp.
-    let mut wire = WireScan::from_request(&request()).unwrap();
+    let mut wire = WireScan::from_request(&request(), &s).unwrap();
     wire.issued_at = now_s() - 3600;
     let body = serde_json::to_vec(&wire).unwrap();
     let mut old = SCAN_MAGIC.to_vec();
@@ -190,6 +201,80 @@ fn expired_truncated_and_foreign_scans_are_refused() {
         .to_string();
     assert!(e.contains("unknown plan node"), "{e}");
     assert!(TaskSigner::new(&[1u8; 31], Duration::from_secs(1)).is_err());
+}
+
+/// Signs `wire` with `s` as a coordinator would.
+fn signed(s: &TaskSigner, wire: &WireScan) -> Vec<u8> {
+    let body = serde_json::to_vec(wire).unwrap();
+    let mut buf = SCAN_MAGIC.to_vec();
+    buf.extend_from_slice(&s.sign(&body));
+    buf.extend_from_slice(&body);
+    buf
+}
+
+#[test]
+fn a_sealed_token_opens_only_in_its_own_scan_of_its_own_cluster() {
+    let s = signer(60);
+    let codec = ClearIceCodec::worker(Arc::clone(&s), Arc::new(NoBuilder));
+    let ctx = TaskContext::default();
+    let opened = |buf: &[u8]| {
+        codec
+            .try_decode(buf, &[], &ctx)
+            .map(|p| {
+                let scan = p.as_any().downcast_ref::<RemoteScanExec>().unwrap();
+                scan.request()
+                    .grant
+                    .credential
+                    .as_ref()
+                    .map(|t| t.expose().to_owned())
+            })
+            .map_err(|e| e.to_string())
+    };
+    let wire = || -> serde_json::Value {
+        serde_json::to_value(WireScan::from_request(&request(), &s).unwrap()).unwrap()
+    };
+    let resign = |v: &serde_json::Value| signed(&s, &serde_json::from_value(v.clone()).unwrap());
+    let original = wire();
+    assert_eq!(
+        opened(&resign(&original)).unwrap().as_deref(),
+        Some("the-analysts-own-token")
+    );
+    // Two seals of one token differ (a fresh nonce each time).
+    assert_ne!(original["credential"], wire()["credential"]);
+    // Moved, by whoever holds the secret, into a scan of another principal or table,
+    // or of another time: it does not open, and the error does not show it.
+    for (field, value) in [
+        ("table", serde_json::json!("orders")),
+        ("issued_at", serde_json::json!(now_s() - 1)),
+    ] {
+        let mut moved = original.clone();
+        moved[field] = value;
+        let e = opened(&resign(&moved)).unwrap_err();
+        assert!(
+            e.contains("the principal's provider token: does not open"),
+            "{field}: {e}"
+        );
+        assert!(!e.contains("the-analysts-own-token"), "{e}");
+    }
+    let mut moved = original.clone();
+    moved["grant"]["principal"] = serde_json::json!("admin");
+    assert!(opened(&resign(&moved)).is_err());
+    // Sealed by another cluster (and signed by this one): does not open here.
+    let theirs = TaskSigner::new(&[7u8; 32], Duration::from_secs(60)).unwrap();
+    let mut foreign = original.clone();
+    foreign["credential"] = serde_json::to_value(
+        WireScan::from_request(&request(), &theirs).unwrap(),
+    )
+    .unwrap()["credential"]
+        .clone();
+    foreign["issued_at"] = original["issued_at"].clone();
+    assert!(opened(&resign(&foreign)).is_err());
+    // Flipped bits, or not base64.
+    for bad in ["AAAA", "not base64!"] {
+        let mut broken = original.clone();
+        broken["credential"] = serde_json::json!(bad);
+        assert!(opened(&resign(&broken)).is_err(), "{bad}");
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use clearice_access::MaskOutput;
 use clearice_access::remote::ScanRequest;
-use clearice_crypto::ScanGrant;
+use clearice_crypto::{AccessToken, ScanGrant};
 use datafusion::arrow::datatypes::Schema;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
@@ -15,7 +15,7 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::error::refused;
-use crate::signer::now_s;
+use crate::signer::{TaskSigner, now_s};
 
 /// One output column's decision on the wire (its type is the schema's).
 #[derive(Serialize, Deserialize)]
@@ -40,9 +40,13 @@ pub(crate) struct WireScan {
     filters: String,
     limit: Option<usize>,
     set_predicate: bool,
-    /// The grant as the coordinator decided it (its token and resolved provider never
-    /// travel: see [`clearice_crypto::ScanGrant`]).
+    /// The grant as the coordinator decided it (its resolved provider never travels, its
+    /// token travels sealed in [`WireScan::credential`]).
     grant: ScanGrant,
+    /// The principal's own provider token, sealed for cluster members and bound to this
+    /// scan's table, principal and time (base64): not readable in a plan or message dump.
+    #[serde(default)]
+    credential: Option<String>,
     masks: Option<Vec<WireMask>>,
     /// The check value of the `hmac_sha256` mask's secret (never the secret).
     #[serde(default)]
@@ -57,7 +61,8 @@ fn b64() -> base64::engine::GeneralPurpose {
 }
 
 impl WireScan {
-    pub(crate) fn from_request(r: &ScanRequest) -> DfResult<Self> {
+    /// The wire form of `r`, its principal's token sealed by `signer`.
+    pub(crate) fn from_request(r: &ScanRequest, signer: &TaskSigner) -> DfResult<Self> {
         let filters = datafusion_proto::logical_plan::to_proto::serialize_exprs(
             &r.filters,
             &DefaultLogicalExtensionCodec {},
@@ -67,8 +72,30 @@ impl WireScan {
         let schema = datafusion_proto::protobuf::Schema::try_from(r.schema.as_ref())
             .map_err(|e| DataFusionError::Plan(format!("table {}: schema: {e}", r.table_name())))?
             .encode_to_vec();
+        let issued_at = now_s();
+        let credential = match &r.grant.credential {
+            None => None,
+            Some(token) => {
+                let context = seal_context(
+                    &r.catalog,
+                    &r.namespace,
+                    &r.table,
+                    &r.grant.principal,
+                    issued_at,
+                );
+                let sealed = signer
+                    .seal(token.expose().as_bytes(), &context)
+                    .map_err(|e| {
+                        DataFusionError::Internal(format!(
+                            "table {}: the principal's provider token: {e}",
+                            r.table_name()
+                        ))
+                    })?;
+                Some(b64().encode(sealed))
+            }
+        };
         Ok(Self {
-            issued_at: now_s(),
+            issued_at,
             catalog: r.catalog.clone(),
             namespace: r.namespace.clone(),
             table: r.table.clone(),
@@ -80,6 +107,7 @@ impl WireScan {
             limit: r.limit,
             set_predicate: r.set_predicate,
             grant: r.grant.clone(),
+            credential,
             masks: r.masks.as_ref().map(|m| {
                 m.iter()
                     .map(|o| WireMask {
@@ -95,7 +123,12 @@ impl WireScan {
         })
     }
 
-    pub(crate) fn into_request(self, ctx: &TaskContext) -> DfResult<ScanRequest> {
+    /// The request this scan carries, its token opened with `signer`.
+    pub(crate) fn into_request(
+        self,
+        ctx: &TaskContext,
+        signer: &TaskSigner,
+    ) -> DfResult<ScanRequest> {
         let table = format!(
             "{}.{}.{}",
             self.catalog,
@@ -138,6 +171,31 @@ impl WireScan {
                 )
             }
         };
+        let mut grant = self.grant;
+        grant.credential = match &self.credential {
+            None => None,
+            Some(sealed) => {
+                let context = seal_context(
+                    &self.catalog,
+                    &self.namespace,
+                    &self.table,
+                    &grant.principal,
+                    self.issued_at,
+                );
+                let token = b64()
+                    .decode(sealed)
+                    .ok()
+                    .and_then(|s| signer.open(&s, &context))
+                    .and_then(|t| String::from_utf8(t.to_vec()).ok())
+                    .ok_or_else(|| {
+                        bad(
+                            "the principal's provider token",
+                            &"does not open with this worker's cluster secret for this scan",
+                        )
+                    })?;
+                Some(AccessToken::new(token))
+            }
+        };
         Ok(ScanRequest {
             catalog: self.catalog,
             namespace: self.namespace,
@@ -149,11 +207,30 @@ impl WireScan {
             filters,
             limit: self.limit,
             set_predicate: self.set_predicate,
-            grant: self.grant,
+            grant,
             masks,
             mask_key_check: self.mask_key_check,
             schema,
             partitions: self.partitions,
         })
     }
+}
+
+/// What a sealed token is bound to: the scan's table, principal and signing time.
+fn seal_context(
+    catalog: &str,
+    namespace: &[String],
+    table: &str,
+    principal: &str,
+    issued_at: u64,
+) -> Vec<u8> {
+    serde_json::to_vec(&(
+        "clearice-cluster-token-v1",
+        catalog,
+        namespace,
+        table,
+        principal,
+        issued_at,
+    ))
+    .unwrap_or_default()
 }

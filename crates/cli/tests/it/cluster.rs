@@ -1,7 +1,7 @@
 //! Scale-out with real processes: three `clearice worker`s on loopback, one killed with
 //! SIGKILL in the middle of a query.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clearice_demo as demo;
@@ -10,17 +10,19 @@ use futures::StreamExt;
 
 use crate::common::*;
 
-const SECRET: &str = "0c5e2a7f19d84b36a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8";
+pub(crate) const SECRET: &str = "0c5e2a7f19d84b36a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8";
 
 /// A demo lake under `tmp` with `[cluster]` (secret, `workers`) in `cluster.toml`.
-fn lake(tmp: &Path) -> std::path::PathBuf {
+fn lake(tmp: &Path) -> PathBuf {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let config = rt.block_on(demo::init(&tmp.join("lake"))).unwrap();
     std::fs::write(tmp.join("lake/cluster.secret"), SECRET).unwrap();
     config
 }
 
-fn with_cluster(config: &Path, workers: &[String]) -> std::path::PathBuf {
+/// A copy of `config` with `[cluster]` naming `workers` (host:port) and the secret in
+/// `cluster.secret` next to it.
+fn with_cluster(config: &Path, workers: &[String]) -> PathBuf {
     let mut text = std::fs::read_to_string(config).unwrap();
     let urls: Vec<String> = workers.iter().map(|a| format!("\"http://{a}\"")).collect();
     text.push_str(&format!(
@@ -32,22 +34,29 @@ fn with_cluster(config: &Path, workers: &[String]) -> std::path::PathBuf {
     path
 }
 
-#[test]
-fn a_worker_killed_mid_query_fails_it_clearly_and_the_next_query_runs_on_the_others() {
-    let tmp = tempfile::tempdir().unwrap();
-    let config = lake(tmp.path());
-    let worker_config = with_cluster(&config, &[]);
-    let mut workers: Vec<Proc> = (0..3)
+/// `n` `clearice worker`s of `config`'s lake (addresses in `dir`), and the config of
+/// their coordinator.
+pub(crate) fn start_cluster(config: &Path, n: usize, dir: &Path) -> (Vec<Proc>, PathBuf) {
+    let worker_config = with_cluster(config, &[]);
+    let workers: Vec<Proc> = (0..n)
         .map(|i| {
             start(
                 &worker_config,
                 &["worker"],
-                &tmp.path().join(format!("worker{i}.addr")),
+                &dir.join(format!("worker{i}.addr")),
             )
         })
         .collect();
     let addrs: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
-    let coordinator_config = with_cluster(&config, &addrs);
+    let coordinator = with_cluster(config, &addrs);
+    (workers, coordinator)
+}
+
+#[test]
+fn a_worker_killed_mid_query_fails_it_clearly_and_the_next_query_runs_on_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = lake(tmp.path());
+    let (mut workers, coordinator_config) = start_cluster(&config, 3, tmp.path());
     // The CLI as coordinator: the analyst's mask, applied on a worker.
     let out = run_ok(
         std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))

@@ -275,15 +275,19 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
     );
 
     // --- Flight SQL: the principal is the service's user; a client's own token wins ---
+    // The client's queries (with and without users' own tokens) against `addr`.
+    let ask = |addr: &str| -> Value {
+        let out = run_ok(
+            Command::new(&python)
+                .arg(&client)
+                .args(["query", addr])
+                .arg(service_dir.join("idp.key"))
+                .arg("clearice-crypto"),
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
     let flight = start(&config, &["serve"], &tmp.path().join("flight.addr"));
-    let out = run_ok(
-        Command::new(&python)
-            .arg(&client)
-            .args(["query", &flight.addr])
-            .arg(service_dir.join("idp.key"))
-            .arg("clearice-crypto"),
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = ask(&flight.addr);
     assert_eq!(
         v["admin_own_credentials"]["rows"],
         serde_json::json!([[1000001, "609-11-1603"]]),
@@ -311,7 +315,43 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         expired.contains("crypto provider 'dbps' rejected the credentials: token expired"),
         "{v}"
     );
+    // Run here, not on workers.
+    assert!(
+        !v["alice_plan"].to_string().contains("ClusterRootExec"),
+        "{v}"
+    );
     drop(flight);
+
+    // --- on workers: a client's own token travels sealed in the signed scan ----------
+    std::fs::write(lake.join("cluster.secret"), crate::cluster::SECRET).unwrap();
+    let (workers, coordinator) = crate::cluster::start_cluster(&config, 2, tmp.path());
+    let flight = start(
+        &coordinator,
+        &["--distributed", "serve"],
+        &tmp.path().join("coordinator.addr"),
+    );
+    let on_workers = ask(&flight.addr);
+    // The scan ran on the workers...
+    assert!(
+        on_workers["alice_plan"]
+            .to_string()
+            .contains("ClusterRootExec: workers=2"),
+        "{on_workers}"
+    );
+    // ...and they decrypted with each user's own token: the same answers as one process
+    // (without alice's token a worker would ask as ClearIce for analyst: refused, null).
+    for who in ["alice", "bob", "own_credentials", "admin_own_credentials"] {
+        assert_eq!(on_workers[who], v[who], "{who}: {on_workers}");
+    }
+    assert!(
+        on_workers["expired"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("crypto provider 'dbps' rejected the credentials: token expired"),
+        "{on_workers}"
+    );
+    drop(flight);
+    drop(workers);
     let service_audit = std::fs::read_to_string(service_dir.join("audit.jsonl")).unwrap();
     assert!(service_audit.lines().any(|l| {
         let r: Value = serde_json::from_str(l).unwrap();

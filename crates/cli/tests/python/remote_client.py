@@ -104,14 +104,17 @@ def pyread(path, keyrings):
     print(json.dumps(table.slice(0, 3).to_pylist()))
 
 
-def query(addr, token, user="analyst"):
+ROW = "SELECT id, ssn FROM lake.sales.customers WHERE id = 1000001"
+
+
+def query(addr, token, user="analyst", sql=ROW):
     kwargs = {"username": user, "password": user}
     if token is not None:
         kwargs["adbc.flight.sql.rpc.call_header.key_access_token"] = token
     try:
         conn = flightsql.connect(f"grpc://{addr}", db_kwargs=kwargs)
         cur = conn.cursor()
-        cur.execute("SELECT id, ssn FROM lake.sales.customers WHERE id = 1000001")
+        cur.execute(sql)
         rows = [list(r) for r in cur.fetchall()]
         conn.close()
         return {"rows": rows}
@@ -139,6 +142,7 @@ def main():
         "own_credentials": query(addr, None),
         "admin_own_credentials": query(addr, None, "admin"),
         "alice": query(addr, alice),
+        "alice_plan": query(addr, alice, sql="EXPLAIN " + ROW),
         "bob": query(addr, bob),
         "expired": query(addr, expired),
     }))
