@@ -13,6 +13,7 @@ use datafusion_distributed::{
 };
 use tonic::codegen::{Service, http};
 
+use crate::queries::{END_QUERY, QUERY_HEADER};
 use crate::signer::TaskSigner;
 use crate::tls::ClusterTls;
 
@@ -88,6 +89,33 @@ impl ClusterChannels {
             .connect_lazy();
         secured.insert(url.clone(), channel.clone());
         Ok(BoxCloneSyncChannel::new(channel))
+    }
+}
+
+impl ClusterChannels {
+    /// Tells the worker at `url` that `query` ended ([`END_QUERY`]): it refuses that
+    /// query's scans from then on. Why not, in one line.
+    pub(crate) async fn end_query(&self, url: &url::Url, query: uuid::Uuid) -> Result<(), String> {
+        let mut channel = Credentialed {
+            inner: self.channel(url).await.map_err(|e| e.to_string())?,
+            signer: Arc::clone(&self.signer),
+        };
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("{}{END_QUERY}", url.as_str().trim_end_matches('/')))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header(QUERY_HEADER, query.to_string())
+            .body(tonic::body::Body::default())
+            .map_err(|e| e.to_string())?;
+        std::future::poll_fn(|cx| channel.poll_ready(cx))
+            .await
+            .map_err(|e| e.to_string())?;
+        let response = channel.call(request).await.map_err(|e| e.to_string())?;
+        match tonic::Status::from_header_map(response.headers()) {
+            Some(s) if s.code() != tonic::Code::Ok => Err(s.message().to_owned()),
+            _ => Ok(()),
+        }
     }
 }
 

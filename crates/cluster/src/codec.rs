@@ -12,6 +12,7 @@ use clearice_access::compact::CompactViewsExec;
 use clearice_access::fair::YieldExec;
 
 use crate::error::refused;
+use crate::queries::EndedQueries;
 use crate::signer::{TaskSigner, now_s};
 use crate::wire::WireScan;
 
@@ -30,6 +31,8 @@ pub(crate) const TAG_BYTES: usize = 32;
 #[derive(Debug, Clone)]
 pub struct ClearIceCodec {
     pub(crate) signer: Arc<TaskSigner>,
+    /// The queries coordinators ended (workers only: their scans are refused).
+    pub(crate) ended: Arc<EndedQueries>,
     /// Plans decoded scans (workers only).
     builder: Option<Arc<dyn ScanBuilder>>,
 }
@@ -38,6 +41,7 @@ impl ClearIceCodec {
     /// The coordinator's codec: encodes and signs.
     pub fn coordinator(signer: Arc<TaskSigner>) -> Self {
         Self {
+            ended: Arc::new(EndedQueries::new(signer.ttl)),
             signer,
             builder: None,
         }
@@ -46,6 +50,7 @@ impl ClearIceCodec {
     /// A worker's codec: verifies, and plans scans with `builder`.
     pub fn worker(signer: Arc<TaskSigner>, builder: Arc<dyn ScanBuilder>) -> Self {
         Self {
+            ended: Arc::new(EndedQueries::new(signer.ttl)),
             signer,
             builder: Some(builder),
         }
@@ -70,10 +75,17 @@ impl ClearIceCodec {
         let age = now_s().saturating_sub(wire.issued_at);
         if age > self.signer.ttl.as_secs() {
             return Err(refused(format!(
-                "table {}.{}: signed {age} s ago, longer than the cluster's task_ttl_s ({})",
-                wire.catalog,
-                wire.table,
+                "table {}: signed {age} s ago, longer than the cluster's task_ttl_s ({})",
+                wire.table_name(),
                 self.signer.ttl.as_secs()
+            )));
+        }
+        let query = uuid::Uuid::parse_str(&wire.query)
+            .map_err(|_| refused(format!("table {}: malformed query id", wire.table_name())))?;
+        if self.ended.has_ended(&query) {
+            return Err(refused(format!(
+                "table {}: its query ended (a stage plan is valid only while its query runs)",
+                wire.table_name()
             )));
         }
         wire.into_request(ctx, &self.signer)
@@ -121,7 +133,15 @@ impl PhysicalExtensionCodec for ClearIceCodec {
 
     fn try_encode(&self, node: Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> DfResult<()> {
         if let Some(scan) = node.as_any().downcast_ref::<RemoteScanExec>() {
-            let body = serde_json::to_vec(&WireScan::from_request(scan.request(), &self.signer)?)
+            // Signed for the query being started (see `encoding_for`), or not sent.
+            let query = crate::queries::encoding_query().ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "table {}: a scan is sent to workers only as part of a query",
+                    scan.request().table_name()
+                ))
+            })?;
+            let wire = WireScan::from_request(scan.request(), query, &self.signer)?;
+            let body = serde_json::to_vec(&wire)
                 .map_err(|e| DataFusionError::Internal(format!("scan encoding: {e}")))?;
             buf.extend_from_slice(SCAN_MAGIC);
             buf.extend_from_slice(&self.signer.sign(&body));

@@ -210,6 +210,34 @@ impl Workers {
     }
 }
 
+impl Workers {
+    /// Tells every worker, in the background, that `query` ended (each within 2 s; a
+    /// worker that does not answer keeps its scans valid until they expire).
+    pub(crate) fn end_query(&self, query: uuid::Uuid) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let all = Arc::clone(&self.all);
+        let channels = self.channels.clone();
+        runtime.spawn(async move {
+            let calls = all.iter().map(|url| {
+                let channels = &channels;
+                async move {
+                    let answer = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        channels.end_query(url, query),
+                    )
+                    .await;
+                    if !matches!(answer, Ok(Ok(()))) {
+                        tracing::debug!(worker = %url, %query, "the end of a query was not taken");
+                    }
+                }
+            });
+            futures::future::join_all(calls).await;
+        });
+    }
+}
+
 async fn probe(channels: &ClusterChannels, url: &url::Url) -> bool {
     let Ok(mut client) = channels.get_worker_client_for_url(url).await else {
         return false;

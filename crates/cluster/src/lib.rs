@@ -16,6 +16,9 @@
 //! Each scan is signed with the cluster secret (HMAC-SHA256) and stamped: a worker refuses
 //! a scan it cannot verify or that is older than `task_ttl_s`, so a peer that can reach a
 //! worker's port cannot make it decrypt for a principal the coordinator did not admit.
+//! Each scan names the query it was signed for; the coordinator tells the workers when that
+//! query ends ([`END_QUERY`]) and they refuse its scans from then on. A principal's own
+//! provider token travels in the scan, sealed for cluster members.
 //!
 //! Every call to a worker is authenticated before its message is read: the coordinator's
 //! and the workers' own channels (`ClusterChannels`) put a credential made with the same
@@ -32,6 +35,7 @@ mod classes;
 mod codec;
 mod coordinator;
 mod error;
+mod queries;
 mod retry;
 mod signer;
 #[cfg(test)]
@@ -45,6 +49,7 @@ pub use classes::Classifier;
 pub use codec::ClearIceCodec;
 pub use coordinator::{Coordinator, PROBE_EVERY_MS, Workers};
 pub use error::ClusterError;
+pub use queries::{END_QUERY, QUERY_HEADER, encoding_for};
 pub use retry::MAX_ATTEMPTS;
 pub use signer::{MIN_SECRET_BYTES, TaskSigner};
 pub use tls::ClusterTls;

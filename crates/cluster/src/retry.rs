@@ -146,9 +146,28 @@ impl ExecutionPlan for ClusterRootExec {
     }
 }
 
+/// One attempt of a query on the workers.
+struct Attempt {
+    stream: SendableRecordBatchStream,
+    /// Declared last: the workers are told after the stream (and its calls) is dropped.
+    _end: EndOnDrop,
+}
+
+/// Tells the workers, when dropped, that the attempt `query` ended.
+struct EndOnDrop {
+    query: uuid::Uuid,
+    workers: Workers,
+}
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.workers.end_query(self.query);
+    }
+}
+
 /// One execution of a [`ClusterRootExec`], across its attempts.
 struct Run {
-    current: Option<SendableRecordBatchStream>,
+    current: Option<Attempt>,
     /// The first attempt's plan, until it starts.
     first: Option<Arc<dyn ExecutionPlan>>,
     local: Arc<dyn ExecutionPlan>,
@@ -203,9 +222,19 @@ impl Run {
                     self.context.session_config().options(),
                 )?,
             };
-            self.current = Some(plan.execute(self.partition, Arc::clone(&self.context))?);
+            // Its scans are signed for this attempt only (encoded as it starts), and the
+            // workers are told when it ends.
+            let query = uuid::Uuid::new_v4();
+            let end = EndOnDrop {
+                query,
+                workers: self.workers.clone(),
+            };
+            let stream = crate::queries::encoding_for(query, || {
+                plan.execute(self.partition, Arc::clone(&self.context))
+            })?;
+            self.current = Some(Attempt { stream, _end: end });
         }
-        Ok(self.current.as_mut().expect("started above"))
+        Ok(&mut self.current.as_mut().expect("started above").stream)
     }
 
     /// `Ok` when the query runs again on the workers that answer after `e`; the error to

@@ -98,9 +98,10 @@ fn encode(signer: &Arc<TaskSigner>, request: ScanRequest) -> Vec<u8> {
         Arc::new(EmptyExec::new(Arc::new(Schema::empty()))),
     ));
     let mut buf = Vec::new();
-    ClearIceCodec::coordinator(Arc::clone(signer))
-        .try_encode(plan, &mut buf)
-        .unwrap();
+    crate::queries::encoding_for(uuid::Uuid::new_v4(), || {
+        ClearIceCodec::coordinator(Arc::clone(signer)).try_encode(plan, &mut buf)
+    })
+    .unwrap();
     buf
 }
 
@@ -179,7 +180,7 @@ fn expired_truncated_and_foreign_scans_are_refused() {
     let codec = ClearIceCodec::worker(Arc::clone(&s), Arc::new(NoBuilder));
     let ctx = TaskContext::default();
     // Signed long ago (a replay): re-sign a body with an old stamp.
-    let mut wire = WireScan::from_request(&request(), &s).unwrap();
+    let mut wire = WireScan::from_request(&request(), uuid::Uuid::new_v4(), &s).unwrap();
     wire.issued_at = now_s() - 3600;
     let body = serde_json::to_vec(&wire).unwrap();
     let mut old = SCAN_MAGIC.to_vec();
@@ -231,7 +232,8 @@ fn a_sealed_token_opens_only_in_its_own_scan_of_its_own_cluster() {
             .map_err(|e| e.to_string())
     };
     let wire = || -> serde_json::Value {
-        serde_json::to_value(WireScan::from_request(&request(), &s).unwrap()).unwrap()
+        serde_json::to_value(WireScan::from_request(&request(), uuid::Uuid::new_v4(), &s).unwrap())
+            .unwrap()
     };
     let resign = |v: &serde_json::Value| signed(&s, &serde_json::from_value(v.clone()).unwrap());
     let original = wire();
@@ -263,7 +265,7 @@ fn a_sealed_token_opens_only_in_its_own_scan_of_its_own_cluster() {
     let theirs = TaskSigner::new(&[7u8; 32], Duration::from_secs(60)).unwrap();
     let mut foreign = original.clone();
     foreign["credential"] = serde_json::to_value(
-        WireScan::from_request(&request(), &theirs).unwrap(),
+        WireScan::from_request(&request(), uuid::Uuid::new_v4(), &theirs).unwrap(),
     )
     .unwrap()["credential"]
         .clone();
@@ -275,6 +277,36 @@ fn a_sealed_token_opens_only_in_its_own_scan_of_its_own_cluster() {
         broken["credential"] = serde_json::json!(bad);
         assert!(opened(&resign(&broken)).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn a_scan_lives_as_long_as_its_query() {
+    let s = signer(60);
+    let codec = ClearIceCodec::worker(Arc::clone(&s), Arc::new(NoBuilder));
+    let ctx = TaskContext::default();
+    let query = uuid::Uuid::new_v4();
+    let wire = WireScan::from_request(&request(), query, &s).unwrap();
+    let buf = signed(&s, &wire);
+    codec.try_decode(&buf, &[], &ctx).unwrap();
+    // The coordinator said the query ended: the same signed bytes are refused.
+    codec.ended.end(query);
+    let e = codec.try_decode(&buf, &[], &ctx).unwrap_err().to_string();
+    assert!(
+        e.contains("worker refused the scan: table lake.sales.customers: its query ended"),
+        "{e}"
+    );
+    // Other queries' scans are not.
+    codec.try_decode(&encode(&s, request()), &[], &ctx).unwrap();
+    // A scan is signed only as part of a query.
+    let plan: Arc<dyn ExecutionPlan> = Arc::new(RemoteScanExec::planned(
+        request(),
+        Arc::new(EmptyExec::new(Arc::new(Schema::empty()))),
+    ));
+    let e = ClearIceCodec::coordinator(Arc::clone(&s))
+        .try_encode(plan, &mut Vec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("only as part of a query"), "{e}");
 }
 
 #[test]

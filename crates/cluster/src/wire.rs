@@ -29,6 +29,9 @@ struct WireMask {
 #[derive(Serialize, Deserialize)]
 pub(crate) struct WireScan {
     pub(crate) issued_at: u64,
+    /// The attempt of the query this scan was signed for (a UUID): a worker refuses the
+    /// scan once the coordinator said that query ended.
+    pub(crate) query: String,
     pub(crate) catalog: String,
     namespace: Vec<String>,
     pub(crate) table: String,
@@ -61,8 +64,22 @@ fn b64() -> base64::engine::GeneralPurpose {
 }
 
 impl WireScan {
+    /// `catalog.namespace.table`, for messages.
+    pub(crate) fn table_name(&self) -> String {
+        format!(
+            "{}.{}.{}",
+            self.catalog,
+            self.namespace.join("."),
+            self.table
+        )
+    }
+
     /// The wire form of `r`, its principal's token sealed by `signer`.
-    pub(crate) fn from_request(r: &ScanRequest, signer: &TaskSigner) -> DfResult<Self> {
+    pub(crate) fn from_request(
+        r: &ScanRequest,
+        query: uuid::Uuid,
+        signer: &TaskSigner,
+    ) -> DfResult<Self> {
         let filters = datafusion_proto::logical_plan::to_proto::serialize_exprs(
             &r.filters,
             &DefaultLogicalExtensionCodec {},
@@ -96,6 +113,7 @@ impl WireScan {
         };
         Ok(Self {
             issued_at,
+            query: query.to_string(),
             catalog: r.catalog.clone(),
             namespace: r.namespace.clone(),
             table: r.table.clone(),
@@ -129,12 +147,7 @@ impl WireScan {
         ctx: &TaskContext,
         signer: &TaskSigner,
     ) -> DfResult<ScanRequest> {
-        let table = format!(
-            "{}.{}.{}",
-            self.catalog,
-            self.namespace.join("."),
-            self.table
-        );
+        let table = self.table_name();
         let bad = |what: &str, e: &dyn fmt::Display| refused(format!("table {table}: {what}: {e}"));
         let filters = b64()
             .decode(&self.filters)

@@ -24,6 +24,7 @@ use crate::channels::{ClusterChannels, MAX_MESSAGE_BYTES};
 use crate::classes::{ClassifiedExec, Classifier};
 use crate::codec::ClearIceCodec;
 use crate::error::refused;
+use crate::queries::{END_QUERY, EndedQueries, QUERY_HEADER};
 use crate::signer::TaskSigner;
 use crate::tls::ClusterTls;
 
@@ -193,6 +194,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let signer = Arc::clone(&sessions.codec.signer);
+    let end_queries = Authenticated {
+        inner: EndQueries {
+            ended: Arc::clone(&sessions.codec.ended),
+        },
+        signer: Arc::clone(&signer),
+    };
     let tls = sessions.tls.clone();
     let service = Authenticated {
         inner: worker(sessions)
@@ -208,6 +215,7 @@ pub async fn serve(
     }
     server
         .add_service(service)
+        .add_service(end_queries)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
@@ -220,6 +228,46 @@ pub async fn serve(
 struct Authenticated<S> {
     inner: S,
     signer: Arc<TaskSigner>,
+}
+
+/// ClearIce's own worker service: [`END_QUERY`], answered from its headers (its body is
+/// not read); the query is recorded where the codec refuses its scans.
+#[derive(Clone)]
+struct EndQueries {
+    ended: Arc<EndedQueries>,
+}
+
+impl tonic::server::NamedService for EndQueries {
+    const NAME: &'static str = "clearice.cluster.v1.Cluster";
+}
+
+impl Service<http::Request<tonic::body::Body>> for EndQueries {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let query = request
+            .headers()
+            .get(QUERY_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| uuid::Uuid::parse_str(v).ok());
+        let answer = match (request.uri().path(), query) {
+            (END_QUERY, Some(query)) => {
+                self.ended.end(query);
+                tonic::Status::new(tonic::Code::Ok, "")
+            }
+            (END_QUERY, None) => tonic::Status::invalid_argument(format!(
+                "EndQuery needs the header {QUERY_HEADER}: <uuid>"
+            )),
+            (path, _) => tonic::Status::unimplemented(format!("no worker call {path}")),
+        };
+        std::future::ready(Ok(answer.into_http()))
+    }
 }
 
 impl<S: tonic::server::NamedService> tonic::server::NamedService for Authenticated<S> {

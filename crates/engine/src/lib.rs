@@ -64,7 +64,10 @@ pub use clearice_access::confine::{
 };
 pub use clearice_access::limits::{LimitExceeded, limit_of};
 pub use clearice_access::{Caller, FrontEnd, cause_of, one_line};
-pub use clearice_cluster::{ClearIceCodec, ClusterError, MIN_SECRET_BYTES, TaskSigner};
+pub use clearice_cluster::{
+    ClearIceCodec, ClusterError, END_QUERY, MIN_SECRET_BYTES, QUERY_HEADER, TaskSigner,
+    encoding_for,
+};
 pub use clearice_crypto::AccessToken;
 pub use clearice_iceberg::Error as TableError;
 pub use clearice_iceberg::sql::parse_statements;

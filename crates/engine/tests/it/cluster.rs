@@ -208,7 +208,11 @@ async fn plan_bytes_hold_no_key_material_and_workers_verify_them() {
     );
     let codec = clearice_engine::ClearIceCodec::coordinator(Arc::clone(&signer));
     let mut bytes = Vec::new();
-    codec.try_encode(Arc::clone(&scans[0]), &mut bytes).unwrap();
+    let query = uuid::Uuid::new_v4();
+    clearice_engine::encoding_for(query, || {
+        codec.try_encode(Arc::clone(&scans[0]), &mut bytes)
+    })
+    .unwrap();
     let text = String::from_utf8_lossy(&bytes);
     assert!(text.contains("\"principal\":\"analyst\""), "{text}");
     assert!(text.contains("pii_key"), "key ids are named: {text}");
@@ -243,9 +247,10 @@ async fn plan_bytes_hold_no_key_material_and_workers_verify_them() {
         clearice_engine::TaskSigner::new(&[7u8; 32], Duration::from_secs(60)).unwrap(),
     ));
     let mut other_bytes = Vec::new();
-    other
-        .try_encode(Arc::clone(&scans[0]), &mut other_bytes)
-        .unwrap();
+    clearice_engine::encoding_for(query, || {
+        other.try_encode(Arc::clone(&scans[0]), &mut other_bytes)
+    })
+    .unwrap();
     let err = worker_codec
         .try_decode(&other_bytes, &[], &worker_ctx)
         .unwrap_err()

@@ -109,9 +109,10 @@ async fn hmac_mask_is_keyed_joinable_and_the_same_on_workers() {
     );
     let mut bytes = Vec::new();
     use datafusion_proto::physical_plan::PhysicalExtensionCodec;
-    clearice_engine::ClearIceCodec::coordinator(signer)
-        .try_encode(scan, &mut bytes)
-        .unwrap();
+    clearice_engine::encoding_for(uuid::Uuid::new_v4(), || {
+        clearice_engine::ClearIceCodec::coordinator(signer).try_encode(scan, &mut bytes)
+    })
+    .unwrap();
     let text = String::from_utf8_lossy(&bytes);
     assert!(text.contains("\"mask_key_check\":\""), "{text}");
     assert!(!text.contains(&KEY[..16]) && !text.contains(&KEY[KEY.len() - 16..]));
