@@ -106,6 +106,12 @@ pub trait ScanBuilder: fmt::Debug + Send + Sync {
         request: &ScanRequest,
         ctx: Arc<TaskContext>,
     ) -> Result<Arc<dyn ExecutionPlan>>;
+
+    /// Whether `request` may still run, asked before each partition is executed (a
+    /// worker refuses the scans of a query that ended). Admits by default.
+    fn admit(&self, _request: &ScanRequest) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A table scan that may run in another process: a leaf for the distributed planner.
@@ -242,6 +248,9 @@ impl ExecutionPlan for RemoteScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        if let Some(builder) = &self.builder {
+            builder.admit(&self.request)?;
+        }
         if let Some(plan) = self.plan.get() {
             return plan.execute(partition, context);
         }

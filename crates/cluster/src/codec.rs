@@ -16,7 +16,7 @@ use crate::queries::EndedQueries;
 use crate::signer::{TaskSigner, now_s};
 use crate::wire::WireScan;
 
-pub(crate) const SCAN_MAGIC: &[u8; 8] = b"CLRSCAN2";
+pub(crate) const SCAN_MAGIC: &[u8; 8] = b"CLRSCAN3";
 
 pub(crate) const YIELD_MAGIC: &[u8; 8] = b"CLRYLD01";
 pub(crate) const COMPACT_MAGIC: &[u8; 8] = b"CLRCMP01";
@@ -56,9 +56,10 @@ impl ClearIceCodec {
         }
     }
 
-    /// The request in `buf` if it is a scan this codec's secret signed and that has not
-    /// expired; what it names is not checked.
-    fn verified_scan(&self, buf: &[u8], ctx: &TaskContext) -> DfResult<ScanRequest> {
+    /// The request in `buf` if it is a scan this codec's secret signed, that has not
+    /// expired and whose query has not ended, with that query; what it names is not
+    /// checked.
+    fn verified_scan(&self, buf: &[u8], ctx: &TaskContext) -> DfResult<(ScanRequest, uuid::Uuid)> {
         let rest = &buf[SCAN_MAGIC.len()..];
         if rest.len() < TAG_BYTES {
             return Err(refused("truncated scan"));
@@ -82,13 +83,8 @@ impl ClearIceCodec {
         }
         let query = uuid::Uuid::parse_str(&wire.query)
             .map_err(|_| refused(format!("table {}: malformed query id", wire.table_name())))?;
-        if self.ended.has_ended(&query) {
-            return Err(refused(format!(
-                "table {}: its query ended (a stage plan is valid only while its query runs)",
-                wire.table_name()
-            )));
-        }
-        wire.into_request(ctx, &self.signer)
+        self.ended.admit(&query, &wire.table_name())?;
+        Ok((wire.into_request(ctx, &self.signer)?, query))
     }
 }
 
@@ -100,16 +96,20 @@ impl PhysicalExtensionCodec for ClearIceCodec {
         ctx: &TaskContext,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         if buf.starts_with(SCAN_MAGIC) {
-            let request = self.verified_scan(buf, ctx)?;
+            let (request, query) = self.verified_scan(buf, ctx)?;
             let Some(builder) = &self.builder else {
                 return Err(DataFusionError::Internal(
                     "a coordinator cannot run a scan it receives".into(),
                 ));
             };
-            return Ok(Arc::new(RemoteScanExec::deferred(
-                request,
-                Arc::clone(builder),
-            )));
+            // Checked again before each partition runs: a task set up before its query
+            // ended runs no partition after.
+            let builder = Arc::new(UntilEnded {
+                query,
+                ended: Arc::clone(&self.ended),
+                inner: Arc::clone(builder),
+            });
+            return Ok(Arc::new(RemoteScanExec::deferred(request, builder)));
         }
         if let Some(rest) = buf.strip_prefix(YIELD_MAGIC) {
             let n = u64::from_le_bytes(
@@ -161,5 +161,29 @@ impl PhysicalExtensionCodec for ClearIceCodec {
             "{} cannot be sent to a worker",
             node.name()
         )))
+    }
+}
+
+/// A worker's scan builder for the scans of one query: admits them while it runs.
+#[derive(Debug)]
+struct UntilEnded {
+    query: uuid::Uuid,
+    ended: Arc<EndedQueries>,
+    inner: Arc<dyn ScanBuilder>,
+}
+
+#[async_trait::async_trait]
+impl ScanBuilder for UntilEnded {
+    async fn build(
+        &self,
+        request: &ScanRequest,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.inner.build(request, ctx).await
+    }
+
+    fn admit(&self, request: &ScanRequest) -> DfResult<()> {
+        self.ended.admit(&self.query, &request.table_name())?;
+        self.inner.admit(request)
     }
 }

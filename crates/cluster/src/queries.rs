@@ -3,13 +3,14 @@
 //! scan of a query that ended (a recorded stage plan replayed), before any work.
 
 use std::cell::Cell;
+use std::fmt;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-use crate::signer::now_s;
+use crate::signer::{CALL_WINDOW, now_s};
 
 /// The worker RPC by which a coordinator ends a query (authenticated like every call):
 /// server-streaming, the query in [`QUERY_HEADER`], no message either way; the answer is
@@ -46,14 +47,22 @@ pub(crate) fn encoding_query() -> Option<Uuid> {
 
 /// Most ended queries a worker remembers; past it, those that ended first are forgotten
 /// first (their scans then stay valid until they expire, as without this list).
-const MAX_ENDED: usize = 65_536;
+const MAX_ENDED: usize = 262_144;
 
 /// The queries coordinators said ended, each kept until its scans expire anyway
-/// (`task_ttl_s` after it ended, since every one was signed before).
-#[derive(Debug)]
+/// (`task_ttl_s` after it ended, since every one was signed before, plus the clock skew a
+/// call credential tolerates).
 pub(crate) struct EndedQueries {
     ttl: Duration,
     ended: Mutex<Ended>,
+}
+
+impl fmt::Debug for EndedQueries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndedQueries")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -87,7 +96,9 @@ impl EndedQueries {
                 until.remove(&first);
             }
         }
-        let at = now.saturating_add(self.ttl.as_secs());
+        let at = now
+            .saturating_add(self.ttl.as_secs())
+            .saturating_add(CALL_WINDOW.as_secs());
         until.insert(query, at);
         order.push_back((at, query));
     }
@@ -99,6 +110,16 @@ impl EndedQueries {
             .until
             .get(query)
             .is_some_and(|until| *until >= now_s())
+    }
+
+    /// `Ok` while `query` runs; once it ended, the refusal of its scan of `table`.
+    pub(crate) fn admit(&self, query: &Uuid, table: &str) -> datafusion::error::Result<()> {
+        if self.has_ended(query) {
+            return Err(crate::error::refused(format!(
+                "table {table}: its query ended (a stage plan is valid only while its query runs)"
+            )));
+        }
+        Ok(())
     }
 
     #[cfg(test)]

@@ -243,10 +243,11 @@ fn a_sealed_token_opens_only_in_its_own_scan_of_its_own_cluster() {
     );
     // Two seals of one token differ (a fresh nonce each time).
     assert_ne!(original["credential"], wire()["credential"]);
-    // Moved, by whoever holds the secret, into a scan of another principal or table,
-    // or of another time: it does not open, and the error does not show it.
+    // Moved, by whoever holds the secret, into a scan of another principal, table or
+    // query, or of another time: it does not open, and the error does not show it.
     for (field, value) in [
         ("table", serde_json::json!("orders")),
+        ("query", serde_json::json!(uuid::Uuid::new_v4().to_string())),
         ("issued_at", serde_json::json!(now_s() - 1)),
     ] {
         let mut moved = original.clone();
@@ -287,9 +288,16 @@ fn a_scan_lives_as_long_as_its_query() {
     let query = uuid::Uuid::new_v4();
     let wire = WireScan::from_request(&request(), query, &s).unwrap();
     let buf = signed(&s, &wire);
-    codec.try_decode(&buf, &[], &ctx).unwrap();
-    // The coordinator said the query ended: the same signed bytes are refused.
+    let decoded = codec.try_decode(&buf, &[], &ctx).unwrap();
+    // The coordinator said the query ended: the same signed bytes are refused...
     codec.ended.end(query);
+    // ...and a scan decoded before runs no partition after.
+    let e = decoded
+        .execute(0, Arc::new(TaskContext::default()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("its query ended"), "{e}");
     let e = codec.try_decode(&buf, &[], &ctx).unwrap_err().to_string();
     assert!(
         e.contains("worker refused the scan: table lake.sales.customers: its query ended"),

@@ -94,6 +94,7 @@ impl WireScan {
             None => None,
             Some(token) => {
                 let context = seal_context(
+                    &query.to_string(),
                     &r.catalog,
                     &r.namespace,
                     &r.table,
@@ -189,6 +190,7 @@ impl WireScan {
             None => None,
             Some(sealed) => {
                 let context = seal_context(
+                    &self.query,
                     &self.catalog,
                     &self.namespace,
                     &self.table,
@@ -229,8 +231,9 @@ impl WireScan {
     }
 }
 
-/// What a sealed token is bound to: the scan's table, principal and signing time.
+/// What a sealed token is bound to: the scan's query, table, principal and signing time.
 fn seal_context(
+    query: &str,
     catalog: &str,
     namespace: &[String],
     table: &str,
@@ -239,6 +242,7 @@ fn seal_context(
 ) -> Vec<u8> {
     serde_json::to_vec(&(
         "clearice-cluster-token-v1",
+        query,
         catalog,
         namespace,
         table,

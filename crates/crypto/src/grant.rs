@@ -10,9 +10,10 @@ use crate::{AccessToken, KeyScope, ProviderRef, Providers};
 /// One scan's grant: the principal, the keys it may request (per column), the AAD prefix
 /// of files that do not store theirs, and the crypto provider doing the work.
 ///
-/// Key ids and decisions only, never key bytes. The principal's own provider token and
-/// the resolved provider never leave the process: a worker resolves [`ScanGrant::route`]
-/// with its own providers, and sessions with a token scan where they are.
+/// Key ids and decisions only, never key bytes. The resolved provider never leaves the
+/// process (a worker resolves [`ScanGrant::route`] with its own providers), and the
+/// principal's own provider token is not serialized with the grant: the cluster layer
+/// sends it to workers sealed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScanGrant {
     /// The principal (sent to the crypto provider, shown in messages).

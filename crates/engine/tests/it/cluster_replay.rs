@@ -77,8 +77,13 @@ impl Peer {
     /// Sets `plan` as task `key` (`SetPlan`), then runs it (`ExecuteTask`): the number of
     /// messages streamed back, or the worker's refusal.
     async fn run(&mut self, key: TaskKey, plan: &[u8]) -> Result<usize, tonic::Status> {
+        self.set(key.clone(), plan).await?;
+        self.execute(key).await
+    }
+
+    /// Sets `plan` as task `key` (`SetPlan` on the coordinator channel).
+    async fn set(&mut self, key: TaskKey, plan: &[u8]) -> Result<(), tonic::Status> {
         const SET_PLAN: &str = "/worker.WorkerService/CoordinatorChannel";
-        const EXECUTE: &str = "/worker.WorkerService/ExecuteTask";
         let set = CoordinatorToWorker {
             set_plan: Some(SetPlan {
                 task_key: Some(key.clone()),
@@ -95,6 +100,13 @@ impl Peer {
                 tonic_prost::ProstCodec::default(),
             )
             .await?;
+        Ok(())
+    }
+
+    /// Runs task `key`'s first partition (`ExecuteTask`): the number of messages streamed
+    /// back, or the worker's refusal.
+    async fn execute(&mut self, key: TaskKey) -> Result<usize, tonic::Status> {
+        const EXECUTE: &str = "/worker.WorkerService/ExecuteTask";
         self.grpc.ready().await.unwrap();
         let execute = ExecuteTask {
             task_key: Some(key),
@@ -192,8 +204,16 @@ async fn a_stage_plan_replayed_after_its_query_ended_is_refused_before_work() {
     // While the query runs, the worker runs it (also a second time, as a stage's tasks do).
     assert!(peer.run(key(0), &stage).await.unwrap() > 0);
     assert!(peer.run(key(1), &stage).await.unwrap() > 0);
+    // A task set up while the query runs, not run yet (a query cut short by a LIMIT).
+    peer.set(key(3), &stage).await.unwrap();
     // The query ends: the coordinator says so.
     peer.end(query).await.unwrap();
+    // The task set up before runs nothing.
+    let refused = peer.execute(key(3)).await.unwrap_err();
+    assert!(
+        String::from_utf8_lossy(refused.details()).contains("its query ended"),
+        "{refused:?}"
+    );
     // The same bytes, under a new task key: refused when decoded, naming the table.
     let refused = peer.run(key(2), &stage).await.unwrap_err();
     assert!(
