@@ -3,8 +3,8 @@
 //! scan of a query that ended (a recorded stage plan replayed), before any work.
 
 use std::cell::Cell;
-use std::fmt;
 use std::collections::{HashMap, VecDeque};
+use std::fmt;
 use std::time::Duration;
 
 use parking_lot::Mutex;

@@ -208,10 +208,13 @@ async fn a_stage_plan_replayed_after_its_query_ended_is_refused_before_work() {
     peer.set(key(3), &stage).await.unwrap();
     // The query ends: the coordinator says so.
     peer.end(query).await.unwrap();
-    // The task set up before runs nothing.
+    // The task set up before runs nothing (refused as it starts: the error travels in
+    // the status's message).
     let refused = peer.execute(key(3)).await.unwrap_err();
     assert!(
-        String::from_utf8_lossy(refused.details()).contains("its query ended"),
+        refused
+            .message()
+            .contains("worker refused the scan: table lake.sales.customers: its query ended"),
         "{refused:?}"
     );
     // The same bytes, under a new task key: refused when decoded, naming the table.
