@@ -208,9 +208,7 @@ impl Workers {
             .into()
         }
     }
-}
 
-impl Workers {
     /// Tells every worker, in the background, that `query` ended (each within 2 s; a
     /// worker that does not answer keeps its scans valid until they expire).
     pub(crate) fn end_query(&self, query: uuid::Uuid) {
