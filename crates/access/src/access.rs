@@ -37,6 +37,8 @@ pub struct QueryAccess(Arc<QueryAccessInner>);
 
 #[derive(Debug, Default)]
 struct QueryAccessInner {
+    /// When the statement is cancelled (its `statement_timeout_s`), if it has a timeout.
+    deadline: Option<Deadline>,
     accesses: Mutex<Vec<TableAccess>>,
     /// What happened while it ran that its audit records report (a retry on other
     /// cluster workers), one line each.
@@ -47,7 +49,33 @@ tokio::task_local! {
     static CURRENT_QUERY: QueryAccess;
 }
 
+/// When a statement is cancelled, and the timeout it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    /// The instant it is cancelled at.
+    pub at: std::time::Instant,
+    /// Its timeout (`[server.limits] statement_timeout_s`).
+    pub limit: std::time::Duration,
+}
+
 impl QueryAccess {
+    /// The collector of a statement that is cancelled `limit` from now, if it has a
+    /// timeout (its plan nodes that run elsewhere, cluster workers, are told).
+    pub fn until(limit: Option<std::time::Duration>) -> Self {
+        Self(Arc::new(QueryAccessInner {
+            deadline: limit.map(|limit| Deadline {
+                at: std::time::Instant::now() + limit,
+                limit,
+            }),
+            ..Default::default()
+        }))
+    }
+
+    /// When the statement is cancelled, if it has a timeout.
+    pub fn deadline(&self) -> Option<Deadline> {
+        self.0.deadline
+    }
+
     /// Runs `f` (the planning of one query) with this collector current.
     pub async fn scope<F: Future>(&self, f: F) -> F::Output {
         CURRENT_QUERY.scope(self.clone(), f).await

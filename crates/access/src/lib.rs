@@ -43,7 +43,7 @@ pub mod row_level;
 mod table_keys;
 pub mod write_rules;
 
-pub use access::{QueryAccess, SessionAccess, TableAccess};
+pub use access::{Deadline, QueryAccess, SessionAccess, TableAccess};
 pub use caller::{Caller, FrontEnd};
 pub use catalog::{SessionCatalogProvider, SessionSchemaProvider};
 pub use cause::{cause_of, one_line};

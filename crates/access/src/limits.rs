@@ -164,6 +164,8 @@ pub struct QueryMemoryPool {
     inner: Arc<dyn MemoryPool>,
     limit: usize,
     used: AtomicUsize,
+    /// Where the limit is set, for its refusal (`[server.limits] query_memory_mb`).
+    setting: String,
 }
 
 impl QueryMemoryPool {
@@ -173,6 +175,15 @@ impl QueryMemoryPool {
             inner,
             limit,
             used: AtomicUsize::new(0),
+            setting: "[server.limits] query_memory_mb".to_owned(),
+        }
+    }
+
+    /// The same, whose refusal names `setting` as where its limit comes from.
+    pub fn set_by(self, setting: impl Into<String>) -> Self {
+        Self {
+            setting: setting.into(),
+            ..self
         }
     }
 }
@@ -204,10 +215,11 @@ impl MemoryPool for QueryMemoryPool {
             });
         if grown.is_err() {
             return Err(DataFusionError::ResourcesExhausted(format!(
-                "query memory limit of {} MiB reached by {} wanting {} more bytes ([server.limits] query_memory_mb)",
+                "query memory limit of {} MiB reached by {} wanting {} more bytes ({})",
                 self.limit >> 20,
                 reservation.consumer().name(),
-                additional
+                additional,
+                self.setting
             )));
         }
         if let Err(e) = self.inner.try_grow(reservation, additional) {

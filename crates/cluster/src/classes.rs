@@ -40,13 +40,20 @@ impl std::error::Error for Tagged {}
 /// resource limit (whose variant survives the wire as it is), or a failed call to
 /// another worker (the coordinator probes the workers and may run the query again).
 fn tag(e: DataFusionError, classify: &Classifier) -> DataFusionError {
-    if matches!(e, DataFusionError::ResourcesExhausted(_))
-        || tagged(&e).is_some()
-        || clearice_access::cause_of::<tonic::Status>(&e).is_some()
-    {
+    // A limit met inside an operator's shared state (a hash join's build side) arrives
+    // wrapped: sent as the limit it is.
+    if let DataFusionError::ResourcesExhausted(m) = e.find_root() {
+        return DataFusionError::ResourcesExhausted(m.clone());
+    }
+    if tagged(&e).is_some() || clearice_access::cause_of::<tonic::Status>(&e).is_some() {
         return e;
     }
     let (class, message) = classify(&e);
+    tagged_error(class, message)
+}
+
+/// An error of `class` raised by ClearIce on a worker (outside any operator), tagged.
+pub(crate) fn tagged_error(class: ErrorClass, message: String) -> DataFusionError {
     DataFusionError::External(Box::new(Tagged(format!(
         "{TAG}{}; {message}",
         class.name()
@@ -173,6 +180,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // A limit wrapped in an operator's shared state is sent as the limit.
+        let shared = DataFusionError::Shared(Arc::new(DataFusionError::ResourcesExhausted(
+            "query memory limit".into(),
+        )));
+        assert!(matches!(
+            tag(shared, &classify),
+            DataFusionError::ResourcesExhausted(m) if m == "query memory limit"
+        ));
         // Tagged once; limits keep their variant; untagged text is not read as a tag.
         assert_eq!(tag(e, &classify).to_string().matches(TAG).count(), 1);
         assert!(matches!(

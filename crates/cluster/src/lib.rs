@@ -18,7 +18,10 @@
 //! worker's port cannot make it decrypt for a principal the coordinator did not admit.
 //! Each scan names the query it was signed for; the coordinator tells the workers when that
 //! query ends ([`END_QUERY`]) and they refuse its scans from then on. A principal's own
-//! provider token travels in the scan, sealed for cluster members.
+//! provider token travels in the scan, sealed for cluster members. A query's memory limit
+//! and remaining time travel with its stage plans ([`MEMORY_HEADER`], [`TIMEOUT_HEADER`]);
+//! a worker caps them ([`QueryBudgets`]), runs the query's tasks in one pool of that size,
+//! stops them at the deadline and drops what they hold when the query ends.
 //!
 //! Every call to a worker is authenticated before its message is read: the coordinator's
 //! and the workers' own channels (`ClusterChannels`) put a credential made with the same
@@ -30,6 +33,7 @@
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![forbid(unsafe_code)]
 
+mod budget;
 mod channels;
 mod classes;
 mod codec;
@@ -44,6 +48,7 @@ mod tls;
 mod wire;
 mod worker;
 
+pub use budget::{MEMORY_HEADER, QUERY_TIMEOUT_S, QueryBudgets, TIMEOUT_HEADER};
 pub use channels::MAX_MESSAGE_BYTES;
 pub use classes::Classifier;
 pub use codec::ClearIceCodec;

@@ -229,9 +229,14 @@ impl Run {
                 query,
                 workers: self.workers.clone(),
             };
-            let stream = crate::queries::encoding_for(query, || {
-                plan.execute(self.partition, Arc::clone(&self.context))
-            })?;
+            // Its stage plans carry the query, its memory limit and time left.
+            let context = crate::budget::attempt_context(
+                &self.context,
+                query,
+                self.query.as_ref().and_then(QueryAccess::deadline),
+            )?;
+            let stream =
+                crate::queries::encoding_for(query, || plan.execute(self.partition, context))?;
             self.current = Some(Attempt { stream, _end: end });
         }
         Ok(&mut self.current.as_mut().expect("started above").stream)

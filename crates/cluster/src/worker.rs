@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use clearice_access::fair::{FairJoins, YieldExec};
 use clearice_access::remote::{RemoteScanExec, ScanBuilder, ScanRequest};
 use clearice_crypto::Providers;
 use clearice_iceberg::IcebergCatalogProvider;
@@ -20,6 +21,7 @@ use datafusion_distributed::{
 };
 use tonic::codegen::{BoxFuture, Service, http};
 
+use crate::budget::{QueryBudgets, StageExec};
 use crate::channels::{ClusterChannels, MAX_MESSAGE_BYTES};
 use crate::classes::{ClassifiedExec, Classifier};
 use crate::codec::ClearIceCodec;
@@ -130,26 +132,35 @@ pub struct WorkerSessions {
     pub tls: Option<Arc<ClusterTls>>,
     /// Classifies a stage's errors: the class travels with the error to the coordinator.
     pub classify: Classifier,
+    /// Each query's memory pool and deadline on this worker, capped by its own config.
+    pub budgets: Arc<QueryBudgets>,
 }
 
 #[async_trait::async_trait]
 impl WorkerSessionBuilder for WorkerSessions {
     async fn build_session_state(&self, ctx: WorkerQueryContext) -> DfResult<SessionState> {
+        // Before the plan is decoded: a stage of no query, or of one that ended, is
+        // refused here, and the query's tasks share one pool of its memory limit.
+        let (budget, memory_pool) =
+            self.budgets
+                .admit(&ctx.headers, &self.runtime.memory_pool, &self.codec.ended)?;
         let cache_manager = datafusion::execution::cache::cache_manager::CacheManager::try_new(
             &Default::default(),
         )?;
         let runtime = Arc::new(RuntimeEnv {
-            memory_pool: Arc::clone(&self.runtime.memory_pool),
+            memory_pool,
             disk_manager: Arc::clone(&self.runtime.disk_manager),
             cache_manager,
             object_store_registry: Arc::clone(&self.runtime.object_store_registry),
             parquet_encryption_factory_registry: Default::default(),
         });
-        Ok(ctx
+        let mut state = ctx
             .builder
             .with_runtime_env(runtime)
             .with_distributed_user_codec_arc(Arc::clone(&self.codec) as _)
-            .build())
+            .build();
+        state.config_mut().set_extension(Arc::new(budget));
+        Ok(state)
     }
 }
 
@@ -174,11 +185,14 @@ impl WorkerSessionBuilder for WorkerSessionsOnChannels {
 pub fn worker(sessions: WorkerSessions) -> Worker {
     let channels = ClusterChannels::new(Arc::clone(&sessions.codec.signer), sessions.tls.clone());
     let classify = Arc::clone(&sessions.classify);
+    let budgets = Arc::clone(&sessions.budgets);
+    let ended = Arc::clone(&sessions.codec.ended);
     let mut worker = Worker::from_session_builder(WorkerSessionsOnChannels { sessions, channels })
         .with_max_message_size(MAX_MESSAGE_BYTES / 2);
     worker.add_on_plan_hook(move |plan| {
-        let plan = guard(plan);
-        Arc::new(ClassifiedExec::new(plan, Arc::clone(&classify))) as Arc<dyn ExecutionPlan>
+        let stage = StageExec::new(fair(guard(plan)), Arc::clone(&budgets), Arc::clone(&ended));
+        Arc::new(ClassifiedExec::new(Arc::new(stage), Arc::clone(&classify)))
+            as Arc<dyn ExecutionPlan>
     });
     worker
 }
@@ -197,6 +211,7 @@ pub async fn serve(
     let end_queries = Authenticated {
         inner: EndQueries {
             ended: Arc::clone(&sessions.codec.ended),
+            budgets: Arc::clone(&sessions.budgets),
         },
         signer: Arc::clone(&signer),
     };
@@ -235,6 +250,8 @@ struct Authenticated<S> {
 #[derive(Clone)]
 struct EndQueries {
     ended: Arc<EndedQueries>,
+    /// Where the query's started stages are released.
+    budgets: Arc<QueryBudgets>,
 }
 
 impl tonic::server::NamedService for EndQueries {
@@ -259,6 +276,7 @@ impl Service<http::Request<tonic::body::Body>> for EndQueries {
         let answer = match (request.uri().path(), query) {
             (END_QUERY, Some(query)) => {
                 self.ended.end(query);
+                self.budgets.release(&query);
                 tonic::Status::new(tonic::Code::Ok, "")
             }
             (END_QUERY, None) => tonic::Status::invalid_argument(format!(
@@ -339,6 +357,31 @@ pub(crate) fn admitted(plan: &Arc<dyn ExecutionPlan>) -> Result<(), String> {
 
 /// The plan, or one that fails with why it was not [`admitted`] (the worker's hook cannot
 /// return an error).
+/// `plan` whose quadratic joins yield between bounded slices of work (as a confined
+/// session's do, whose plans arrive so): one query's stage neither holds a worker thread
+/// from the others nor runs past its deadline on this worker.
+fn fair(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    use datafusion::common::tree_node::TreeNode;
+    use datafusion::physical_optimizer::PhysicalOptimizerRule;
+    let fair_already = plan
+        .exists(|node| Ok(node.as_any().is::<YieldExec>()))
+        .unwrap_or(false);
+    if fair_already {
+        return plan;
+    }
+    match FairJoins.optimize(Arc::clone(&plan), &Default::default()) {
+        Ok(fair) => fair,
+        Err(e) => {
+            let reason = format!("a stage plan whose joins cannot be scheduled fairly: {e}");
+            tracing::warn!(reason = %reason, "stage plan refused");
+            Arc::new(RefusedExec {
+                reason,
+                properties: Arc::clone(plan.properties()),
+            })
+        }
+    }
+}
+
 pub(crate) fn guard(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
     match admitted(&plan) {
         Ok(()) => plan,

@@ -295,6 +295,16 @@ pub struct ClusterConfig {
     /// it before then is run again on the others).
     #[serde(default)]
     pub probe_interval_ms: Option<u64>,
+    /// On a worker: the most memory one query may reserve on it, MiB (default none: the
+    /// query's limit on its coordinator, sent with its stages, applies on each worker).
+    /// All the tasks of a query share it, inside the worker's `[execution]` pool.
+    #[serde(default)]
+    pub query_memory_mb: Option<u64>,
+    /// On a worker: the longest a query may run on it, seconds (default 3600); a query
+    /// whose coordinator gives it less time (`[server.limits] statement_timeout_s`)
+    /// stops on the workers when that runs out.
+    #[serde(default)]
+    pub query_timeout_s: Option<u64>,
     /// PEM certificate chain of this process in the cluster: a worker's server
     /// certificate (naming the host in its URL), and the client certificate every
     /// process presents to workers. With `tls_key` and `tls_ca`, every channel between

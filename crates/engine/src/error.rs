@@ -143,6 +143,8 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
         DataFusionError::Diagnostic(_, inner) | DataFusionError::Context(_, inner) => {
             classify(inner)
         }
+        // An error kept in an operator's shared state (a hash join's build side).
+        DataFusionError::Shared(inner) => classify(inner),
         // Files, keys, object stores: the data or its keys are not usable right now.
         DataFusionError::ParquetError(_)
         | DataFusionError::ObjectStore(_)
@@ -150,10 +152,9 @@ pub fn classify(e: &datafusion::error::DataFusionError) -> ErrorClass {
         | DataFusionError::External(_)
         | DataFusionError::ArrowError(..)
         | DataFusionError::Execution(_) => ErrorClass::DataUnusable,
-        DataFusionError::Substrait(_)
-        | DataFusionError::Internal(_)
-        | DataFusionError::Shared(_)
-        | DataFusionError::Ffi(_) => ErrorClass::Internal,
+        DataFusionError::Substrait(_) | DataFusionError::Internal(_) | DataFusionError::Ffi(_) => {
+            ErrorClass::Internal
+        }
         DataFusionError::Collection(errs) => errs.first().map_or(ErrorClass::Internal, classify),
     }
 }

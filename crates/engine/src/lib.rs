@@ -349,11 +349,22 @@ impl Engine {
                 reason: "a worker needs [cluster] secret_file".into(),
             });
         };
+        let cluster = self.config.cluster.as_ref();
+        let memory_cap = cluster
+            .and_then(|c| c.query_memory_mb)
+            .filter(|&mb| mb > 0)
+            .map(|mb| usize::try_from(mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX));
+        let timeout_cap = std::time::Duration::from_secs(
+            cluster
+                .and_then(|c| c.query_timeout_s)
+                .unwrap_or(clearice_cluster::QUERY_TIMEOUT_S),
+        );
         Ok(clearice_cluster::WorkerSessions {
             runtime: Arc::clone(&self.runtime),
             codec: Arc::new(self.worker_codec(Arc::clone(signer))),
             tls: self.cluster_tls.clone(),
             classify: Arc::new(|e| (classify(e), message_of(e))),
+            budgets: Arc::new(clearice_cluster::QueryBudgets::new(memory_cap, timeout_cap)),
         })
     }
 

@@ -217,10 +217,15 @@ impl LocalParts {
             None => None,
         };
         let cluster_tls = match &config.cluster {
-            Some(c) if c.probe_interval_ms == Some(0) => {
+            Some(c) if c.probe_interval_ms == Some(0) || c.query_timeout_s == Some(0) => {
+                let key = if c.probe_interval_ms == Some(0) {
+                    "cluster.probe_interval_ms"
+                } else {
+                    "cluster.query_timeout_s"
+                };
                 return Err(Error::ConfigValue {
                     path: config.source.clone(),
-                    key: "cluster.probe_interval_ms".into(),
+                    key: key.into(),
                     reason: "must be at least 1".into(),
                 });
             }

@@ -497,7 +497,7 @@ impl Session {
         sql: &str,
         run: impl Future<Output = Result<QueryOutput>>,
     ) -> Result<QueryOutput> {
-        let query = QueryAccess::default();
+        let query = QueryAccess::until(self.timeout());
         let id = query_id();
         let run = contained(run);
         let result = query
@@ -581,9 +581,11 @@ impl Session {
         planned: impl Future<Output = Result<datafusion::dataframe::DataFrame>>,
     ) -> Result<SendableRecordBatchStream> {
         self.refresh_catalogs().await;
-        let query = QueryAccess::default();
+        let query = QueryAccess::until(self.timeout());
         let id = query_id();
-        let deadline = self.timeout().map(|d| (tokio::time::Instant::now() + d, d));
+        let deadline = query
+            .deadline()
+            .map(|d| (tokio::time::Instant::from_std(d.at), d.limit));
         let started = contained(async {
             let permit = self.permit()?;
             let df = planned.await?;

@@ -74,15 +74,26 @@ impl Peer {
         request
     }
 
-    /// Sets `plan` as task `key` (`SetPlan`), then runs it (`ExecuteTask`): the number of
-    /// messages streamed back, or the worker's refusal.
-    async fn run(&mut self, key: TaskKey, plan: &[u8]) -> Result<usize, tonic::Status> {
-        self.set(key.clone(), plan).await?;
+    /// Sets `plan` as task `key` of `query` (`SetPlan`), then runs it (`ExecuteTask`): the
+    /// number of messages streamed back, or the worker's refusal.
+    async fn run(
+        &mut self,
+        key: TaskKey,
+        query: Option<uuid::Uuid>,
+        plan: &[u8],
+    ) -> Result<usize, tonic::Status> {
+        self.set(key.clone(), query, plan).await?;
         self.execute(key).await
     }
 
-    /// Sets `plan` as task `key` (`SetPlan` on the coordinator channel).
-    async fn set(&mut self, key: TaskKey, plan: &[u8]) -> Result<(), tonic::Status> {
+    /// Sets `plan` as task `key` (`SetPlan` on the coordinator channel), sent as a stage
+    /// of `query` (the header the coordinator sends with its stage plans).
+    async fn set(
+        &mut self,
+        key: TaskKey,
+        query: Option<uuid::Uuid>,
+        plan: &[u8],
+    ) -> Result<(), tonic::Status> {
         const SET_PLAN: &str = "/worker.WorkerService/CoordinatorChannel";
         let set = CoordinatorToWorker {
             set_plan: Some(SetPlan {
@@ -92,7 +103,13 @@ impl Peer {
             }),
         };
         self.grpc.ready().await.unwrap();
-        let request = self.request(SET_PLAN, futures::stream::once(async { set }));
+        let mut request = self.request(SET_PLAN, futures::stream::once(async { set }));
+        if let Some(query) = query {
+            request.metadata_mut().insert(
+                clearice_engine::QUERY_HEADER,
+                query.to_string().parse().unwrap(),
+            );
+        }
         self.grpc
             .streaming::<_, _, Skipped, _>(
                 request,
@@ -202,10 +219,17 @@ async fn a_stage_plan_replayed_after_its_query_ended_is_refused_before_work() {
         task_number: task,
     };
     // While the query runs, the worker runs it (also a second time, as a stage's tasks do).
-    assert!(peer.run(key(0), &stage).await.unwrap() > 0);
-    assert!(peer.run(key(1), &stage).await.unwrap() > 0);
+    assert!(peer.run(key(0), Some(query), &stage).await.unwrap() > 0);
+    assert!(peer.run(key(1), Some(query), &stage).await.unwrap() > 0);
+    // A stage plan sent as part of no query is refused before it is decoded.
+    let refused = peer.run(key(4), None, &stage).await.unwrap_err();
+    assert!(
+        String::from_utf8_lossy(refused.details())
+            .contains("worker refused the scan: a stage plan without its query"),
+        "{refused:?}"
+    );
     // A task set up while the query runs, not run yet (a query cut short by a LIMIT).
-    peer.set(key(3), &stage).await.unwrap();
+    peer.set(key(3), Some(query), &stage).await.unwrap();
     // The query ends: the coordinator says so.
     peer.end(query).await.unwrap();
     // The task set up before runs nothing (refused as it starts: the error travels in
@@ -214,11 +238,23 @@ async fn a_stage_plan_replayed_after_its_query_ended_is_refused_before_work() {
     assert!(
         refused
             .message()
-            .contains("worker refused the scan: table lake.sales.customers: its query ended"),
+            .contains("worker refused the scan: a stage of a query that ended"),
         "{refused:?}"
     );
-    // The same bytes, under a new task key: refused when decoded, naming the table.
-    let refused = peer.run(key(2), &stage).await.unwrap_err();
+    // The same bytes, under a new task key, sent for the query that ended: refused
+    // before they are decoded.
+    let refused = peer.run(key(2), Some(query), &stage).await.unwrap_err();
+    assert!(
+        String::from_utf8_lossy(refused.details())
+            .contains("worker refused the scan: a stage plan of a query that ended"),
+        "{refused:?}"
+    );
+    // ... and sent as a stage of another query: its signed scan still names the query
+    // that ended, refused when decoded, naming the table.
+    let refused = peer
+        .run(key(5), Some(uuid::Uuid::new_v4()), &stage)
+        .await
+        .unwrap_err();
     assert!(
         String::from_utf8_lossy(refused.details())
             .contains("worker refused the scan: table lake.sales.customers: its query ended"),

@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod cluster;
+mod cluster_budget;
 mod cluster_replay;
 mod cluster_tls;
 mod common;
