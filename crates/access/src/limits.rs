@@ -211,7 +211,7 @@ impl MemoryPool for QueryMemoryPool {
         let grown = self
             .used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-                (u + additional <= self.limit).then_some(u + additional)
+                u.checked_add(additional).filter(|&n| n <= self.limit)
             });
         if grown.is_err() {
             return Err(DataFusionError::ResourcesExhausted(format!(

@@ -236,6 +236,20 @@ impl ExecutionPlan for RemoteScanExec {
         }
     }
 
+    /// A worker's node without the plan it built (that holds the scan's state); the
+    /// coordinator's keeps its plan.
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        match &self.builder {
+            Some(builder) => Ok(Arc::new(Self {
+                request: Arc::clone(&self.request),
+                plan: Arc::new(tokio::sync::OnceCell::new()),
+                builder: Some(Arc::clone(builder)),
+                properties: Arc::clone(&self.properties),
+            })),
+            None => Ok(self),
+        }
+    }
+
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
         match self.plan.get() {
             Some(p) => p.partition_statistics(partition),

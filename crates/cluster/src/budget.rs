@@ -45,6 +45,17 @@ pub const TIMEOUT_HEADER: &str = "x-clearice-query-timeout-ms";
 /// timeout of its own, seconds: as long as its scans stay valid.
 pub const QUERY_TIMEOUT_S: u64 = 3600;
 
+/// The longest a worker lets a query run, whatever its config says.
+const MAX_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// How far a query's buffers may grow past its limit on a worker (datafusion-distributed
+/// charges what it receives from peers without asking the pool) before the stage fails:
+/// a quarter of the limit.
+const OVERSHOOT_DIVISOR: usize = 4;
+
+/// How often a waiting stage checks its query's memory.
+const MEMORY_CHECK_EVERY: Duration = Duration::from_millis(100);
+
 /// The context an attempt's stage plans are sent with: `context`, with headers naming
 /// the attempt `query`, the memory limit of `context`'s pool and the time left before
 /// `deadline`.
@@ -91,6 +102,8 @@ pub(crate) struct TaskBudget {
     deadline: Instant,
     /// What set the deadline, for the error.
     timeout_by: &'static str,
+    /// The query's memory limit on this worker, if it has one.
+    memory_limit: Option<usize>,
 }
 
 /// A worker's budgets: its caps, the memory pool of each query it runs, and the stages
@@ -111,7 +124,8 @@ impl QueryBudgets {
     pub fn new(memory_cap: Option<usize>, timeout_cap: Duration) -> Self {
         Self {
             memory_cap,
-            timeout_cap,
+            // An `Instant` a century ahead is still representable.
+            timeout_cap: timeout_cap.min(MAX_TIMEOUT),
             pools: Mutex::new(HashMap::new()),
             stages: Mutex::new(HashMap::new()),
         }
@@ -147,16 +161,18 @@ impl QueryBudgets {
         };
         let sent_memory = number(MEMORY_HEADER)?.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
         let sent_timeout = number(TIMEOUT_HEADER)?.map(Duration::from_millis);
-        let budget = match sent_timeout {
+        let mut budget = match sent_timeout {
             Some(left) if left <= self.timeout_cap => TaskBudget {
                 query,
                 deadline: Instant::now() + left,
                 timeout_by: "the statement timeout of its coordinator ([server.limits] statement_timeout_s)",
+                memory_limit: None,
             },
             _ => TaskBudget {
                 query,
                 deadline: Instant::now() + self.timeout_cap,
                 timeout_by: "the worker's [cluster] query_timeout_s",
+                memory_limit: None,
             },
         };
         let (limit, by) = match (sent_memory, self.memory_cap) {
@@ -170,6 +186,7 @@ impl QueryBudgets {
             ),
             (None, Some(cap)) => (cap, "the worker's [cluster] query_memory_mb"),
         };
+        budget.memory_limit = Some(limit);
         let mut pools = self.pools.lock();
         if let Some(pool) = pools.get(&query).and_then(Weak::upgrade) {
             return Ok((budget, pool));
@@ -271,16 +288,17 @@ impl StageExec {
     }
 }
 
-/// `plan` with new nodes and no execution state, but for leaves that cannot be rebuilt
-/// (a worker's network boundary shows no child: it reads another task), which it shares.
+/// `plan` with new nodes and no execution state: a worker's network boundary (which
+/// shows no child there: it reads another task) gets a new connection pool, a scan a
+/// new plan; any other leaf is rebuilt as DataFusion resets it.
 fn fresh_copy(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
     use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion_distributed::NetworkBoundaryExt;
     plan.transform_up(|node| {
-        if node.children().is_empty() {
-            return Ok(match Arc::clone(&node).reset_state() {
-                Ok(fresh) => Transformed::yes(fresh),
-                Err(_) => Transformed::no(node),
-            });
+        if let Some(boundary) = node.as_network_boundary() {
+            return boundary
+                .with_input_stage(boundary.input_stage().clone())
+                .map(Transformed::yes);
         }
         node.reset_state().map(Transformed::yes)
     })
@@ -338,22 +356,67 @@ impl ExecutionPlan for StageExec {
         let schema = stream.schema();
         let limited = InTime {
             inner: stream,
+            schema: Arc::clone(&schema),
             sleep: Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(
                 budget.deadline,
             ))),
             timeout_by: budget.timeout_by,
+            memory: budget.memory_limit.map(|limit| MemoryCheck {
+                pool: Arc::clone(context.memory_pool()),
+                limit,
+                every: tokio::time::interval(MEMORY_CHECK_EVERY),
+            }),
             done: false,
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, limited)))
     }
 }
 
-/// A stage's stream until its deadline: then one timeout error, and nothing more.
+/// A stage's stream until its deadline, or until its query's memory on this worker runs
+/// past its limit by more than a quarter: then one error, its state dropped, and nothing
+/// more.
 struct InTime {
     inner: SendableRecordBatchStream,
+    schema: datafusion::arrow::datatypes::SchemaRef,
     sleep: Pin<Box<tokio::time::Sleep>>,
     timeout_by: &'static str,
+    memory: Option<MemoryCheck>,
     done: bool,
+}
+
+/// The query's pool on this worker, checked while the stage runs and while it waits.
+struct MemoryCheck {
+    pool: Arc<dyn MemoryPool>,
+    limit: usize,
+    every: tokio::time::Interval,
+}
+
+impl MemoryCheck {
+    /// The error once the pool holds more than the limit and its margin.
+    fn over(&mut self, cx: &mut Context<'_>) -> Option<DataFusionError> {
+        // Polled for its wake-ups: a stage waiting on a peer is checked too.
+        while self.every.poll_tick(cx).is_ready() {}
+        let held = self.pool.reserved();
+        (held > self.limit.saturating_add(self.limit / OVERSHOOT_DIVISOR)).then(|| {
+            DataFusionError::ResourcesExhausted(format!(
+                "query memory limit of {} MiB exceeded on a cluster worker: its stages hold {} \
+                 MiB, buffers received from other workers included",
+                self.limit >> 20,
+                held >> 20
+            ))
+        })
+    }
+}
+
+impl InTime {
+    /// Ends the stream with `e`, dropping the stage's state now.
+    fn fail(&mut self, e: DataFusionError) -> Poll<Option<DfResult<RecordBatch>>> {
+        self.done = true;
+        self.inner = Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(
+            Arc::clone(&self.schema),
+        ));
+        Poll::Ready(Some(Err(e)))
+    }
 }
 
 impl Stream for InTime {
@@ -364,14 +427,17 @@ impl Stream for InTime {
             return Poll::Ready(None);
         }
         if self.sleep.as_mut().poll(cx).is_ready() {
-            self.done = true;
-            return Poll::Ready(Some(Err(crate::classes::tagged_error(
+            let e = crate::classes::tagged_error(
                 ErrorClass::Timeout,
                 format!(
                     "statement cancelled on a cluster worker: the query ran longer than {}",
                     self.timeout_by
                 ),
-            ))));
+            );
+            return self.fail(e);
+        }
+        if let Some(e) = self.memory.as_mut().and_then(|m| m.over(cx)) {
+            return self.fail(e);
         }
         let polled = self.inner.poll_next_unpin(cx);
         if let Poll::Ready(None) = polled {
@@ -458,6 +524,66 @@ mod tests {
             .admit(&headers(Some(a), None, None), &shared, &ended)
             .unwrap();
         assert!(Arc::ptr_eq(&pool, &shared));
+    }
+
+    /// A stage stream that never yields a batch (waiting on a peer).
+    fn waiting(deadline: Duration, memory: Option<(Arc<dyn MemoryPool>, usize)>) -> InTime {
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
+        let inner = RecordBatchStreamAdapter::new(Arc::clone(&schema), futures::stream::pending());
+        InTime {
+            inner: Box::pin(inner),
+            schema,
+            sleep: Box::pin(tokio::time::sleep(deadline)),
+            timeout_by: "the worker's [cluster] query_timeout_s",
+            memory: memory.map(|(pool, limit)| MemoryCheck {
+                pool,
+                limit,
+                every: tokio::time::interval(MEMORY_CHECK_EVERY),
+            }),
+            done: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiting_stage_stops_at_its_deadline_and_when_its_buffers_pass_the_limit() {
+        // The deadline: one tagged timeout error, then the end.
+        let mut stage = waiting(Duration::from_millis(50), None);
+        let e = tokio::time::timeout(Duration::from_secs(5), stage.next())
+            .await
+            .expect("stopped at its deadline")
+            .unwrap()
+            .unwrap_err();
+        match crate::classes::tagged(&e) {
+            Some(crate::error::ClusterError::OnWorker { class, message }) => {
+                assert_eq!(class, ErrorClass::Timeout);
+                assert!(message.contains("[cluster] query_timeout_s"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(stage.next().await.is_none());
+        // Memory charged without asking (network buffers): past a quarter over the limit,
+        // the stage fails although it never polls the pool itself.
+        let shared: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let pool: Arc<dyn MemoryPool> = Arc::new(QueryMemoryPool::new(shared, 1 << 20));
+        let buffers = MemoryConsumer::new("buffers").register(&pool);
+        buffers.grow(1 << 20);
+        let mut stage = waiting(
+            Duration::from_secs(3600),
+            Some((Arc::clone(&pool), 1 << 20)),
+        );
+        let early = tokio::time::timeout(Duration::from_millis(300), stage.next()).await;
+        assert!(early.is_err(), "within its margin the stage waits");
+        buffers.grow(1 << 20);
+        let e = tokio::time::timeout(Duration::from_secs(5), stage.next())
+            .await
+            .expect("checked while it waits")
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            matches!(&e, DataFusionError::ResourcesExhausted(m) if m.contains("exceeded on a cluster worker")),
+            "{e}"
+        );
+        assert!(stage.next().await.is_none());
     }
 
     #[test]

@@ -64,6 +64,8 @@ impl TaskEstimator for RemoteScans {
 #[derive(Debug)]
 struct ClusterRule {
     workers: Workers,
+    /// Result bytes held back while a query can be retried.
+    retry_window: usize,
 }
 
 fn distributable(plan: &Arc<dyn ExecutionPlan>, scans: &mut usize) -> bool {
@@ -99,6 +101,7 @@ impl PhysicalOptimizerRule for ClusterRule {
             plan,
             distributed,
             self.workers.clone(),
+            self.retry_window,
         )))
     }
 
@@ -278,6 +281,9 @@ pub struct Coordinator {
     /// File groups per worker (`[cluster] partitions_per_worker`); `None`: the session's
     /// target partitions.
     pub partitions_per_worker: Option<usize>,
+    /// Result bytes of a query held back while it can still be retried on other workers
+    /// (`[cluster] retry_window_mb`).
+    pub retry_window_bytes: usize,
 }
 
 impl Coordinator {
@@ -295,6 +301,7 @@ impl Coordinator {
             .with_distributed_task_estimator(RemoteScans)
             .with_physical_optimizer_rule(Arc::new(ClusterRule {
                 workers: self.workers.clone(),
+                retry_window: self.retry_window_bytes,
             }))
             .build();
         state
@@ -302,6 +309,11 @@ impl Coordinator {
             .set_extension(Arc::new(clearice_access::remote::DistributeScans {
                 partitions,
             }));
+        // A worker's stage runs a copy of its plan (see `budget`), so the tree it would
+        // report operator metrics for never ran: none are collected from workers.
+        if let Err(e) = state.set_distributed_metrics_collection(false) {
+            tracing::warn!(error = %e, "worker metrics stay on");
+        }
         state
     }
 }

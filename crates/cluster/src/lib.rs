@@ -55,7 +55,7 @@ pub use codec::ClearIceCodec;
 pub use coordinator::{Coordinator, PROBE_EVERY_MS, Workers};
 pub use error::ClusterError;
 pub use queries::{END_QUERY, QUERY_HEADER, encoding_for};
-pub use retry::MAX_ATTEMPTS;
+pub use retry::{MAX_ATTEMPTS, RETRY_WINDOW_MB};
 pub use signer::{MIN_SECRET_BYTES, TaskSigner};
 pub use tls::ClusterTls;
 pub use worker::{WorkerScans, WorkerSessions, serve, worker};

@@ -4,17 +4,22 @@
 //!
 //! Scans are idempotent (a signed scan of a pinned snapshot), so a query whose workers
 //! change before it has returned anything can be planned again from its local plan and
-//! run on the workers that answer, with fresh stage and task keys. Once a row has left
+//! run on the workers that answer, with fresh stage and task keys. Rows are held back
+//! until the query ends or they pass the retry window (`[cluster] retry_window_mb`), so a
+//! query whose result fits in it survives a lost worker at any point. Once a row has left
 //! the coordinator, running again could repeat it: the query then fails in one line and
 //! no partial result is reported as complete.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
 use clearice_access::{QueryAccess, cause_of};
 use clearice_iceberg::exec::only_child;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::config::ConfigOptions;
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -33,6 +38,10 @@ use crate::error::ClusterError;
 
 /// Attempts of one query, at most (the first and two retries).
 pub const MAX_ATTEMPTS: usize = 3;
+
+/// Result bytes a coordinator holds back by default while a query can still be retried,
+/// MiB (`[cluster] retry_window_mb`).
+pub const RETRY_WINDOW_MB: u64 = 16;
 
 /// `plan` cut into stages for the workers (a plan the planner keeps whole runs on one
 /// worker as one stage: its scans decrypt there all the same).
@@ -62,20 +71,25 @@ pub(crate) struct ClusterRootExec {
     workers: Workers,
     /// The query's collector (planned in its scope): retries are noted for its audit.
     query: Option<QueryAccess>,
+    /// Result bytes held back while the query can be retried.
+    window: usize,
 }
 
 impl ClusterRootExec {
-    /// The root of `input`, the distribution of `local`, for the query being planned.
+    /// The root of `input`, the distribution of `local`, for the query being planned,
+    /// holding back up to `window` bytes of its result while it can be retried.
     pub(crate) fn new(
         local: Arc<dyn ExecutionPlan>,
         input: Arc<dyn ExecutionPlan>,
         workers: Workers,
+        window: usize,
     ) -> Self {
         Self {
             local,
             input,
             workers,
             query: QueryAccess::current(),
+            window,
         }
     }
 }
@@ -117,6 +131,7 @@ impl ExecutionPlan for ClusterRootExec {
             input,
             workers: self.workers.clone(),
             query: self.query.clone(),
+            window: self.window,
         }))
     }
 
@@ -126,6 +141,7 @@ impl ExecutionPlan for ClusterRootExec {
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let schema = self.input.schema();
+        let held = MemoryConsumer::new("ClusterRetryWindow").register(context.memory_pool());
         let run = Run {
             current: None,
             first: Some(Arc::clone(&self.input)),
@@ -135,7 +151,11 @@ impl ExecutionPlan for ClusterRootExec {
             partition,
             context,
             attempt: 1,
+            held: VecDeque::new(),
+            reservation: held,
+            window: self.window,
             returned_rows: false,
+            ended: false,
             done: false,
         };
         let stream = futures::stream::unfold(run, |mut run| async move {
@@ -176,40 +196,69 @@ struct Run {
     partition: usize,
     context: Arc<TaskContext>,
     attempt: usize,
-    /// Whether a batch with rows has been passed on (no retry after that).
+    /// The current attempt's batches held back while it can be retried.
+    held: VecDeque<RecordBatch>,
+    /// Their memory, in the query's pool.
+    reservation: MemoryReservation,
+    /// Most bytes held back.
+    window: usize,
+    /// Whether rows have been (or are being) passed on: no retry after that.
     returned_rows: bool,
+    /// Whether the current attempt's stream ended (what is held is then passed on).
+    ended: bool,
     done: bool,
 }
 
 impl Run {
-    async fn next(&mut self) -> Option<DfResult<datafusion::arrow::array::RecordBatch>> {
-        if self.done {
-            return None;
-        }
+    async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
         loop {
+            if self.returned_rows
+                && let Some(batch) = self.held.pop_front()
+            {
+                self.reservation
+                    .shrink(batch.get_array_memory_size().min(self.reservation.size()));
+                return Some(Ok(batch));
+            }
+            if self.done || self.ended {
+                self.done = true;
+                return None;
+            }
             let polled = match self.stream() {
                 Ok(stream) => stream.next().await,
                 Err(e) => Some(Err(e)),
             };
             match polled {
-                Some(Ok(batch)) => {
-                    self.returned_rows |= batch.num_rows() > 0;
-                    return Some(Ok(batch));
-                }
+                Some(Ok(batch)) if self.returned_rows => return Some(Ok(batch)),
+                Some(Ok(batch)) => self.hold(batch),
                 None => {
-                    self.done = true;
-                    return None;
+                    // Complete: what is held is the whole result.
+                    self.ended = true;
+                    self.returned_rows = true;
                 }
                 Some(Err(e)) => match self.retry_after(e).await {
                     Ok(()) => continue,
                     Err(e) => {
                         self.done = true;
                         self.current = None;
+                        self.held.clear();
+                        self.reservation.free();
                         return Some(Err(e));
                     }
                 },
             }
         }
+    }
+
+    /// Holds `batch` back while the query can still be retried; once the window (or the
+    /// query's memory) is full, passes on what is held: no retry after that.
+    fn hold(&mut self, batch: RecordBatch) {
+        let size = batch.get_array_memory_size();
+        let fits = self.reservation.size() + size <= self.window
+            && self.reservation.try_grow(size).is_ok();
+        if !fits {
+            self.returned_rows = true;
+        }
+        self.held.push_back(batch);
     }
 
     /// The stream of the current attempt (started on first use).
@@ -274,8 +323,11 @@ impl Run {
         if let Some(query) = &self.query {
             query.note(line);
         }
-        // Dropping the attempt's stream cancels its calls to the workers that answer.
+        // Dropping the attempt's stream cancels its calls to the workers that answer;
+        // what it returned so far was held back, and is dropped with it.
         self.current = None;
+        self.held.clear();
+        self.reservation.free();
         self.attempt += 1;
         Ok(())
     }

@@ -355,8 +355,6 @@ pub(crate) fn admitted(plan: &Arc<dyn ExecutionPlan>) -> Result<(), String> {
     plan.children().into_iter().try_for_each(admitted)
 }
 
-/// The plan, or one that fails with why it was not [`admitted`] (the worker's hook cannot
-/// return an error).
 /// `plan` whose quadratic joins yield between bounded slices of work (as a confined
 /// session's do, whose plans arrive so): one query's stage neither holds a worker thread
 /// from the others nor runs past its deadline on this worker.
@@ -382,6 +380,8 @@ fn fair(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
     }
 }
 
+/// The plan, or one that fails with why it was not [`admitted`] (the worker's hook cannot
+/// return an error).
 pub(crate) fn guard(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
     match admitted(&plan) {
         Ok(()) => plan,

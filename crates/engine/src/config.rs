@@ -295,6 +295,11 @@ pub struct ClusterConfig {
     /// it before then is run again on the others).
     #[serde(default)]
     pub probe_interval_ms: Option<u64>,
+    /// On a coordinator: the most result bytes of a query held back while it can still
+    /// be retried on other workers, MiB (default 16; 0: rows are passed on at once, and a
+    /// worker lost after the first row fails the query). Held in the query's memory.
+    #[serde(default)]
+    pub retry_window_mb: Option<u64>,
     /// On a worker: the most memory one query may reserve on it, MiB (default none: the
     /// query's limit on its coordinator, sent with its stages, applies on each worker).
     /// All the tasks of a query share it, inside the worker's `[execution]` pool.

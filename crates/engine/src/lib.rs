@@ -326,10 +326,15 @@ impl Engine {
             ),
         )
         .map_err(cluster_err)?;
+        let window_mb = cluster
+            .retry_window_mb
+            .unwrap_or(clearice_cluster::RETRY_WINDOW_MB);
         self.coordinator = Some(clearice_cluster::Coordinator {
             workers,
             signer: Arc::clone(signer),
             partitions_per_worker: cluster.partitions_per_worker,
+            retry_window_bytes: usize::try_from(window_mb.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
         });
         Ok(self)
     }

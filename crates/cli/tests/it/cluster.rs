@@ -57,6 +57,11 @@ fn a_worker_killed_mid_query_fails_it_clearly_and_the_next_query_runs_on_the_oth
     let tmp = tempfile::tempdir().unwrap();
     let config = lake(tmp.path());
     let (mut workers, coordinator_config) = start_cluster(&config, 3, tmp.path());
+    // Rows are passed on at once (no retry window): a worker lost after the first row
+    // fails the query.
+    let mut text = std::fs::read_to_string(&coordinator_config).unwrap();
+    text.push_str("retry_window_mb = 0\n");
+    std::fs::write(&coordinator_config, text).unwrap();
     // The CLI as coordinator: the analyst's mask, applied on a worker.
     let out = run_ok(
         std::process::Command::new(env!("CARGO_BIN_EXE_clearice"))
@@ -143,6 +148,80 @@ fn a_worker_killed_mid_query_fails_it_clearly_and_the_next_query_runs_on_the_oth
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         assert_eq!(engine.live_workers().unwrap().len(), 2);
+    });
+}
+
+#[test]
+fn a_worker_lost_while_the_result_is_held_back_costs_a_retry_and_every_row_comes_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = lake(tmp.path());
+    let (mut workers, coordinator_config) = start_cluster(&config, 3, tmp.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let engine = std::sync::Arc::new(
+            Engine::open(Config::load(&coordinator_config).unwrap())
+                .await
+                .unwrap()
+                .distribute()
+                .unwrap(),
+        );
+        // Rows streamed from every worker's scan (4,000 of them: within the retry window).
+        let sql =
+            "SELECT order_id, card_number, amount FROM lake.sales.orders WHERE order_id % 50 = 7";
+        let rows = |engine: std::sync::Arc<Engine>, sql: String| async move {
+            let mut stream = engine.session("admin").sql_stream(&sql).await?;
+            let mut rows = Vec::new();
+            while let Some(b) = stream.next().await {
+                let b = b?;
+                let ids = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                    .expect("order_id");
+                rows.extend(ids.values().iter().copied());
+            }
+            rows.sort_unstable();
+            Ok::<_, datafusion::error::DataFusionError>(rows)
+        };
+        let want = rows(std::sync::Arc::clone(&engine), sql.to_owned())
+            .await
+            .unwrap();
+        assert_eq!(want.len(), demo::ORDERS / 50);
+        // A worker stops answering mid-query: the others' rows are held back while the
+        // query waits for its stage there; then it dies.
+        let lost = workers.remove(1);
+        signal(&lost.child, libc::SIGSTOP);
+        let retried = format!("{sql} -- a worker lost");
+        let running = tokio::spawn(rows(std::sync::Arc::clone(&engine), retried));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            !running.is_finished(),
+            "the query waits for the stopped worker"
+        );
+        signal(&lost.child, libc::SIGKILL);
+        let got = tokio::time::timeout(Duration::from_secs(60), running)
+            .await
+            .expect("the query ends")
+            .unwrap()
+            .expect("run again on the two others");
+        assert_eq!(got, want, "every row once");
+        // Its audit record says so.
+        let audit = std::fs::read_to_string(tmp.path().join("lake/audit.jsonl")).unwrap();
+        let retried: Vec<serde_json::Value> = audit
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r.get("retries").is_some())
+            .collect();
+        assert!(!retried.is_empty(), "no audit record reports the retry");
+        for r in &retried {
+            let line = r["retries"][0].as_str().unwrap();
+            assert!(
+                line.starts_with("attempt 1 stopped: cluster worker ") && line.contains(&lost.addr),
+                "{line}"
+            );
+            assert_eq!(r["rows"], want.len(), "{r}");
+        }
+        drop(lost);
     });
 }
 

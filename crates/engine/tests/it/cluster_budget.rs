@@ -13,6 +13,10 @@ use crate::common::*;
 const JOIN: &str = "SELECT c.country, count(*), sum(o.amount) FROM lake.sales.orders o \
                     JOIN lake.sales.customers c ON o.customer_id = c.id GROUP BY c.country";
 
+/// 100,000 groups, aggregated in a second stage after a shuffle between workers.
+const GROUPS: &str = "SELECT email, count(*) FROM lake.sales.customers GROUP BY email \
+                      ORDER BY 2 DESC, 1 LIMIT 5";
+
 /// A nested-loop join of 100,000 × 100,000 rows, planned whole on the workers: tens of
 /// seconds of work there.
 const SLOW: &str = "SELECT count(*) FROM lake.sales.customers a, lake.sales.customers b \
@@ -55,6 +59,14 @@ async fn the_coordinators_memory_limit_for_a_query_holds_on_each_worker() {
             && text.contains("the query's memory limit on its coordinator, applied on each worker"),
         "{text}"
     );
+    workers_release_their_memory(&workers).await;
+    // A plan of several stages (a shuffle between workers) cut short by its limit or by
+    // the LIMIT: what its stages hold, peers' buffers included, goes when it ends.
+    let plan = crate::cluster::explain(&coordinator, "admin", GROUPS).await;
+    assert!(plan.contains("NetworkShuffleExec"), "{plan}");
+    if let Err(e) = query(&coordinator.network_session("admin", "test"), GROUPS).await {
+        assert_eq!(classify(&e), ErrorClass::ResourceLimit, "{e}");
+    }
     workers_release_their_memory(&workers).await;
     // The same query without a limit (a local session) runs on the same workers.
     let rows: usize = query(&coordinator.session("admin"), JOIN)
