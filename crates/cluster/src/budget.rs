@@ -31,7 +31,7 @@ use tonic::codegen::http::{HeaderMap, HeaderValue};
 use uuid::Uuid;
 
 use crate::error::refused;
-use crate::queries::{EndedQueries, QUERY_HEADER};
+use crate::queries::{EndedQueries, QUERY_HEADER, query_in};
 
 /// The header of a stage plan giving the memory its query may reserve on each worker, in
 /// bytes (the coordinator's limit for the query; none when it has none).
@@ -139,10 +139,7 @@ impl QueryBudgets {
         shared: &Arc<dyn MemoryPool>,
         ended: &EndedQueries,
     ) -> DfResult<(TaskBudget, Arc<dyn MemoryPool>)> {
-        let query = headers
-            .get(QUERY_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| Uuid::parse_str(v).ok())
+        let query = query_in(headers)
             .ok_or_else(|| refused(format!("a stage plan without its query ({QUERY_HEADER})")))?;
         if ended.has_ended(&query) {
             return Err(refused(
@@ -473,22 +470,11 @@ mod tests {
         let budgets = QueryBudgets::new(Some(4 << 20), Duration::from_secs(30));
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         // The coordinator's limit (1 MiB) under the worker's cap (4 MiB); 5 s left.
-        let (budget, first) = budgets
-            .admit(
-                &headers(Some(a), Some("1048576"), Some("5000")),
-                &shared,
-                &ended,
-            )
-            .unwrap();
+        let admit = |h: HeaderMap| budgets.admit(&h, &shared, &ended).unwrap();
+        let (budget, first) = admit(headers(Some(a), Some("1048576"), Some("5000")));
         assert!(budget.deadline <= Instant::now() + Duration::from_secs(5));
         assert!(budget.timeout_by.contains("statement_timeout_s"));
-        let (_, second) = budgets
-            .admit(
-                &headers(Some(a), Some("1048576"), Some("5000")),
-                &shared,
-                &ended,
-            )
-            .unwrap();
+        let (_, second) = admit(headers(Some(a), Some("1048576"), Some("5000")));
         assert!(Arc::ptr_eq(&first, &second), "one pool per query");
         assert!(matches!(first.memory_limit(), MemoryLimit::Finite(l) if l == 1 << 20));
         // Its tasks together stay under the limit; the refusal says where it comes from.
@@ -503,13 +489,7 @@ mod tests {
         assert_eq!(shared.reserved(), 700 << 10);
         // Another query: its own pool, capped by the worker (its coordinator asked 1 GiB
         // and gave it an hour, more than the worker's 30 s).
-        let (budget, other) = budgets
-            .admit(
-                &headers(Some(b), Some("1073741824"), Some("3600000")),
-                &shared,
-                &ended,
-            )
-            .unwrap();
+        let (budget, other) = admit(headers(Some(b), Some("1073741824"), Some("3600000")));
         assert!(!Arc::ptr_eq(&first, &other));
         assert!(matches!(other.memory_limit(), MemoryLimit::Finite(l) if l == 4 << 20));
         assert!(budget.deadline <= Instant::now() + Duration::from_secs(30));

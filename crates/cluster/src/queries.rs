@@ -20,6 +20,14 @@ pub const END_QUERY: &str = "/clearice.cluster.v1.Cluster/EndQuery";
 /// The header of [`END_QUERY`] naming the query that ended (a UUID).
 pub const QUERY_HEADER: &str = "x-clearice-query";
 
+/// The query a call's [`QUERY_HEADER`] names, if it names one.
+pub(crate) fn query_in(headers: &tonic::codegen::http::HeaderMap) -> Option<Uuid> {
+    headers
+        .get(QUERY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| Uuid::parse_str(v).ok())
+}
+
 thread_local! {
     /// The query whose scans are being encoded on this thread (see [`encoding_for`]).
     static ENCODING_FOR: Cell<Option<Uuid>> = const { Cell::new(None) };

@@ -155,7 +155,6 @@ impl ExecutionPlan for ClusterRootExec {
             reservation: held,
             window: self.window,
             returned_rows: false,
-            ended: false,
             done: false,
         };
         let stream = futures::stream::unfold(run, |mut run| async move {
@@ -204,8 +203,7 @@ struct Run {
     window: usize,
     /// Whether rows have been (or are being) passed on: no retry after that.
     returned_rows: bool,
-    /// Whether the current attempt's stream ended (what is held is then passed on).
-    ended: bool,
+    /// Whether the query ended (what is still held is then passed on) or failed.
     done: bool,
 }
 
@@ -219,8 +217,7 @@ impl Run {
                     .shrink(batch.get_array_memory_size().min(self.reservation.size()));
                 return Some(Ok(batch));
             }
-            if self.done || self.ended {
-                self.done = true;
+            if self.done {
                 return None;
             }
             let polled = match self.stream() {
@@ -232,7 +229,7 @@ impl Run {
                 Some(Ok(batch)) => self.hold(batch),
                 None => {
                     // Complete: what is held is the whole result.
-                    self.ended = true;
+                    self.done = true;
                     self.returned_rows = true;
                 }
                 Some(Err(e)) => match self.retry_after(e).await {

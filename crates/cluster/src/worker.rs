@@ -268,11 +268,7 @@ impl Service<http::Request<tonic::body::Body>> for EndQueries {
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let query = request
-            .headers()
-            .get(QUERY_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| uuid::Uuid::parse_str(v).ok());
+        let query = crate::queries::query_in(request.headers());
         let answer = match (request.uri().path(), query) {
             (END_QUERY, Some(query)) => {
                 self.ended.end(query);
