@@ -57,12 +57,41 @@ impl CatalogProvider for SessionCatalogProvider {
         self.inner.schema_names()
     }
 
+    /// A namespace the catalog does not have resolves as an empty schema (not listed):
+    /// a session whose default schema is not in its default catalog still reads files by
+    /// path, and names in it fail as "table not found".
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        let inner = self.inner.schema_provider(name)?;
+        let Some(inner) = self.inner.schema_provider(name) else {
+            return Some(Arc::new(AbsentSchema));
+        };
         Some(Arc::new(SessionSchemaProvider {
             inner,
             access: Arc::clone(&self.access),
         }))
+    }
+}
+
+/// A schema an Iceberg catalog does not have: no tables, and none can be registered in it
+/// (DataFusion's default `register_table` refuses).
+#[derive(Debug)]
+struct AbsentSchema;
+
+#[async_trait::async_trait]
+impl SchemaProvider for AbsentSchema {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    async fn table(&self, _name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(None)
+    }
+
+    fn table_exist(&self, _name: &str) -> bool {
+        false
     }
 }
 

@@ -367,6 +367,34 @@ pub struct ServerConfig {
     /// Per-principal resource limits of Flight SQL statements.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// The catalog unqualified and two-part names resolve in for Flight SQL sessions;
+    /// default the first configured catalog (by name). `datafusion` is DataFusion's
+    /// in-memory catalog. A client's `catalog` header or session option overrides it.
+    #[serde(default)]
+    pub default_catalog: Option<String>,
+    /// The schema unqualified names resolve in; default `public`.
+    #[serde(default)]
+    pub default_schema: Option<String>,
+}
+
+impl ServerConfig {
+    /// The default catalog and schema of a Flight SQL user: the user's own, else the
+    /// server's, else the first of `catalogs` (and DataFusion's schema).
+    pub fn namespace_of<'a>(
+        &'a self,
+        user: &str,
+        mut catalogs: impl Iterator<Item = &'a str>,
+    ) -> (Option<&'a str>, Option<&'a str>) {
+        let own = self.users.get(user);
+        let catalog = own
+            .and_then(|u| u.default_catalog.as_deref())
+            .or(self.default_catalog.as_deref())
+            .or_else(|| catalogs.next());
+        let schema = own
+            .and_then(|u| u.default_schema.as_deref())
+            .or(self.default_schema.as_deref());
+        (catalog, schema)
+    }
 }
 
 /// `[shell]`: the local shell (`clearice`, `-c`, `-f`, `slt`).
@@ -389,6 +417,12 @@ pub struct ServerUser {
     /// Marks demo users whose password equals their name (`serve` warns about them).
     #[serde(default)]
     pub demo: bool,
+    /// This user's default catalog (overrides `[server] default_catalog`).
+    #[serde(default)]
+    pub default_catalog: Option<String>,
+    /// This user's default schema (overrides `[server] default_schema`).
+    #[serde(default)]
+    pub default_schema: Option<String>,
 }
 
 /// Explicit keys: a JSON object `{"<key id>": "<base64 key>"}`.
@@ -532,6 +566,36 @@ impl Config {
                         &format!("properties.{key}"),
                         "give the catalog credential with token_file or credential_file, and principals' own with principal_tokens (secrets go in files)".into(),
                     ));
+                }
+            }
+        }
+        if let Some(server) = &c.server {
+            let defaults =
+                std::iter::once(("server.default_catalog".to_owned(), &server.default_catalog))
+                    .chain(server.users.iter().map(|(name, u)| {
+                        (
+                            format!("server.users.{name}.default_catalog"),
+                            &u.default_catalog,
+                        )
+                    }));
+            for (key, catalog) in defaults {
+                if let Some(cat) = catalog
+                    && cat != crate::SCRATCH_CATALOG
+                    && !c.catalogs.contains_key(cat)
+                {
+                    return Err(Error::ConfigValue {
+                        path: source.into(),
+                        key,
+                        reason: format!(
+                            "catalog '{cat}' is not configured (catalogs: {})",
+                            c.catalogs
+                                .keys()
+                                .map(String::as_str)
+                                .chain([crate::SCRATCH_CATALOG])
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    });
                 }
             }
         }

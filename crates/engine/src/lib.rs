@@ -27,6 +27,7 @@
 
 mod audit;
 mod check;
+mod columns;
 mod config;
 mod error;
 mod executor;
@@ -80,7 +81,7 @@ pub use config::{
 pub use error::{Error, ErrorClass, Result, classify, message_of};
 pub use executor::CpuExecutor;
 pub use rotate::{RotationReport, rotate_master_key};
-pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, Session};
+pub use session::{CATALOG_LISTING_MAX_AGE, QueryOutput, SCRATCH_CATALOG, Session};
 
 /// Process-wide state shared by all sessions: catalogs, keys, runtime.
 #[derive(Debug)]
@@ -702,6 +703,15 @@ impl Engine {
             self.catalogs.iter().map(|(_, c)| Arc::clone(c)).collect(),
         );
         session.setup_error = setup_error;
+        // A Flight SQL user's names resolve in the configured catalog and schema (the
+        // first catalog by default, not DataFusion's empty in-memory one).
+        if caller.front() == FrontEnd::FlightSql {
+            let unset = ServerConfig::default();
+            let server = self.config.server.as_ref().unwrap_or(&unset);
+            let (catalog, schema) =
+                server.namespace_of(principal, self.catalogs.iter().map(|(n, _)| n.as_str()));
+            session.set_namespace(catalog, schema);
+        }
         if let Some(g) = guard {
             session.confine(
                 g,

@@ -72,6 +72,10 @@ pub struct Session {
     pub(crate) setup_error: Option<String>,
 }
 
+/// DataFusion's in-memory catalog (its `datafusion` default): session tables such as
+/// `CREATE EXTERNAL TABLE`'s live there.
+pub const SCRATCH_CATALOG: &str = "datafusion";
+
 /// How stale a catalog's table listing may be when a statement starts.
 pub const CATALOG_LISTING_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -341,6 +345,7 @@ impl Session {
         if let Some(c) = &self.confine {
             c.check_plan(&plan).await?;
         }
+        self.check_session_objects(&plan)?;
         check_copy_formats(&plan)?;
         let state = self.ctx.state();
         clearice_access::write_rules::check_statement(&plan, &|p| state.optimize(p))?;
@@ -422,13 +427,47 @@ impl Session {
     }
 
     /// Names of the catalogs this session sees.
+    ///
+    /// DataFusion's in-memory catalog ([`SCRATCH_CATALOG`]) is left out while it holds no
+    /// table and is not the default: clients list it as an empty catalog otherwise.
     pub fn catalog_names(&self) -> Vec<String> {
-        self.ctx.catalog_names()
+        let (default, _) = self.namespace();
+        self.ctx
+            .catalog_names()
+            .into_iter()
+            .filter(|name| {
+                name != SCRATCH_CATALOG
+                    || *name == default
+                    || self.ctx.catalog(name).is_some_and(|c| {
+                        c.schema_names().iter().any(|s| {
+                            s != "information_schema"
+                                && c.schema(s).is_some_and(|s| !s.table_names().is_empty())
+                        })
+                    })
+            })
+            .collect()
     }
 
     /// A catalog as this session's principal sees it (tables under the policy).
     pub fn catalog(&self, name: &str) -> Option<Arc<dyn datafusion::catalog::CatalogProvider>> {
         self.ctx.catalog(name)
+    }
+
+    /// Whether results describe their columns (Flight SQL's column metadata: the table
+    /// each comes from, its SQL type, precision and scale): for Flight SQL sessions.
+    fn describes_columns(&self) -> bool {
+        self.access.caller().front() == clearice_access::FrontEnd::FlightSql
+    }
+
+    /// The result schema of a planned statement as its client is shown it: for a
+    /// Flight SQL session with each column described (the table it is read from, its
+    /// SQL type, precision and scale as Flight SQL column metadata).
+    pub fn result_schema(&self, df: &datafusion::dataframe::DataFrame) -> SchemaRef {
+        if !self.describes_columns() {
+            return Arc::new(df.schema().as_arrow().clone());
+        }
+        let (catalog, schema) = self.namespace();
+        crate::columns::described(df.logical_plan(), &catalog, &schema)
     }
 
     /// The catalog and schema that unqualified table names resolve in.
@@ -453,12 +492,19 @@ impl Session {
             ))
         })?;
         if let Some(s) = schema
-            && cat.schema(s).is_none()
+            && !cat.schema_names().iter().any(|n| n == s)
         {
             return Err(DataFusionError::Plan(format!(
                 "schema '{s}' not found in catalog '{cat_name}'"
             )));
         }
+        self.set_namespace(catalog, schema);
+        Ok(())
+    }
+
+    /// Sets the default catalog and schema without looking them up (a server's or
+    /// user's configured default: a schema created later still counts).
+    pub(crate) fn set_namespace(&self, catalog: Option<&str>, schema: Option<&str>) {
         let state = self.ctx.state_ref();
         let mut state = state.write();
         let options = &mut state.config_mut().options_mut().catalog;
@@ -468,7 +514,6 @@ impl Session {
         if let Some(s) = schema {
             options.default_schema = s.to_owned();
         }
-        Ok(())
     }
 
     /// Plans and runs SQL text (one statement) to completion, auditing table access.
@@ -590,10 +635,13 @@ impl Session {
             let permit = self.permit()?;
             let df = planned.await?;
             let announced = Arc::new(df.schema().as_arrow().clone());
-            Ok((
-                with_types_of(&announced, df.execute_stream().await?)?,
-                permit,
-            ))
+            let described = self.describes_columns().then(|| self.result_schema(&df));
+            let stream = with_types_of(&announced, df.execute_stream().await?)?;
+            let stream = match described {
+                Some(d) => crate::columns::describe_stream(stream, &d),
+                None => stream,
+            };
+            Ok((stream, permit))
         });
         let started =
             query

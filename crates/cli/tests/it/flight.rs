@@ -135,7 +135,7 @@ fn adbc_clients_see_the_policy_of_their_user() {
     // session options: default catalog, then lake.sales for unqualified names, per user
     assert_eq!(
         analyst["session"],
-        serde_json::json!(["datafusion", "lake", "sales"])
+        serde_json::json!(["lake", "lake", "sales"])
     );
     assert_eq!(analyst["unqualified"], serde_json::json!([["XXX-XX-1603"]]));
     assert_eq!(admin["unqualified"], serde_json::json!([["609-11-1603"]]));
@@ -149,6 +149,29 @@ fn adbc_clients_see_the_policy_of_their_user() {
         bad.contains("INVALID_ARGUMENT") || bad.contains("InvalidArgument"),
         "{bad}"
     );
+
+    // Result columns carry Flight SQL's column metadata.
+    let meta = &analyst["column_meta"];
+    assert_eq!(
+        meta["id"]["ARROW:FLIGHT:SQL:TABLE_NAME"], "customers",
+        "{meta}"
+    );
+    assert_eq!(meta["id"]["ARROW:FLIGHT:SQL:CATALOG_NAME"], "lake");
+    assert_eq!(meta["id"]["ARROW:FLIGHT:SQL:DB_SCHEMA_NAME"], "sales");
+    assert_eq!(meta["id"]["ARROW:FLIGHT:SQL:TYPE_NAME"], "BIGINT");
+    assert_eq!(meta["id"]["ARROW:FLIGHT:SQL:PRECISION"], "19");
+    assert_eq!(meta["next"]["ARROW:FLIGHT:SQL:TABLE_NAME"], Value::Null);
+    assert_eq!(meta["next"]["ARROW:FLIGHT:SQL:TYPE_NAME"], "BIGINT");
+    assert_eq!(v["header_schema"], serde_json::json!([["XXX-XX-1603"]]));
+    let bad_header = v["header_bad_catalog"].as_str().unwrap();
+    assert!(
+        bad_header.contains("headers 'catalog'/'schema'")
+            && bad_header.contains("catalog 'nope' not found"),
+        "{bad_header}"
+    );
+    // Without a schema, one-part names resolve in the default catalog's `public`.
+    let no_header = v["no_header"].as_str().unwrap();
+    assert!(no_header.contains("customers"), "{no_header}");
 
     let support = &v["support"];
     assert_eq!(
@@ -256,6 +279,10 @@ fn superset_sqlalchemy_dialect_browses_and_queries_under_the_policy() {
             .contains(&Value::from("phone"))
     };
     assert!(has_phone("admin") && !has_phone("analyst"), "{v}");
+    for (user, ssn) in [("admin", "609-11-1603"), ("analyst", "XXX-XX-1603")] {
+        assert_eq!(v[user]["two_part"], serde_json::json!([[ssn]]), "{v}");
+        assert_eq!(v[user]["one_part"], serde_json::json!([[ssn]]), "{v}");
+    }
     assert_eq!(
         v["admin"]["rows"],
         serde_json::json!([[1000001, "609-11-1603"]])
@@ -805,7 +832,8 @@ fn jdbc_driver_connects_browses_and_queries_like_dbeaver() {
         };
         let which = jar.display();
         assert!(get("product").starts_with("ClearIce "), "{which}");
-        assert_eq!(get("catalogs"), "[datafusion, lake]", "{which}");
+        // DataFusion's empty in-memory catalog is not listed.
+        assert_eq!(get("catalogs"), "[lake]", "{which}");
         assert_eq!(get("schemas"), "[sales]", "{which}");
         assert_eq!(get("tables"), "[customers, orders]", "{which}");
         assert!(
@@ -829,6 +857,11 @@ fn jdbc_driver_connects_browses_and_queries_like_dbeaver() {
             assert!(row.contains(want), "{which}: {want} in {row}");
         }
         assert_eq!(get("balance_decimal"), "489247.72");
+        let meta = get("balance_meta");
+        assert!(
+            meta.starts_with("lake.sales.customers ") && meta.ends_with("(12,2)"),
+            "{which}: {meta}"
+        );
         assert_eq!(get("amount"), "3593.99");
         assert_eq!(get("null_is_null"), "true");
         assert_eq!(get("timestamp"), "2025-01-05 10:00:00.0");
@@ -845,6 +878,11 @@ fn jdbc_driver_connects_browses_and_queries_like_dbeaver() {
         );
         assert_eq!(get("token"), "1", "{which}: token=");
         assert_eq!(get("analyst_ssn"), "XXX-XX-1603");
+        assert_eq!(
+            get("analyst_unqualified"),
+            "XXX-XX-1603",
+            "{which}: default catalog + schema header"
+        );
         let denied = get("denied");
         assert!(
             denied.contains("access denied") && denied.contains("card_number"),

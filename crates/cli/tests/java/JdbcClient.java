@@ -67,6 +67,13 @@ public class JdbcClient {
                     }
                 }
                 out("row", vals);
+                // Flight SQL column metadata: where each column comes from, its precision.
+                for (int i = 1; i <= m.getColumnCount(); i++) {
+                    if (m.getColumnName(i).equals("balance")) {
+                        out("balance_meta", m.getCatalogName(i) + "." + m.getSchemaName(i) + "." + m.getTableName(i)
+                            + " " + m.getColumnTypeName(i) + "(" + m.getPrecision(i) + "," + m.getScale(i) + ")");
+                    }
+                }
                 out("balance_decimal", rs.getBigDecimal("balance"));
                 out("birth_date", rs.getDate("birth_date"));
                 out("ssn", rs.getString("ssn"));
@@ -139,11 +146,20 @@ public class JdbcClient {
         Properties a = new Properties();
         a.setProperty("user", "analyst");
         a.setProperty("password", "analyst");
+        // Not a driver property: sent as a `schema` header on every call.
+        a.setProperty("schema", "sales");
         try (Connection ac = DriverManager.getConnection(base, a);
              Statement s = ac.createStatement()) {
             try (ResultSet rs = s.executeQuery("SELECT ssn FROM lake.sales.customers WHERE id = 1000001")) {
                 rs.next();
                 out("analyst_ssn", rs.getString(1));
+            }
+            // The server's default catalog and the `schema` header: a one-part name resolves.
+            try (ResultSet rs = s.executeQuery("SELECT ssn FROM customers WHERE id = 1000001")) {
+                rs.next();
+                out("analyst_unqualified", rs.getString(1));
+            } catch (SQLException e) {
+                out("analyst_unqualified", err(e));
             }
             try (ResultSet rs = s.executeQuery("SELECT card_number FROM lake.sales.orders LIMIT 1")) {
                 out("denied", "no error");

@@ -50,6 +50,13 @@ def main():
                         c["column_name"] for c in (t["table_columns"] or [])
                     ]
         schema = conn.adbc_get_table_schema("customers", catalog_filter="lake", db_schema_filter="sales")
+        # Flight SQL column metadata of a result (table, type, precision, scale)
+        cur.execute("SELECT id, id + 1 AS next FROM lake.sales.customers LIMIT 1")
+        result = cur.fetch_arrow_table().schema
+        column_meta = {
+            f.name: {k.decode(): v.decode() for k, v in (f.metadata or {}).items() if k.startswith(b"ARROW:FLIGHT:SQL:")}
+            for f in result
+        }
         denied = error_of(lambda: run(cur, "SELECT card_number FROM lake.sales.orders LIMIT 1"))
         bad_sql = error_of(lambda: run(cur, "SELEC nonsense"))
         # session options (SetSessionOptions/GetSessionOptions), as DBeaver's `catalog=` does
@@ -69,10 +76,26 @@ def main():
             "bad_sql": bad_sql,
             "session": [default_catalog, conn.adbc_current_catalog, conn.adbc_current_db_schema],
             "unqualified": [list(r) for r in unqualified],
+            "column_meta": column_meta,
             "bad_catalog": bad_catalog,
         }
         cur.close()
         conn.close()
+    # `catalog`/`schema` headers on every call (ADBC's call_header options; JDBC and
+    # SQLAlchemy URLs send their unknown parameters the same way)
+    def with_headers(**headers):
+        kwargs = {"username": "analyst", "password": "analyst"}
+        kwargs.update({f"adbc.flight.sql.rpc.call_header.{k}": v for k, v in headers.items()})
+        conn = flightsql.connect(f"grpc://{addr}", db_kwargs=kwargs)
+        try:
+            with conn.cursor() as cur:
+                return run(cur, "SELECT ssn FROM customers WHERE id = 1000001")
+        finally:
+            conn.close()
+
+    out["header_schema"] = [list(r) for r in with_headers(schema="sales")]
+    out["header_bad_catalog"] = error_of(lambda: with_headers(catalog="nope", schema="sales"))
+    out["no_header"] = error_of(lambda: with_headers())
     out["wrong_password"] = error_of(lambda: connect(addr, "admin", "nope"))
     out["unknown_user"] = error_of(lambda: connect(addr, "mallory", "mallory"))
     print(json.dumps(out))

@@ -52,7 +52,7 @@ def attacks(p):
         ("read_catalog_s3", "SELECT * FROM 'clearice-s3://lake/wh/sales/customers/data/x.parquet'"),
         ("read_hidden_datafile", f"SELECT * FROM '{p['hidden_file']}'"),
         ("read_json", f"SELECT * FROM '{out}/secret.json'"),
-        ("external_outside", f"CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '{out}/secret.csv'"),
+        ("external_outside", f"CREATE EXTERNAL TABLE datafusion.public.t STORED AS CSV LOCATION '{out}/secret.csv'"),
         ("copy_outside_csv", f"COPY (SELECT 'owned' AS x) TO '{out}/owned.csv' STORED AS CSV"),
         ("copy_outside_parquet", f"COPY (SELECT 'owned' AS x) TO '{out}/owned.parquet' STORED AS PARQUET"),
         ("copy_outside_json", f"COPY (SELECT 'owned' AS x) TO '{out}/owned.json' STORED AS JSON"),
@@ -66,8 +66,8 @@ def attacks(p):
         ("ddl_ctas", "CREATE TABLE lake.sales.stolen AS SELECT 1 AS x"),
         ("ddl_drop", "DROP TABLE lake.sales.customers"),
         ("ddl_schema", "CREATE SCHEMA lake.evil"),
-        ("ddl_view", "CREATE VIEW v AS SELECT 1 AS x"),
-        ("ddl_memory_table", "CREATE TABLE m AS SELECT 1 AS x"),
+        ("ddl_view", "CREATE VIEW datafusion.public.v AS SELECT 1 AS x"),
+        ("ddl_memory_table", "CREATE TABLE datafusion.public.m AS SELECT 1 AS x"),
         ("dml_insert", "INSERT INTO lake.sales.customers (id) VALUES (1)"),
     ]
 
@@ -79,7 +79,7 @@ def granted(p, user):
         ("area_read", f"SELECT * FROM '{shared}/data.csv'"),
         ("area_read_rel", "SELECT * FROM 'data.csv'"),
         ("area_read_dir", f"SELECT * FROM '{shared}/dir/'"),
-        ("area_external", f"CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '{shared}/data.csv'"),
+        ("area_external", f"CREATE EXTERNAL TABLE datafusion.public.t STORED AS CSV LOCATION '{shared}/data.csv'"),
         ("export_csv", f"COPY (SELECT 1 AS x) TO '{exports}/out_{user}.csv' STORED AS CSV"),
         ("export_parquet", f"COPY (SELECT 1 AS x) TO '{exports}/out_{user}.parquet' STORED AS PARQUET"),
         ("export_json", f"COPY (SELECT 1 AS x) TO '{exports}/out_{user}.json' STORED AS JSON"),

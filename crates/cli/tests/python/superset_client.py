@@ -20,11 +20,19 @@ def main():
             # Superset's "Test connection" runs SELECT 1
             conn.execute(text("SELECT 1")).fetchall()
             rows = conn.execute(text("SELECT id, ssn FROM lake.sales.customers WHERE id = 1000001")).fetchall()
+            # A physical dataset: the dialect drops the catalog, so the server's default
+            # catalog (the first configured) completes `sales.customers`.
+            two_part = conn.execute(text("SELECT ssn FROM sales.customers WHERE id = 1000001")).fetchall()
+        # `?schema=` arrives as a header on every call: one-part names resolve in it.
+        with create_engine(f"datafusion://{user}:{user}@{addr}?insecure=true&schema=sales").connect() as conn:
+            one_part = conn.execute(text("SELECT ssn FROM customers WHERE id = 1000001")).fetchall()
         out[user] = {
             "schemas": insp.get_schema_names(),
             "tables": insp.get_table_names(schema="sales"),
             "columns": [c["name"] for c in insp.get_columns("customers", schema="sales")],
             "rows": [list(r) for r in rows],
+            "two_part": [list(r) for r in two_part],
+            "one_part": [list(r) for r in one_part],
         }
     print(json.dumps(out))
 

@@ -137,6 +137,35 @@ impl Session {
         ))
     }
 
+    /// Refuses session objects named into an Iceberg catalog, which holds Iceberg tables
+    /// only: an external table (a session's table over files) or a view there would
+    /// otherwise fail with DataFusion's "does not support registering tables".
+    pub(super) fn check_session_objects(
+        &self,
+        plan: &datafusion::logical_expr::LogicalPlan,
+    ) -> Result<()> {
+        use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) => {
+                match self.iceberg_table(&c.name) {
+                    Some((cat, ns, table)) => Err(DataFusionError::Plan(format!(
+                        "CREATE EXTERNAL TABLE '{}.{ns}.{table}': external tables are session tables of catalog '{SCRATCH_CATALOG}' (name it {SCRATCH_CATALOG}.public.{table}); Iceberg tables are made with CREATE TABLE",
+                        cat.name()
+                    ))),
+                    None => Ok(()),
+                }
+            }
+            LogicalPlan::Ddl(DdlStatement::CreateView(v)) => match self.iceberg_table(&v.name) {
+                Some((cat, ns, view)) => Err(DataFusionError::NotImplemented(format!(
+                    "CREATE VIEW '{}.{ns}.{view}': views in Iceberg catalogs are not supported yet (create a table, or a session view in catalog '{SCRATCH_CATALOG}')",
+                    cat.name()
+                ))),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
     /// Runs catalog changes on Iceberg catalogs (CREATE/DROP SCHEMA, CREATE TABLE [AS],
     /// DROP TABLE) under the policy's write rules; `None` for any other statement.
     pub(super) async fn iceberg_ddl(

@@ -114,7 +114,7 @@ async fn planning_alone_runs_no_ddl_and_writes_no_file() {
     assert!(matches!(refusal(&e), Refusal::FileWrite { .. }), "{e}");
     let e = net
         .sql_plan(&format!(
-            "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '{}'",
+            "CREATE EXTERNAL TABLE datafusion.public.t STORED AS CSV LOCATION '{}'",
             tmp.path().join("out.csv").display()
         ))
         .await
@@ -203,4 +203,105 @@ async fn refusals_do_not_tell_whether_a_path_exists() {
         }
     };
     assert_eq!(msg(&exists).await, msg(&missing).await);
+}
+
+async fn count(s: &clearice_engine::Session, sql: &str) -> datafusion::error::Result<usize> {
+    let out = s.sql(sql).await?;
+    Ok(out.batches.iter().map(|b| b.num_rows()).sum())
+}
+
+/// A Flight user's names resolve in the first catalog (or `[server]`'s and the user's own
+/// defaults); DataFusion's in-memory catalog is not listed while empty, holds the external
+/// tables of the session, and nothing but Iceberg tables is created in an Iceberg catalog.
+#[tokio::test]
+async fn network_sessions_resolve_names_in_the_configured_default_namespace() {
+    let (tmp, engine, _) = lake("").await;
+    let net = engine.network_session("analyst", "test");
+    assert_eq!(net.namespace(), ("lake".to_owned(), "public".to_owned()));
+    assert_eq!(net.catalog_names(), vec!["lake".to_owned()]);
+    assert_eq!(
+        count(&net, "SELECT id FROM sales.customers LIMIT 3")
+            .await
+            .unwrap(),
+        3
+    );
+    let e = count(&net, "SELECT id FROM customers").await.unwrap_err();
+    assert!(e.to_string().contains("lake.public.customers"), "{e}");
+    // External tables: refused into the Iceberg catalog, kept in DataFusion's, then listed.
+    let inside = tmp.path().join("area/in.csv");
+    let e = net
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '{}'",
+            inside.display()
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("CREATE EXTERNAL TABLE 'lake.public.t': external tables are session tables of catalog 'datafusion' (name it datafusion.public.t)"),
+        "{e}"
+    );
+    net.sql(&format!(
+        "CREATE EXTERNAL TABLE datafusion.public.t STORED AS CSV LOCATION '{}' OPTIONS ('format.has_header' 'true')",
+        inside.display()
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        count(&net, "SELECT x FROM datafusion.public.t")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(net.catalog_names().len(), 2, "listed once it holds a table");
+    // The shell keeps DataFusion's default; a view named into an Iceberg catalog is refused.
+    let shell = engine.session("admin");
+    assert_eq!(shell.namespace().0, "datafusion");
+    let e = shell
+        .sql("CREATE VIEW lake.sales.v AS SELECT 1")
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "CREATE VIEW 'lake.sales.v': views in Iceberg catalogs are not supported yet"
+        ),
+        "{e}"
+    );
+
+    // [server] and per-user defaults; an unknown catalog is a config error naming the key.
+    let dir = tmp.path().join("lake");
+    let config = dir.join("clearice.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("[server]\n") && text.contains("[server.users.support]\n"));
+    let text = text
+        .replace("[server]\n", "[server]\ndefault_schema = \"sales\"\n")
+        .replace(
+            "[server.users.support]\n",
+            "[server.users.support]\ndefault_catalog = \"datafusion\"\n",
+        );
+    let engine = Engine::open(Config::parse(&text, "clearice.toml", &dir).unwrap())
+        .await
+        .unwrap();
+    let net = engine.network_session("analyst", "test");
+    assert_eq!(
+        count(&net, "SELECT id FROM customers LIMIT 2")
+            .await
+            .unwrap(),
+        2
+    );
+    let support = engine.network_session("support", "test");
+    assert_eq!(
+        support.namespace(),
+        ("datafusion".to_owned(), "sales".to_owned())
+    );
+    let e = Config::parse(
+        "[server]\ndefault_catalog = \"nope\"\n",
+        "clearice.toml",
+        Path::new("."),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("server.default_catalog") && e.to_string().contains("'nope'"),
+        "{e}"
+    );
 }

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::AuthError;
 use crate::error::{auth_status, status_of};
-use crate::session::SessionOptions;
+use crate::session::{CATALOG, SCHEMA, SessionOptions};
 
 use super::ClearIceFlightSql;
 
@@ -112,6 +112,31 @@ impl ClearIceFlightSql {
         let session = self
             .engine
             .session_as(clearice_engine::Caller::network(user, client, credential));
+        // `catalog` and `schema` headers (a JDBC URL's or a SQLAlchemy URL's parameters
+        // arrive as headers) set the namespace of each call; the session's own options,
+        // set later, win over them.
+        let header_of = |name: &str| -> Result<Option<&str>, Status> {
+            match request.metadata().get(name) {
+                None => Ok(None),
+                Some(v) => match v.to_str().map(str::trim) {
+                    Ok("") => Ok(None),
+                    Ok(v) => Ok(Some(v)),
+                    Err(_) => Err(Status::invalid_argument(format!(
+                        "header '{name}' is not ASCII"
+                    ))),
+                },
+            }
+        };
+        let (catalog, schema) = (header_of(CATALOG)?, header_of(SCHEMA)?);
+        if (catalog.is_some() || schema.is_some())
+            && let Err(e) = session.use_namespace(catalog, schema)
+            && strict
+        {
+            return Err(Status::invalid_argument(format!(
+                "headers 'catalog'/'schema': {}",
+                clearice_engine::message_of(&e)
+            )));
+        }
         if let Some(token) = bearer(request) {
             let options = self.sessions.get(token);
             if options != SessionOptions::default()

@@ -77,7 +77,7 @@ impl ClearIceFlightSql {
             self.on_cpu(async move {
                 let df = session.sql_plan(&sql).await?;
                 let params = df.logical_plan().get_parameter_types()?;
-                Ok::<_, DataFusionError>((wire_schema(df.schema().as_arrow()), params))
+                Ok::<_, DataFusionError>((wire_schema(&session.result_schema(&df)), params))
             })
             .await?
         };

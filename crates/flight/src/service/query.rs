@@ -36,7 +36,7 @@ impl ClearIceFlightSql {
         let sql = sql.to_owned();
         self.on_cpu(async move {
             let df = session.sql_plan(&sql).await?;
-            Ok::<_, DataFusionError>(wire_schema(df.schema().as_arrow()))
+            Ok::<_, DataFusionError>(wire_schema(&session.result_schema(&df)))
         })
         .await?
         .map_err(|e| status_of(&e))
