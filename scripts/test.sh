@@ -51,6 +51,18 @@ if [ ! -f "$SVENV/.installed" ] || ! cmp -s "$SREQ" "$SVENV/.installed"; then
   cp "$SREQ" "$SVENV/.installed"
 fi
 
+# dbt with the repository's adapter: the packages once, the adapter on every run (it is
+# part of the change under test).
+DVENV=$CACHE/venv-dbt
+DREQ=$ROOT/scripts/requirements-dbt.txt
+if [ ! -f "$DVENV/.installed" ] || ! cmp -s "$DREQ" "$DVENV/.installed"; then
+  echo "== installing dbt-core into $DVENV"
+  python3 -m venv "$DVENV"
+  "$DVENV/bin/pip" install --quiet --disable-pip-version-check -r "$DREQ"
+  cp "$DREQ" "$DVENV/.installed"
+fi
+"$DVENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall "$ROOT/integrations/dbt-clearice"
+
 # The Arrow Flight SQL JDBC driver that DBeaver loads: the newest release and the previous
 # major line, from Maven Central, checked against Central's SHA-1.
 JDBC=$CACHE/jdbc
@@ -177,6 +189,7 @@ export CLEARICE_SPARK_ICEBERG_JAR=$SPARK_JAR
 export CLEARICE_PARQUET_TESTING_DIR=$SHARED/interop/parquet-testing
 export CLEARICE_PYTHON=$VENV/bin/python
 export CLEARICE_SUPERSET_PYTHON=$SVENV/bin/python
+export CLEARICE_DBT=$DVENV/bin/dbt
 export CLEARICE_JDBC_JARS=$JARS
 export CLEARICE_DATAFUSION_SLT_DIR=$DFSLT
 export CLEARICE_REQUIRE_FIXTURES=1

@@ -34,9 +34,15 @@ mod key {
 }
 
 /// The result schema of `plan` with each column described; `catalog` and `schema` are
-/// the session's defaults, which complete partial table names.
-pub(crate) fn described(plan: &LogicalPlan, catalog: &str, schema: &str) -> SchemaRef {
-    let tables = tables_of(plan, catalog, schema);
+/// the session's defaults, which complete partial table names; only tables of `catalogs`
+/// (the Iceberg catalogs) are named.
+pub(crate) fn described(
+    plan: &LogicalPlan,
+    catalog: &str,
+    schema: &str,
+    catalogs: &[&str],
+) -> SchemaRef {
+    let tables = tables_of(plan, catalog, schema, catalogs);
     let out = plan.schema();
     let fields: Vec<Field> = out
         .iter()
@@ -53,42 +59,43 @@ pub(crate) fn described(plan: &LogicalPlan, catalog: &str, schema: &str) -> Sche
     ))
 }
 
-/// The tables a column qualifier of `plan` may stand for: each table read, under the
-/// name it was written with and under an alias given to it directly (`FROM t AS c`).
+/// The tables a column qualifier of `plan` may stand for: each catalog table read, under
+/// the name it was written with and under an alias given to it directly (`FROM t AS c`).
 fn tables_of(
     plan: &LogicalPlan,
     catalog: &str,
     schema: &str,
+    catalogs: &[&str],
 ) -> HashMap<TableReference, ResolvedTableReference> {
-    let mut tables = HashMap::new();
-    // Names also given to something else (a subquery's alias): their columns may not
-    // come from the table, so they name none.
-    let mut shadowed = Vec::new();
+    let mut tables: HashMap<TableReference, Option<ResolvedTableReference>> = HashMap::new();
+    // A name that stands for two things (two tables, or a table and a subquery's alias)
+    // names none: its columns may come from either.
+    let mut add = |name: &TableReference, table: Option<ResolvedTableReference>| {
+        let entry = tables.entry(name.clone()).or_insert_with(|| table.clone());
+        if *entry != table {
+            *entry = None;
+        }
+    };
+    let resolved = |t: &TableReference| {
+        let r = t.clone().resolve(catalog, schema);
+        (catalogs.contains(&r.catalog.as_ref()) && r.schema.as_ref() != "information_schema")
+            .then_some(r)
+    };
     let _ = plan.apply_with_subqueries(|node| {
         match node {
-            LogicalPlan::TableScan(scan) => {
-                tables.insert(
-                    scan.table_name.clone(),
-                    scan.table_name.clone().resolve(catalog, schema),
-                );
-            }
+            LogicalPlan::TableScan(scan) => add(&scan.table_name, resolved(&scan.table_name)),
             LogicalPlan::SubqueryAlias(a) => match a.input.as_ref() {
-                LogicalPlan::TableScan(scan) => {
-                    tables.insert(
-                        a.alias.clone(),
-                        scan.table_name.clone().resolve(catalog, schema),
-                    );
-                }
-                _ => shadowed.push(a.alias.clone()),
+                LogicalPlan::TableScan(scan) => add(&a.alias, resolved(&scan.table_name)),
+                _ => add(&a.alias, None),
             },
             _ => {}
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    for name in shadowed {
-        tables.remove(&name);
-    }
     tables
+        .into_iter()
+        .filter_map(|(name, table)| Some((name, table?)))
+        .collect()
 }
 
 /// `stream` with its schema's columns described as in `described` (the same columns,
@@ -230,7 +237,7 @@ mod tests {
             .await
             .unwrap()
             .into_unoptimized_plan();
-        let s = described(&plan, "datafusion", "public");
+        let s = described(&plan, "datafusion", "public", &["datafusion"]);
         assert_eq!(meta(&s, "id", key::TABLE), Some("t"));
         assert_eq!(meta(&s, "id", key::CATALOG), Some("datafusion"));
         assert_eq!(meta(&s, "id", key::SCHEMA), Some("public"));
@@ -248,7 +255,26 @@ mod tests {
             .await
             .unwrap()
             .into_unoptimized_plan();
-        let s = described(&plan, "datafusion", "public");
+        let s = described(&plan, "datafusion", "public", &["datafusion"]);
         assert_eq!(meta(&s, "id", key::TABLE), None);
+        // A name given to two tables names neither; tables of other catalogs are not named.
+        ctx.sql("CREATE TABLE u (id BIGINT) AS VALUES (1)")
+            .await
+            .unwrap();
+        let plan = ctx
+            .sql("SELECT u.id FROM t AS u JOIN u AS v ON u.id = v.id")
+            .await
+            .unwrap()
+            .into_unoptimized_plan();
+        let s = described(&plan, "datafusion", "public", &["datafusion"]);
+        assert_eq!(meta(&s, "id", key::TABLE), None);
+        let plan = ctx
+            .sql("SELECT id FROM t")
+            .await
+            .unwrap()
+            .into_unoptimized_plan();
+        let s = described(&plan, "datafusion", "public", &["lake"]);
+        assert_eq!(meta(&s, "id", key::TABLE), None);
+        assert_eq!(meta(&s, "id", key::TYPE_NAME), Some("BIGINT"));
     }
 }

@@ -368,8 +368,9 @@ pub struct ServerConfig {
     #[serde(default)]
     pub limits: LimitsConfig,
     /// The catalog unqualified and two-part names resolve in for Flight SQL sessions;
-    /// default the first configured catalog (by name). `datafusion` is DataFusion's
-    /// in-memory catalog. A client's `catalog` header or session option overrides it.
+    /// default the configured catalog when there is exactly one (with several, DataFusion's
+    /// in-memory `datafusion`: adding a catalog must not move where names resolve). A
+    /// client's `catalog` header or session option overrides it.
     #[serde(default)]
     pub default_catalog: Option<String>,
     /// The schema unqualified names resolve in; default `public`.
@@ -379,17 +380,21 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// The default catalog and schema of a Flight SQL user: the user's own, else the
-    /// server's, else the first of `catalogs` (and DataFusion's schema).
+    /// server's, else the only one of `catalogs` (and DataFusion's schema).
     pub fn namespace_of<'a>(
         &'a self,
         user: &str,
         mut catalogs: impl Iterator<Item = &'a str>,
     ) -> (Option<&'a str>, Option<&'a str>) {
         let own = self.users.get(user);
+        let only = match (catalogs.next(), catalogs.next()) {
+            (Some(c), None) => Some(c),
+            _ => None,
+        };
         let catalog = own
             .and_then(|u| u.default_catalog.as_deref())
             .or(self.default_catalog.as_deref())
-            .or_else(|| catalogs.next());
+            .or(only);
         let schema = own
             .and_then(|u| u.default_schema.as_deref())
             .or(self.default_schema.as_deref());

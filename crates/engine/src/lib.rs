@@ -703,8 +703,8 @@ impl Engine {
             self.catalogs.iter().map(|(_, c)| Arc::clone(c)).collect(),
         );
         session.setup_error = setup_error;
-        // A Flight SQL user's names resolve in the configured catalog and schema (the
-        // first catalog by default, not DataFusion's empty in-memory one).
+        // A Flight SQL user's names resolve in the configured catalog and schema (the only
+        // catalog by default, not DataFusion's empty in-memory one).
         if caller.front() == FrontEnd::FlightSql {
             let unset = ServerConfig::default();
             let server = self.config.server.as_ref().unwrap_or(&unset);

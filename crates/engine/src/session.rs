@@ -467,7 +467,8 @@ impl Session {
             return Arc::new(df.schema().as_arrow().clone());
         }
         let (catalog, schema) = self.namespace();
-        crate::columns::described(df.logical_plan(), &catalog, &schema)
+        let catalogs: Vec<&str> = self.catalogs.iter().map(|c| c.name()).collect();
+        crate::columns::described(df.logical_plan(), &catalog, &schema, &catalogs)
     }
 
     /// The catalog and schema that unqualified table names resolve in.

@@ -354,6 +354,10 @@ impl SchemaProvider for IcebergSchemaProvider {
             return Ok(Some(metadata_table(&t, kind, &|_| true).await?));
         }
         match self.load(name, None).await {
+            // Dropped by another writer since the listing: a lookup (information_schema,
+            // a statement's tables) finds no table. Callers deciding on the table itself
+            // (DDL's restriction checks) use `load`, which keeps the error.
+            Err(e) if dropped_since_listing(&e) => Ok(None),
             Err(e) => unreadable(e),
             Ok(t) => Ok(t.map(|t| Arc::new(t) as _)),
         }
@@ -421,6 +425,18 @@ impl IcebergSchemaProvider {
             None => provider,
         }))
     }
+}
+
+/// Whether loading a listed table failed because the catalog no longer has it.
+fn dropped_since_listing(e: &datafusion::error::DataFusionError) -> bool {
+    matches!(
+        e,
+        datafusion::error::DataFusionError::External(inner)
+            if matches!(
+                inner.downcast_ref::<Error>(),
+                Some(Error::Iceberg { source, .. }) if source.kind() == iceberg::ErrorKind::TableNotFound
+            )
+    )
 }
 
 /// A table ClearIce cannot read at all (`Error::Unsupported` when loading it, or

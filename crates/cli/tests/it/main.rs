@@ -3,7 +3,8 @@
 //! (`flight`), the policy against DuckDB (`policy_differential`), a Ranger
 //! export imported onto the demo lake (`ranger`), the remote provider and
 //! crypto service (`remote`), AWS KMS on moto (`aws_kms`), workers as processes
-//! (`cluster`), and DataFusion's own sqllogictest suite (`datafusion_slt`).
+//! (`cluster`), DataFusion's own sqllogictest suite (`datafusion_slt`), and a dbt project
+//! through the dbt-clearice adapter (`dbt`).
 #![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
@@ -13,6 +14,7 @@ mod cli;
 mod cluster;
 mod common;
 mod datafusion_slt;
+mod dbt;
 mod flight;
 mod policy_differential;
 mod ranger;

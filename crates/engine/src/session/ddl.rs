@@ -197,7 +197,10 @@ impl Session {
                     Some((cat, ns)) if self.iceberg_catalog(Some(cat)).is_some() => {
                         (self.iceberg_catalog(Some(cat)), ns)
                     }
-                    _ => (self.iceberg_catalog(None), c.schema_name.as_str()),
+                    // `other.x` of a catalog that is not an Iceberg one is DataFusion's (and
+                    // refused to confined sessions), not a namespace "other.x" of the default.
+                    Some(_) => return Ok(None),
+                    None => (self.iceberg_catalog(None), c.schema_name.as_str()),
                 };
                 let Some(cat) = cat else { return Ok(None) };
                 runner(cat, &self.access)

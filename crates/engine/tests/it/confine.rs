@@ -210,7 +210,7 @@ async fn count(s: &clearice_engine::Session, sql: &str) -> datafusion::error::Re
     Ok(out.batches.iter().map(|b| b.num_rows()).sum())
 }
 
-/// A Flight user's names resolve in the first catalog (or `[server]`'s and the user's own
+/// A Flight user's names resolve in the only catalog (or `[server]`'s and the user's own
 /// defaults); DataFusion's in-memory catalog is not listed while empty, holds the external
 /// tables of the session, and nothing but Iceberg tables is created in an Iceberg catalog.
 #[tokio::test]

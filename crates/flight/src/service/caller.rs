@@ -121,21 +121,25 @@ impl ClearIceFlightSql {
                 Some(v) => match v.to_str().map(str::trim) {
                     Ok("") => Ok(None),
                     Ok(v) => Ok(Some(v)),
-                    Err(_) => Err(Status::invalid_argument(format!(
+                    Err(_) if strict => Err(Status::invalid_argument(format!(
                         "header '{name}' is not ASCII"
                     ))),
+                    Err(_) => Ok(None),
                 },
             }
         };
         let (catalog, schema) = (header_of(CATALOG)?, header_of(SCHEMA)?);
-        if (catalog.is_some() || schema.is_some())
-            && let Err(e) = session.use_namespace(catalog, schema)
-            && strict
-        {
-            return Err(Status::invalid_argument(format!(
-                "headers 'catalog'/'schema': {}",
-                clearice_engine::message_of(&e)
-            )));
+        if catalog.is_some() || schema.is_some() {
+            // A namespace created since the last listing counts.
+            session.refresh_catalogs().await;
+            if let Err(e) = session.use_namespace(catalog, schema)
+                && strict
+            {
+                return Err(Status::invalid_argument(format!(
+                    "headers 'catalog'/'schema': {}",
+                    clearice_engine::message_of(&e)
+                )));
+            }
         }
         if let Some(token) = bearer(request) {
             let options = self.sessions.get(token);

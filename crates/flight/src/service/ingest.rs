@@ -45,7 +45,13 @@ impl ClearIceFlightSql {
             (None, Some(s)) => {
                 datafusion::common::TableReference::partial(s.clone(), cmd.table.clone())
             }
-            _ => datafusion::common::TableReference::bare(cmd.table.clone()),
+            // A catalog without a schema: the session's default schema in that catalog.
+            (Some(c), None) => datafusion::common::TableReference::full(
+                c.clone(),
+                session.namespace().1,
+                cmd.table.clone(),
+            ),
+            (None, None) => datafusion::common::TableReference::bare(cmd.table.clone()),
         };
         // Authorized before a byte of data is read, then read under a byte cap: a
         // principal that may not write cannot make the server buffer anything.
