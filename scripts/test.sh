@@ -31,36 +31,24 @@ fi
 
 CACHE=${CLEARICE_CACHE:-${CARGO_TARGET_DIR:-$ROOT/target}/clearice-test-cache}
 mkdir -p "$CACHE"
+# venv DIR REQUIREMENTS WHAT: a virtualenv holding REQUIREMENTS, made again when they change.
+venv() {
+  if [ ! -f "$1/.installed" ] || ! cmp -s "$2" "$1/.installed"; then
+    echo "== installing $3 into $1"
+    python3 -m venv "$1"
+    "$1/bin/pip" install --quiet --disable-pip-version-check -r "$2"
+    cp "$2" "$1/.installed"
+  fi
+}
 VENV=$CACHE/venv
-REQ=$ROOT/scripts/requirements-test.txt
-STAMP=$VENV/.installed
-if [ ! -f "$STAMP" ] || ! cmp -s "$REQ" "$STAMP"; then
-  echo "== installing Python test packages into $VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
-  cp "$REQ" "$STAMP"
-fi
-
+venv "$VENV" "$ROOT/scripts/requirements-test.txt" "Python test packages"
 # Superset's SQLAlchemy dialect pins SQLAlchemy 1.4: a venv of its own.
 SVENV=$CACHE/venv-superset
-SREQ=$ROOT/scripts/requirements-superset.txt
-if [ ! -f "$SVENV/.installed" ] || ! cmp -s "$SREQ" "$SVENV/.installed"; then
-  echo "== installing Superset's Flight SQL dialect into $SVENV"
-  python3 -m venv "$SVENV"
-  "$SVENV/bin/pip" install --quiet --disable-pip-version-check -r "$SREQ"
-  cp "$SREQ" "$SVENV/.installed"
-fi
-
+venv "$SVENV" "$ROOT/scripts/requirements-superset.txt" "Superset's Flight SQL dialect"
 # dbt with the repository's adapter: the packages once, the adapter on every run (it is
 # part of the change under test).
 DVENV=$CACHE/venv-dbt
-DREQ=$ROOT/scripts/requirements-dbt.txt
-if [ ! -f "$DVENV/.installed" ] || ! cmp -s "$DREQ" "$DVENV/.installed"; then
-  echo "== installing dbt-core into $DVENV"
-  python3 -m venv "$DVENV"
-  "$DVENV/bin/pip" install --quiet --disable-pip-version-check -r "$DREQ"
-  cp "$DREQ" "$DVENV/.installed"
-fi
+venv "$DVENV" "$ROOT/scripts/requirements-dbt.txt" "dbt-core"
 "$DVENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall "$ROOT/integrations/dbt-clearice"
 
 # The Arrow Flight SQL JDBC driver that DBeaver loads: the newest release and the previous
