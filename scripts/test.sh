@@ -167,6 +167,16 @@ as_pg "'$PGBIN/pg_ctl' -D '$PGDIR/data' -o \"-p $PGPORT -k '$PGDIR' -c listen_ad
 trap 'as_pg "\"$PGBIN/pg_ctl\" -D \"$PGDIR/data\" -m fast stop" >/dev/null 2>&1; rm -rf "$PGDIR"' EXIT
 export CLEARICE_PG_URI="postgres://postgres@127.0.0.1:$PGPORT/postgres"
 
+# A Prometheus server (and promtool) for the metrics test: it scrapes `clearice serve` and
+# a worker, and lints the exposition.
+if ! command -v prometheus >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing Prometheus (apt)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+command -v prometheus >/dev/null && command -v promtool >/dev/null \
+  || { echo "error: prometheus and promtool are needed for the metrics test (apt-get install prometheus)" >&2; exit 2; }
+export CLEARICE_PROMETHEUS=$(command -v prometheus)
+
 export CLEARICE_INTEROP_DIR=$INTEROP
 export CLEARICE_SHARED=$SHARED
 export CLEARICE_REST_CATALOG_CP="$REST/lib/*"

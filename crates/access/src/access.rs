@@ -43,6 +43,11 @@ struct QueryAccessInner {
     /// What happened while it ran that its audit records report (a retry on other
     /// cluster workers), one line each.
     notes: Mutex<Vec<String>>,
+    /// When the statement started, and its gauge of running statements (a statement that
+    /// runs: [`QueryAccess::until`]; its collector lives as long as its result stream).
+    started: Option<(std::time::Instant, clearice_metrics::Running)>,
+    /// The statement's kind (`select`, `insert`, ...), once it is parsed.
+    kind: std::sync::OnceLock<&'static str>,
 }
 
 tokio::task_local! {
@@ -62,13 +67,33 @@ impl QueryAccess {
     /// The collector of a statement that is cancelled `limit` from now, if it has a
     /// timeout (its plan nodes that run elsewhere, cluster workers, are told).
     pub fn until(limit: Option<std::time::Duration>) -> Self {
+        let now = std::time::Instant::now();
         Self(Arc::new(QueryAccessInner {
             deadline: limit.map(|limit| Deadline {
-                at: std::time::Instant::now() + limit,
+                at: now + limit,
                 limit,
             }),
+            started: Some((now, clearice_metrics::statement_started())),
             ..Default::default()
         }))
+    }
+
+    /// How long ago the statement started (zero for one only planned).
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.0
+            .started
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |(at, _)| at.elapsed())
+    }
+
+    /// Names the statement's kind (the first name given stays).
+    pub fn set_kind(&self, kind: &'static str) {
+        let _ = self.0.kind.set(kind);
+    }
+
+    /// The statement's kind; `unparsed` if it never was.
+    pub fn kind(&self) -> &'static str {
+        self.0.kind.get().copied().unwrap_or("unparsed")
     }
 
     /// When the statement is cancelled, if it has a timeout.

@@ -113,6 +113,9 @@ pub enum Command {
         /// Write the bound address (host:port) to this file once listening.
         #[arg(long)]
         addr_file: Option<PathBuf>,
+        /// The Prometheus endpoint.
+        #[command(flatten)]
+        metrics: serve::MetricsArgs,
     },
     /// Run a cluster worker: executes the stages coordinators of the same `[cluster]`
     /// (same secret) send, with this config's catalogs and KMS.
@@ -123,6 +126,9 @@ pub enum Command {
         /// Write the bound address (host:port) to this file once listening.
         #[arg(long)]
         addr_file: Option<PathBuf>,
+        /// The Prometheus endpoint.
+        #[command(flatten)]
+        metrics: serve::MetricsArgs,
     },
     /// Run the reference crypto service of the `remote` provider (keys stay in it).
     CryptoServer {
@@ -133,6 +139,9 @@ pub enum Command {
         /// Write the bound address (host:port) to this file once listening.
         #[arg(long)]
         addr_file: Option<PathBuf>,
+        /// The Prometheus endpoint.
+        #[command(flatten)]
+        metrics: serve::MetricsArgs,
     },
     /// Key management commands.
     Keys {
@@ -376,23 +385,35 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
             );
             return Ok(0);
         }
-        Some(Command::Serve { addr, addr_file }) => {
+        Some(Command::Serve {
+            addr,
+            addr_file,
+            metrics,
+        }) => {
             let config = config_or_demo(cli.config.as_deref(), cli.quiet).await?;
             let engine = Arc::new(open_engine(&cli, config).await?);
             // The network (tonic, logins, cancellation) on this runtime; planning and
             // execution on the CPU runtime.
             let cpu = clearice_engine::CpuExecutor::new(cpu);
-            return serve::run(engine, addr.clone(), addr_file.clone(), cpu).await;
+            return serve::run(engine, addr.clone(), addr_file.clone(), metrics, cpu).await;
         }
-        Some(Command::Worker { addr, addr_file }) => {
+        Some(Command::Worker {
+            addr,
+            addr_file,
+            metrics,
+        }) => {
             let path = cli.config.as_deref().ok_or_else(|| {
                 anyhow::anyhow!("no config given: run clearice worker --config FILE")
             })?;
             let config = Config::load(path)?;
             let engine = Engine::open(config).await?;
-            return serve::worker(engine, addr.clone(), addr_file.clone()).await;
+            return serve::worker(engine, addr.clone(), addr_file.clone(), metrics).await;
         }
-        Some(Command::CryptoServer { addr, addr_file }) => {
+        Some(Command::CryptoServer {
+            addr,
+            addr_file,
+            metrics,
+        }) => {
             let path =
                 cli.config
                     .as_deref()
@@ -400,7 +421,7 @@ pub async fn run(cli: Cli, cpu: tokio::runtime::Handle) -> Result<i32> {
                         path: "--config".into(),
                         reason: "no file given: run clearice crypto-server --config FILE".into(),
                     })?;
-            return serve::crypto_server(path, addr.clone(), addr_file.clone()).await;
+            return serve::crypto_server(path, addr.clone(), addr_file.clone(), metrics).await;
         }
         Some(Command::Keys {
             action: KeysAction::Rotate { master_key, paths },

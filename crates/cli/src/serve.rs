@@ -18,6 +18,7 @@ pub async fn run(
     engine: Arc<Engine>,
     addr: Option<String>,
     addr_file: Option<PathBuf>,
+    metrics: &MetricsArgs,
     cpu: clearice_engine::CpuExecutor,
 ) -> Result<i32> {
     let config = engine.config().clone();
@@ -93,9 +94,12 @@ pub async fn run(
             }
         }
     });
+    engine.report_memory_pool();
+    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     let service = ClearIceFlightSql::new(engine, &server).with_cpu_executor(cpu);
     clearice_flight::serve(service, listener, tls, shutdown_signal()).await?;
     trimmer.abort();
+    metrics.abort();
     println!("ClearIce Flight SQL stopped");
     Ok(0)
 }
@@ -110,6 +114,7 @@ pub async fn crypto_server(
     path: &std::path::Path,
     addr: Option<String>,
     addr_file: Option<PathBuf>,
+    metrics: &MetricsArgs,
 ) -> Result<i32> {
     use clearice_crypto_server::{Config, Service, tls_acceptor};
     let owned = path.to_owned();
@@ -143,7 +148,9 @@ pub async fn crypto_server(
         std::fs::write(&f, bound.to_string())
             .with_context(|| format!("cannot write '{}'", f.display()))?;
     }
+    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     clearice_crypto_server::serve(Arc::new(service), listener, tls, shutdown_signal()).await?;
+    metrics.abort();
     println!("ClearIce crypto-server stopped");
     Ok(0)
 }
@@ -157,6 +164,7 @@ pub async fn worker(
     engine: Engine,
     addr: Option<String>,
     addr_file: Option<PathBuf>,
+    metrics: &MetricsArgs,
 ) -> Result<i32> {
     // Fails early (before listening) without a cluster secret.
     engine.worker_service()?;
@@ -188,9 +196,63 @@ pub async fn worker(
         std::fs::write(&f, bound.to_string())
             .with_context(|| format!("cannot write '{}'", f.display()))?;
     }
+    engine.report_memory_pool();
+    let config = engine.config().clone();
+    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     engine.serve_worker(listener, shutdown_signal()).await?;
+    metrics.abort();
     println!("ClearIce worker stopped");
     Ok(0)
+}
+
+/// Where the Prometheus endpoint listens (`serve`, `worker`, `crypto-server`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct MetricsArgs {
+    /// Prometheus `/metrics` listen address; port 0 picks a free port. Default: the
+    /// config's `[metrics] addr`, else none.
+    #[arg(long)]
+    metrics_addr: Option<String>,
+    /// Write the bound metrics address (host:port) to this file once listening.
+    #[arg(long)]
+    metrics_addr_file: Option<PathBuf>,
+}
+
+/// A running `/metrics` endpoint (or none), stopped with the server.
+struct MetricsTask(Option<tokio::task::JoinHandle<()>>);
+
+impl MetricsTask {
+    fn abort(self) {
+        if let Some(t) = self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Starts the `/metrics` endpoint `config` and `args` describe, if any.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the address file, once at startup; the endpoint's task is aborted when the server stops"
+)]
+async fn start_metrics(
+    config: &clearice_metrics::MetricsConfig,
+    args: &MetricsArgs,
+    resolve: impl Fn(&std::path::Path) -> PathBuf,
+) -> Result<MetricsTask> {
+    let Some(endpoint) =
+        clearice_metrics::Endpoint::bind(config, args.metrics_addr.clone(), resolve).await?
+    else {
+        return Ok(MetricsTask(None));
+    };
+    println!("ClearIce metrics on {}", endpoint.url()?);
+    if let Some(f) = &args.metrics_addr_file {
+        std::fs::write(f, endpoint.local_addr()?.to_string())
+            .with_context(|| format!("cannot write '{}'", f.display()))?;
+    }
+    Ok(MetricsTask(Some(tokio::spawn(async move {
+        if let Err(e) = endpoint.serve(std::future::pending()).await {
+            tracing::error!(error = %e, "metrics endpoint stopped");
+        }
+    }))))
 }
 
 async fn shutdown_signal() {

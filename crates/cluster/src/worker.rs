@@ -190,7 +190,13 @@ pub fn worker(sessions: WorkerSessions) -> Worker {
     let mut worker = Worker::from_session_builder(WorkerSessionsOnChannels { sessions, channels })
         .with_max_message_size(MAX_MESSAGE_BYTES / 2);
     worker.add_on_plan_hook(move |plan| {
-        let stage = StageExec::new(fair(guard(plan)), Arc::clone(&budgets), Arc::clone(&ended));
+        let checked = fair(guard(plan));
+        clearice_metrics::worker_call(if checked.as_any().is::<RefusedExec>() {
+            clearice_metrics::WorkerCall::Refused
+        } else {
+            clearice_metrics::WorkerCall::Admitted
+        });
+        let stage = StageExec::new(checked, Arc::clone(&budgets), Arc::clone(&ended));
         Arc::new(ClassifiedExec::new(Arc::new(stage), Arc::clone(&classify)))
             as Arc<dyn ExecutionPlan>
     });
@@ -315,6 +321,7 @@ where
                 .get::<tonic::transport::server::TcpConnectInfo>()
                 .and_then(|c| c.remote_addr());
             tracing::warn!(peer = ?peer, path, reason, "worker call refused");
+            clearice_metrics::worker_call(clearice_metrics::WorkerCall::Unauthenticated);
             let refusal = tonic::Status::unauthenticated(reason).into_http();
             return Box::pin(std::future::ready(Ok(refusal)));
         }

@@ -28,6 +28,9 @@
 //! [keys.pii_key]                       # who may use master key pii_key ("*": anyone)
 //! roles = ["pii_reader"]
 //! users = ["admin"]
+//!
+//! [metrics]                            # Prometheus /metrics (clearice_metrics::MetricsConfig)
+//! addr = "127.0.0.1:9465"
 //! ```
 //!
 //! Who may name the user is decided by the key that verified the token, not by its
@@ -76,6 +79,9 @@ pub struct Config {
     /// Who may use each master key.
     #[serde(default)]
     pub keys: BTreeMap<String, KeyRule>,
+    /// The Prometheus endpoint (`[metrics] addr`, token, TLS).
+    #[serde(default)]
+    pub metrics: clearice_metrics::MetricsConfig,
     /// Directory of the file (relative paths resolve against it).
     #[serde(skip)]
     pub base_dir: PathBuf,

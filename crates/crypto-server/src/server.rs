@@ -3,9 +3,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
@@ -96,6 +94,7 @@ impl Service {
             .route("/wrap", post(wrap))
             .route("/unwrap", post(unwrap))
             .layer(DefaultBodyLimit::max(limit))
+            .layer(axum::middleware::from_fn(metered))
             .with_state(self)
     }
 
@@ -109,6 +108,23 @@ impl Service {
         }
         let _ = f.flush().await;
     }
+}
+
+/// Counts and times every request by operation and outcome
+/// (`clearice_crypto_server_requests_total`); the audit says who asked for which key.
+async fn metered(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let operation = protocol::operation_of(request.uri().path());
+    let start = std::time::Instant::now();
+    let response = next.run(request).await;
+    let outcome = match response.status().as_u16() {
+        200..=299 => "ok",
+        401 => "unauthenticated",
+        403 => "denied",
+        400..=499 => "bad_request",
+        _ => "error",
+    };
+    clearice_metrics::crypto_server_request(operation, outcome, start.elapsed());
+    response
 }
 
 /// One audit line: who, which key, which column, what was decided (never key bytes).
@@ -741,72 +757,14 @@ async fn run(
     }
 }
 
-/// Serves `service` on `listener` until `shutdown` resolves, then lets requests in
-/// flight finish (at most 10 s). With `tls`, connections are TLS only.
+/// Serves the API until `shutdown`; requests still running then get 10 s to end.
 pub async fn serve(
     service: Arc<Service>,
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use hyper_util::server::conn::auto::Builder;
-    use hyper_util::service::TowerToHyperService;
-    let app = service.router();
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = Builder::new(TokioExecutor::new());
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, _peer): (_, SocketAddr) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => { tracing::warn!("accept failed: {e}"); continue; }
-            },
-            () = &mut shutdown => break,
-        };
-        let svc = TowerToHyperService::new(app.clone());
-        let builder = builder.clone();
-        match &tls {
-            Some(acceptor) => {
-                let acceptor = acceptor.clone();
-                let watcher = graceful.watcher();
-                #[expect(
-                    clippy::disallowed_methods,
-                    reason = "one task per connection, as hyper serves; graceful shutdown waits for it"
-                )]
-                tokio::spawn(async move {
-                    let Ok(Ok(stream)) =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                            .await
-                    else {
-                        return;
-                    };
-                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                    let _ = watcher.watch(conn.into_owned()).await;
-                });
-            }
-            None => {
-                let conn = builder
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .into_owned();
-                let fut = graceful.watch(conn);
-                #[expect(
-                    clippy::disallowed_methods,
-                    reason = "one task per connection, as hyper serves; graceful shutdown waits for it"
-                )]
-                tokio::spawn(async move {
-                    let _ = fut.await;
-                });
-            }
-        }
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(Duration::from_secs(10)) => {
-            tracing::warn!("crypto-server: requests still running after 10 s; stopping");
-        }
-    }
+    clearice_metrics::http::serve(service.router(), listener, tls, shutdown).await?;
     Ok(())
 }
 
@@ -827,19 +785,7 @@ pub fn tls_acceptor(config: &Config) -> Result<Option<tokio_rustls::TlsAcceptor>
         path: format!("tls.{what}"),
         reason,
     };
-    let certs = rustls_pemfile::certs(&mut read(&tls.cert)?.as_slice())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad("cert", e.to_string()))?;
-    let key = rustls_pemfile::private_key(&mut read(&tls.key)?.as_slice())
-        .map_err(|e| bad("key", e.to_string()))?
-        .ok_or_else(|| bad("key", "no private key in the file".into()))?;
-    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let mut server = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad("cert", e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| bad("cert", e.to_string()))?;
-    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(server))))
+    clearice_metrics::http::tls_acceptor(&read(&tls.cert)?, &read(&tls.key)?)
+        .map(Some)
+        .map_err(|(which, reason)| bad(which, reason))
 }

@@ -350,15 +350,52 @@ impl KmsConfig {
         &self,
         resolve: impl Fn(&Path) -> std::path::PathBuf,
     ) -> Result<std::sync::Arc<dyn Kms>> {
-        Ok(match self.kind {
+        let (kind, kms): (&'static str, std::sync::Arc<dyn Kms>) = match self.kind {
             KmsKind::Keyring => {
                 let path = self.path.as_deref().ok_or_else(|| Error::Keyring {
                     path: "[kms]".into(),
                     reason: "a keyring KMS needs `path` (the keyring JSON file)".into(),
                 })?;
-                std::sync::Arc::new(KeyringKms::from_file(&resolve(path))?)
+                (
+                    "keyring",
+                    std::sync::Arc::new(KeyringKms::from_file(&resolve(path))?),
+                )
             }
-            KmsKind::Aws => std::sync::Arc::new(crate::AwsKms::new(&self.aws())?),
-        })
+            KmsKind::Aws => ("aws", std::sync::Arc::new(crate::AwsKms::new(&self.aws())?)),
+        };
+        Ok(std::sync::Arc::new(MeteredKms { kind, inner: kms }))
+    }
+}
+
+/// A configured KMS whose calls are counted and timed by kind and outcome
+/// (`clearice_kms_requests_total`, `clearice_kms_request_duration_seconds`).
+#[derive(Debug)]
+struct MeteredKms {
+    kind: &'static str,
+    inner: std::sync::Arc<dyn Kms>,
+}
+
+#[async_trait::async_trait]
+impl Kms for MeteredKms {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn wrap_key(&self, key: &[u8], master_key_id: &str) -> Result<String> {
+        let start = std::time::Instant::now();
+        let out = self.inner.wrap_key(key, master_key_id).await;
+        clearice_metrics::kms_call(self.kind, "wrap", out.is_ok(), start.elapsed());
+        out
+    }
+
+    async fn unwrap_key(&self, wrapped: &str, master_key_id: &str) -> Result<SecretKey> {
+        let start = std::time::Instant::now();
+        let out = self.inner.unwrap_key(wrapped, master_key_id).await;
+        clearice_metrics::kms_call(self.kind, "unwrap", out.is_ok(), start.elapsed());
+        out
+    }
+
+    fn has_master_key(&self, master_key_id: &str) -> Option<bool> {
+        self.inner.has_master_key(master_key_id)
     }
 }

@@ -275,6 +275,7 @@ impl ModuleCipher {
         body: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), ModuleError> {
+        clearice_metrics::decrypted(algorithm == Algorithm::AesGcmCtrV1, body.len());
         if algorithm.is_ctr(kind) {
             let (nonce, ct) = body
                 .split_at_checked(NONCE_LEN)
@@ -328,6 +329,7 @@ impl ModuleCipher {
         body: std::ops::Range<usize>,
         dst: usize,
     ) -> Result<usize, ModuleError> {
+        clearice_metrics::decrypted(algorithm == Algorithm::AesGcmCtrV1, body.len());
         let ctr = algorithm.is_ctr(kind);
         let min = if ctr { NONCE_LEN } else { NONCE_LEN + TAG_LEN };
         if body.len() < min || dst > body.start || body.end > buf.len() {

@@ -273,6 +273,21 @@ impl std::fmt::Debug for WrapResponse {
     }
 }
 
+/// The operation a request path names, one word for metrics (`decrypt` for
+/// `/decrypt`; `other` for a path the protocol does not have).
+pub fn operation_of(path: &str) -> &'static str {
+    match path {
+        "/healthz" => "healthz",
+        "/access" => "access",
+        "/decrypt" => "decrypt",
+        "/encrypt" => "encrypt",
+        "/keys" => "keys",
+        "/wrap" => "wrap",
+        "/unwrap" => "unwrap",
+        _ => "other",
+    }
+}
+
 /// Content type of the binary transport of `/decrypt` and `/encrypt`: the same JSON
 /// envelope with an empty `value`, followed by the framed modules as raw bytes (no base64,
 /// no JSON string scanning). Layout: `"CIM1"`, `u32 LE` envelope length, envelope JSON,

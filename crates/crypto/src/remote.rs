@@ -276,7 +276,26 @@ impl RemoteProvider {
 
     /// POSTs `body` (of `content_type`) to `path`; retries transient failures when
     /// `idempotent`; returns the body of a 200 answer, and maps the others to errors.
+    /// Counted and timed per provider and operation (retries included).
     async fn post_raw(
+        &self,
+        ctx: &CallContext,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+        idempotent: bool,
+        key_id: &str,
+    ) -> Result<Bytes, ProviderError> {
+        let start = Instant::now();
+        let out = self
+            .send(ctx, path, content_type, body, idempotent, key_id)
+            .await;
+        let operation = protocol::operation_of(path);
+        clearice_metrics::provider_call(&self.config.name, operation, out.is_ok(), start.elapsed());
+        out
+    }
+
+    async fn send(
         &self,
         ctx: &CallContext,
         path: &str,

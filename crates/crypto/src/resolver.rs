@@ -137,8 +137,10 @@ impl KeyResolver {
         if let Some((key, at)) = self.keks.lock().expect("kek cache").get(&cache_key)
             && at.elapsed() < self.ttl
         {
+            clearice_metrics::cache_lookup(clearice_metrics::Cache::KeyEncryptionKey, true);
             return Ok(key.clone());
         }
+        clearice_metrics::cache_lookup(clearice_metrics::Cache::KeyEncryptionKey, false);
         self.kms_unwraps.fetch_add(1, Ordering::Relaxed);
         *self
             .unwraps_by_key
@@ -363,8 +365,10 @@ impl FileKeyRetriever {
     /// Resolves key metadata to a key (describing it in place: see [`Self::may_block`]).
     pub async fn resolve(&self, key_metadata: &[u8]) -> Result<SecretKey> {
         if let Some(k) = self.deks.lock().expect("dek cache").get(key_metadata) {
+            clearice_metrics::cache_lookup(clearice_metrics::Cache::DataKey, true);
             return Ok(k.clone());
         }
+        clearice_metrics::cache_lookup(clearice_metrics::Cache::DataKey, false);
         if let KeyScope::None(reason) = &self.scope {
             return Err(Error::NotRequested {
                 key_id: "any".into(),
@@ -479,6 +483,7 @@ impl KeyRetriever for FileKeyRetriever {
     fn retrieve_key(&self, key_metadata: &[u8]) -> parquet::errors::Result<Vec<u8>> {
         let named = |e: String| ParquetError::General(format!("file '{}': {e}", self.file));
         if let Some(k) = self.deks.lock().expect("dek cache").get(key_metadata) {
+            clearice_metrics::cache_lookup(clearice_metrics::Cache::DataKey, true);
             return Ok(k.expose().to_vec());
         }
         let resolve = || -> std::result::Result<SecretKey, String> {

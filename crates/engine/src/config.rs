@@ -76,6 +76,9 @@ pub struct Config {
     /// them (`clearice --distributed`, `clearice worker`).
     #[serde(default)]
     pub cluster: Option<ClusterConfig>,
+    /// The Prometheus endpoint of `serve` and `worker` (`[metrics] addr`, token, TLS).
+    #[serde(default)]
+    pub metrics: clearice_metrics::MetricsConfig,
     /// Directory of the config file (relative paths resolve against it).
     #[serde(skip)]
     pub base_dir: PathBuf,

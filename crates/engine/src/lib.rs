@@ -511,6 +511,19 @@ impl Engine {
         self.runtime.memory_pool.reserved()
     }
 
+    /// Has the process's metrics report this engine's memory pool
+    /// (`clearice_memory_pool_reserved_bytes`, `clearice_memory_pool_limit_bytes`).
+    pub fn report_memory_pool(&self) {
+        let pool = Arc::clone(&self.runtime.memory_pool);
+        clearice_metrics::watch_memory_pool(move || {
+            let limit = match pool.memory_limit() {
+                datafusion::execution::memory_pool::MemoryLimit::Finite(n) => Some(n),
+                _ => None,
+            };
+            (pool.reserved(), limit)
+        });
+    }
+
     /// A new SQL session for `principal`, connected from `client` (for the audit log:
     /// `repl`, `cli`, `slt`, or a network address). The principal is fixed for the
     /// session's life: no SQL statement can change it.

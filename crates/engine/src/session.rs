@@ -219,6 +219,9 @@ impl Session {
         params: Option<datafusion::common::ParamValues>,
         purpose: Purpose,
     ) -> Result<datafusion::dataframe::DataFrame> {
+        if let Some(q) = QueryAccess::current() {
+            q.set_kind(audit::statement_kind(&stmt));
+        }
         // Boxed: opening tables and planning are large futures, and front ends nest
         // this deep.
         let state = Box::pin(self.planning_state(&stmt)).await?;
@@ -566,7 +569,7 @@ impl Session {
     /// audited (a hidden table, an unknown principal): a plan reads no data.
     pub async fn sql_plan(&self, sql: &str) -> Result<datafusion::dataframe::DataFrame> {
         self.refresh_catalogs().await;
-        let query = QueryAccess::default();
+        let query = QueryAccess::until(None);
         let planned = query
             .scope(async {
                 match self.timeout() {
@@ -582,14 +585,21 @@ impl Session {
             })
             .await;
         let accesses = query.take();
-        // Every Flight query is planned once before it runs: no audit work unless refused.
-        if let Err(e) = &planned
-            && (accesses.iter().any(|a| !a.allowed) || event_of(e).is_some())
-        {
-            self.pending_audit(&query_id(), sql, accesses)
-                .write(Err(one_line(e)), event_of(e))
-                .await
-                .map_err(|a| DataFusionError::External(Box::new(a)))?;
+        // Every Flight query is planned once before it runs: no audit work unless refused
+        // (a statement that fails to plan is still counted in the metrics).
+        if let Err(e) = &planned {
+            let refused = accesses.iter().any(|a| !a.allowed) || event_of(e).is_some();
+            let pending = self
+                .pending_audit(&query_id(), sql, accesses)
+                .noting(&query);
+            if refused {
+                pending
+                    .write(Err(one_line(e)), event_of(e))
+                    .await
+                    .map_err(|a| DataFusionError::External(Box::new(a)))?;
+            } else {
+                pending.count(&Err(one_line(e)), None, false);
+            }
         }
         planned
     }

@@ -85,6 +85,18 @@ pub enum AuthError {
 }
 
 impl AuthError {
+    /// The reason counted in `clearice_login_failures_total` (never the name sent).
+    fn counted(&self) -> clearice_metrics::LoginFailure {
+        use clearice_metrics::LoginFailure as F;
+        match self {
+            Self::Missing => F::Missing,
+            Self::Malformed | Self::EmptyPassword { .. } => F::Malformed,
+            Self::Invalid { .. } => F::InvalidCredentials,
+            Self::Throttled { .. } => F::Throttled,
+            Self::BadToken => F::InvalidToken,
+        }
+    }
+
     /// The user name the client sent, if any (for the audit record).
     pub fn user(&self) -> &str {
         match self {
@@ -212,6 +224,7 @@ impl Auth {
             Some((user, expires)) if *expires > Instant::now() => Some(user.clone()),
             Some(_) => {
                 tokens.remove(&key);
+                clearice_metrics::sessions(tokens.len());
                 None
             }
             None => None,
@@ -226,10 +239,10 @@ impl Auth {
     /// Forgets expired tokens and remembered credentials.
     pub fn prune(&self) {
         let now = Instant::now();
-        self.tokens
-            .lock()
-            .expect("tokens")
-            .retain(|_, (_, exp)| *exp > now);
+        let mut tokens = self.tokens.lock().expect("tokens");
+        tokens.retain(|_, (_, exp)| *exp > now);
+        clearice_metrics::sessions(tokens.len());
+        drop(tokens);
         self.verified
             .lock()
             .expect("verified")
@@ -342,12 +355,17 @@ impl Auth {
         header: &str,
         addr: Option<IpAddr>,
     ) -> Result<(String, String), AuthError> {
-        let user = self.verify_basic(header, addr).await?;
+        let user = self
+            .verify_basic(header, addr)
+            .await
+            .inspect_err(|e| clearice_metrics::login_failed(e.counted()))?;
         let token = hex::encode(rand::random::<[u8; 32]>());
-        self.tokens.lock().expect("tokens").insert(
+        let mut tokens = self.tokens.lock().expect("tokens");
+        tokens.insert(
             digest(&[token.as_bytes()]),
             (user.clone(), Instant::now() + self.ttl),
         );
+        clearice_metrics::sessions(tokens.len());
         Ok((user, token))
     }
 
@@ -434,11 +452,14 @@ impl Auth {
         header: Option<&str>,
         addr: Option<IpAddr>,
     ) -> Result<String, AuthError> {
-        let header = header.ok_or(AuthError::Missing)?;
-        if let Some(token) = header.strip_prefix("Bearer ") {
-            return self.token_user(token.trim()).ok_or(AuthError::BadToken);
-        }
-        self.verify_basic(header, addr).await
+        let user = match header {
+            None => Err(AuthError::Missing),
+            Some(h) => match h.strip_prefix("Bearer ") {
+                Some(token) => self.token_user(token.trim()).ok_or(AuthError::BadToken),
+                None => self.verify_basic(h, addr).await,
+            },
+        };
+        user.inspect_err(|e| clearice_metrics::login_failed(e.counted()))
     }
 }
 

@@ -106,6 +106,7 @@ impl PreparedStatements {
                 seq: self.tick(),
             },
         );
+        clearice_metrics::prepared_statements(all.len());
         Ok(handle)
     }
 
@@ -149,6 +150,7 @@ impl PreparedStatements {
         let mut all = self.lock();
         if all.get(handle).is_some_and(|p| p.user == user) {
             all.remove(handle);
+            clearice_metrics::prepared_statements(all.len());
         }
     }
 }

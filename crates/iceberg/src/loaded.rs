@@ -50,8 +50,10 @@ pub(crate) fn reuse(fresh: Table) -> Table {
         && kept.file_io().config() == fresh.file_io().config()
         && kept.readonly() == fresh.readonly()
     {
+        clearice_metrics::cache_lookup(clearice_metrics::Cache::Table, true);
         return kept.clone();
     }
+    clearice_metrics::cache_lookup(clearice_metrics::Cache::Table, false);
     if loaded.len() >= TABLES && !loaded.contains_key(&key) {
         loaded.clear();
     }

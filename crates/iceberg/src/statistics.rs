@@ -145,8 +145,10 @@ pub(crate) async fn of_file(
         && let Some(e) = lock().entries.get(k)
         && e.at.elapsed() < TTL
     {
+        clearice_metrics::cache_lookup(clearice_metrics::Cache::FileStatistics, true);
         return Some(Arc::clone(&e.stats));
     }
+    clearice_metrics::cache_lookup(clearice_metrics::Cache::FileStatistics, false);
     let metadata = factory.metadata(file.clone()).await.ok()?;
     let stats = Arc::new(compute(&metadata, schema)?);
     if let Some(k) = key {

@@ -160,6 +160,7 @@ impl DecryptingReader {
         let cached = self
             .caches(true)
             .find_map(|c| c.view(&self.file, self.size));
+        clearice_metrics::cache_lookup(clearice_metrics::Cache::Footer, cached.is_some());
         if let Some(v) = cached {
             self.view = Some(Arc::clone(&v));
             return Ok(v);

@@ -16,6 +16,7 @@ mod common;
 mod datafusion_slt;
 mod dbt;
 mod flight;
+mod metrics;
 mod policy_differential;
 mod ranger;
 mod remote;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{python, run_ok, signal, start};
+use crate::common::{http_get, python, run_ok, signal, start};
 
 fn clearice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_clearice"))
@@ -153,9 +153,16 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         "hs256_secret_file = \"jwt.secret\"\nes256_public_key = \"idp.pub\"\n",
     );
     std::fs::write(&service_config, text).unwrap();
+    let service_metrics = tmp.path().join("service.metrics");
     let service = start(
         &service_config,
-        &["crypto-server"],
+        &[
+            "crypto-server",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--metrics-addr-file",
+            service_metrics.to_str().unwrap(),
+        ],
         &tmp.path().join("service.addr"),
     );
     let config = config_variant(
@@ -199,6 +206,51 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
         }),
         "{audit}"
     );
+    // The service's metrics count what it answered: modules decrypted for admin, the
+    // analyst refused, its KMS asked; no key or secret in them.
+    let (status, metrics) = http_get(
+        &std::fs::read_to_string(&service_metrics).unwrap(),
+        "/metrics",
+        &[],
+    );
+    assert_eq!(status, 200);
+    let sample = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing from:\n{metrics}"))
+    };
+    assert!(
+        sample("clearice_crypto_server_requests_total{operation=\"decrypt\",outcome=\"ok\"}")
+            >= 1.0
+    );
+    assert!(
+        sample("clearice_crypto_server_requests_total{operation=\"access\",outcome=\"ok\"}") >= 1.0
+    );
+    assert!(sample("clearice_decrypted_bytes_total{algorithm=\"AES_GCM_V1\"}") > 0.0);
+    assert!(
+        sample(
+            "clearice_kms_requests_total{target=\"keyring\",operation=\"unwrap\",outcome=\"ok\"}"
+        ) >= 1.0
+    );
+    assert!(!metrics.contains(&pii_key_b64) && !metrics.contains(jwt_secret.trim()));
+    // The Grafana dashboard's crypto-server series are the ones it exposes.
+    let dashboard = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integrations/grafana/clearice-dashboard.json"),
+    )
+    .unwrap();
+    for name in dashboard
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("clearice_crypto_server_"))
+    {
+        let family = name.strip_suffix("_bucket").unwrap_or(name);
+        assert!(
+            metrics.contains(&format!("# TYPE {family} ")),
+            "{family} not exposed"
+        );
+    }
+
     // The service's own audit: granted calls for admin, no key bytes, no secrets.
     let service_audit = std::fs::read_to_string(service_dir.join("audit.jsonl")).unwrap();
     let records: Vec<Value> = service_audit

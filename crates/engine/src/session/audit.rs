@@ -11,7 +11,19 @@ impl Session {
         result: &Result<QueryOutput>,
     ) -> Result<()> {
         let (outcome, event) = match result {
-            Ok(o) => (Ok(o.rows() as u64), None),
+            Ok(o) => {
+                let bytes = o
+                    .batches
+                    .iter()
+                    .map(RecordBatch::get_array_memory_size)
+                    .sum::<usize>();
+                clearice_metrics::returned(
+                    self.access.caller().principal(),
+                    o.rows() as u64,
+                    bytes as u64,
+                );
+                (Ok(o.rows() as u64), None)
+            }
             Err(e) => (Err(one_line(e)), event_of(e)),
         };
         let pending = self.pending_audit(id, sql, query.take()).noting(query);
@@ -139,12 +151,39 @@ impl PendingAudit {
         out
     }
 
+    /// Counts the statement's end in the process's metrics: by principal, kind and
+    /// outcome (a refusal or a limit by its audit event, or a table the policy denied).
+    pub(super) fn count(
+        &self,
+        outcome: &std::result::Result<u64, String>,
+        event: Option<&(String, String)>,
+        cancelled: bool,
+    ) {
+        use clearice_metrics::Outcome;
+        let outcome = match (outcome, event) {
+            (Ok(_), _) => Outcome::Ok,
+            _ if cancelled => Outcome::Cancelled,
+            (Err(_), Some((action, _))) if action == "limit" => Outcome::Limited,
+            (Err(_), Some(_)) => Outcome::Denied,
+            (Err(_), None) if self.accesses.iter().any(|a| !a.allowed) => Outcome::Denied,
+            (Err(_), None) => Outcome::Error,
+        };
+        let (kind, elapsed) = self
+            .query
+            .as_ref()
+            .map_or(("unparsed", std::time::Duration::ZERO), |q| {
+                (q.kind(), q.elapsed())
+            });
+        clearice_metrics::statement_ended(self.caller.principal(), kind, outcome, elapsed);
+    }
+
     /// Writes the records and waits for the audit writer to confirm them.
     pub(super) async fn write(
         mut self,
         outcome: std::result::Result<u64, String>,
         event: Option<(String, String)>,
     ) -> std::result::Result<(), crate::audit::AuditError> {
+        self.count(&outcome, event.as_ref(), false);
         let Some(log) = self.log.take() else {
             return Ok(());
         };
@@ -219,6 +258,13 @@ impl futures::Stream for AuditedStream {
             let item = match futures::ready!(polled) {
                 Some(Ok(b)) => {
                     self.rows += b.num_rows() as u64;
+                    if let Some(p) = &self.pending {
+                        clearice_metrics::returned(
+                            p.caller.principal(),
+                            b.num_rows() as u64,
+                            b.get_array_memory_size() as u64,
+                        );
+                    }
                     return Poll::Ready(Some(Ok(b)));
                 }
                 Some(Err(e)) => {
@@ -245,13 +291,46 @@ impl datafusion::execution::RecordBatchStream for AuditedStream {
 
 impl Drop for AuditedStream {
     fn drop(&mut self) {
-        if let Some(mut p) = self.pending.take()
-            && let Some(log) = p.log.take()
-        {
-            log.write_detached(
-                &p.records(Err("cancelled: the client stopped reading".into()), None),
-            );
+        if let Some(mut p) = self.pending.take() {
+            let outcome = Err("cancelled: the client stopped reading".into());
+            p.count(&outcome, None, true);
+            if let Some(log) = p.log.take() {
+                log.write_detached(&p.records(outcome, None));
+            }
         }
+    }
+}
+
+/// The statement's kind, one word for the metrics' `kind` label (a fixed set: never text
+/// of the statement).
+pub(super) fn statement_kind(stmt: &Statement) -> &'static str {
+    use datafusion::sql::sqlparser::ast::Statement as S;
+    match stmt {
+        Statement::Statement(s) => match s.as_ref() {
+            S::Query(_) => "select",
+            S::Insert(_) => "insert",
+            S::Update { .. } => "update",
+            S::Delete(_) => "delete",
+            S::Merge { .. } => "merge",
+            S::CreateTable(_) | S::CreateView { .. } | S::CreateSchema { .. } => "create",
+            S::Drop { .. } | S::DropFunction { .. } => "drop",
+            S::AlterTable { .. } => "alter",
+            S::Explain { .. } | S::ExplainTable { .. } => "explain",
+            S::ShowTables { .. }
+            | S::ShowColumns { .. }
+            | S::ShowVariable { .. }
+            | S::ShowFunctions { .. }
+            | S::ShowCreate { .. }
+            | S::ShowSchemas { .. } => "show",
+            S::Set(_) => "set",
+            S::StartTransaction { .. } | S::Commit { .. } | S::Rollback { .. } => "transaction",
+            S::Truncate { .. } => "truncate",
+            _ => "other",
+        },
+        Statement::CreateExternalTable(_) => "create",
+        Statement::CopyTo(_) => "copy",
+        Statement::Explain(_) => "explain",
+        Statement::Reset(_) => "set",
     }
 }
 
