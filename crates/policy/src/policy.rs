@@ -88,6 +88,8 @@ pub struct TablePolicy {
     /// Row filters (`[tables."t".row_filter]`): subject → SQL predicate over the table's
     /// columns; see [`Policy::row_filter`].
     pub row_filter: Vec<(Subject, String)>,
+    /// Override of the policy-wide `hide_inaccessible_columns`.
+    pub hide_inaccessible_columns: Option<bool>,
 }
 
 /// The name of the in-process crypto provider (the default of every table).
@@ -169,6 +171,10 @@ pub struct Policy {
     areas: Vec<Area>,
     tables: BTreeMap<String, TablePolicy>,
     on_missing_key: MissingKey,
+    /// `hide_inaccessible_columns` (as Trino's): a column the policy denies a principal
+    /// is hidden from it instead (absent from `SELECT *` and metadata; naming it is an
+    /// error as for a column that does not exist).
+    hide_inaccessible_columns: bool,
     /// `[writes] create`: who may create and drop schemas and tables, and write tables
     /// without their own `write`.
     creators: Vec<Subject>,
@@ -192,6 +198,7 @@ impl Policy {
             areas: Vec::new(),
             tables: BTreeMap::new(),
             on_missing_key: MissingKey::Error,
+            hide_inaccessible_columns: false,
             creators: vec![Subject::Wildcard],
             hmac_key_file: None,
             tags: BTreeMap::new(),
@@ -263,6 +270,15 @@ impl Policy {
         self.column_policy(table, column)
             .and_then(|c| c.on_missing_key)
             .unwrap_or(self.on_missing_key)
+    }
+
+    /// Whether columns of `table` the policy denies are hidden instead
+    /// (`hide_inaccessible_columns`, the table's own setting first).
+    pub fn hides_inaccessible_columns(&self, table: &str) -> bool {
+        self.tables
+            .get(table)
+            .and_then(|t| t.hide_inaccessible_columns)
+            .unwrap_or(self.hide_inaccessible_columns)
     }
 
     /// The policy's tags.

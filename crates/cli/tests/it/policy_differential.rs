@@ -47,7 +47,17 @@ fn policy_differential_matches_duckdb_and_leaks_nothing() {
         "analyst = { roles = [\"analyst\"], attributes = { country = \"DE\" } }",
     );
     assert_ne!(with_attribute, text, "the demo policy's users changed");
-    std::fs::write(&policy, with_attribute + ROW_FILTERS).unwrap();
+    // The orders table hides what it denies (card_number, to the analyst): absent from
+    // `SELECT *`, not found when named; the customers table still denies.
+    let hiding = with_attribute.replace(
+        "[tables.\"lake.sales.orders\"]\n",
+        "[tables.\"lake.sales.orders\"]\nhide_inaccessible_columns = true\n",
+    );
+    assert_ne!(
+        hiding, with_attribute,
+        "the demo policy's orders table changed"
+    );
+    std::fs::write(&policy, hiding + ROW_FILTERS).unwrap();
     let server = start(
         &lake.join("clearice.toml"),
         &["serve"],

@@ -110,7 +110,17 @@ class Policy:
         return " OR ".join(out)
 
     def column(self, principal, table, column):
-        """(decision name, fixed value or None)."""
+        """(decision name, fixed value or None). Under hide_inaccessible_columns (the
+        table's own setting, else the policy's), what the rules deny a known principal is
+        hidden."""
+        got = self._column(principal, table, column)
+        t = self.raw.get("tables", {}).get(TABLES[table], {})
+        hides = t.get("hide_inaccessible_columns", self.raw.get("hide_inaccessible_columns", False))
+        if got[0] == "deny" and hides and principal in self.users:
+            return "hide", None
+        return got
+
+    def _column(self, principal, table, column):
         col = self.raw.get("tables", {}).get(TABLES[table], {}).get("columns", {}).get(column)
         if col is None:
             return "plaintext", None

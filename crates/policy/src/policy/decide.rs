@@ -173,8 +173,23 @@ impl Policy {
     /// over `*`); among a user's roles the most permissive decision wins; a column without
     /// a rule of its own for the principal takes the strictest of its tags' decisions (a
     /// tag with no rule for it denies); else a protected column is denied, an
-    /// unprotected one is plaintext.
+    /// unprotected one is plaintext. Under `hide_inaccessible_columns`, a denied column
+    /// of a known principal is hidden instead (the rule that denied it is kept).
     pub fn decide(&self, principal: &str, table: &str, column: &str) -> Resolved {
+        let r = self.decide_as_written(principal, table, column);
+        if r.decision == Decision::Deny
+            && r.rule != RuleSource::UnknownPrincipal
+            && self.hides_inaccessible_columns(table)
+        {
+            return Resolved {
+                decision: Decision::Hide,
+                rule: r.rule,
+            };
+        }
+        r
+    }
+
+    fn decide_as_written(&self, principal: &str, table: &str, column: &str) -> Resolved {
         if !self.is_known(principal) {
             return Resolved {
                 decision: Decision::Deny,
@@ -348,6 +363,40 @@ access = { "*" = "hide", admin = "plaintext" }
                 .decision,
             Decision::Plaintext
         );
+    }
+
+    #[test]
+    fn hide_inaccessible_columns_hides_what_the_policy_denies_and_nothing_else() {
+        // alice (analyst) is denied email (protected, no rule for her).
+        let d = |p: &Policy, u: &str, c: &str| p.decide(u, "lake.sales.customers", c);
+        assert_eq!(d(&p(), "alice", "email").decision, Decision::Deny);
+        let everywhere =
+            Policy::parse(&format!("hide_inaccessible_columns = true\n{P}"), "p").unwrap();
+        let r = d(&everywhere, "alice", "email");
+        assert_eq!(
+            (r.decision, r.rule),
+            (Decision::Hide, RuleSource::DefaultProtected)
+        );
+        // Masks, plaintext and an unknown principal's denial stay what they were.
+        assert_eq!(
+            d(&everywhere, "alice", "ssn").decision,
+            Decision::Mask(Mask::Sha256)
+        );
+        assert_eq!(d(&everywhere, "bob", "email").decision, Decision::Plaintext);
+        assert_eq!(d(&everywhere, "mallory", "email").decision, Decision::Deny);
+        // A table's own setting wins over the policy's.
+        let one_table = Policy::parse(
+            &format!(
+                "hide_inaccessible_columns = true\n{P}\n[tables.\"lake.sales.customers\"]\nhide_inaccessible_columns = false\n"
+            ),
+            "p",
+        )
+        .unwrap();
+        assert_eq!(d(&one_table, "alice", "email").decision, Decision::Deny);
+        let e = Policy::parse(&format!("hide_inaccessible_columns = \"yes\"\n{P}"), "p")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1") && e.contains("boolean"), "{e}");
     }
 
     #[test]

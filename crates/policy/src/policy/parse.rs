@@ -18,6 +18,8 @@ struct RawPolicy {
     #[serde(default)]
     on_missing_key: Option<Spanned<String>>,
     #[serde(default)]
+    hide_inaccessible_columns: bool,
+    #[serde(default)]
     users: BTreeMap<Spanned<String>, RawUser>,
     #[serde(default)]
     roles: BTreeMap<Spanned<String>, RawRole>,
@@ -125,6 +127,8 @@ struct RawTable {
     /// Row filters: subject → SQL predicate over the table's columns.
     #[serde(default)]
     row_filter: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    hide_inaccessible_columns: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -467,6 +471,7 @@ impl Policy {
                         .transpose()?,
                     export: t.export.iter().map(&subject).collect::<Result<_>>()?,
                     columns,
+                    hide_inaccessible_columns: t.hide_inaccessible_columns,
                 },
             );
         }
@@ -483,6 +488,7 @@ impl Policy {
             areas,
             tables,
             on_missing_key,
+            hide_inaccessible_columns: raw.hide_inaccessible_columns,
             creators,
             hmac_key_file,
             tags,
