@@ -78,7 +78,7 @@ impl QueryAccess {
         }))
     }
 
-    /// How long ago the statement started (zero for one only planned).
+    /// How long ago the statement started (zero for a collector made with `default`).
     pub fn elapsed(&self) -> std::time::Duration {
         self.0
             .started

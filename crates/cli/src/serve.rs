@@ -71,6 +71,9 @@ pub async fn run(
         .await
         .with_context(|| format!("cannot listen on {sock}"))?;
     let bound = listener.local_addr()?;
+    // Bound before the server says it is ready: a metrics port in use stops it first.
+    engine.report_memory_pool();
+    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
     println!("ClearIce Flight SQL listening on {scheme}://{bound}");
     if let Some(f) = addr_file {
@@ -94,8 +97,6 @@ pub async fn run(
             }
         }
     });
-    engine.report_memory_pool();
-    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     let service = ClearIceFlightSql::new(engine, &server).with_cpu_executor(cpu);
     clearice_flight::serve(service, listener, tls, shutdown_signal()).await?;
     trimmer.abort();
@@ -142,13 +143,13 @@ pub async fn crypto_server(
         .await
         .with_context(|| format!("cannot listen on {sock}"))?;
     let bound = listener.local_addr()?;
+    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     println!("ClearIce crypto-server listening on {scheme}://{bound}");
     if let Some(f) = addr_file {
         std::fs::write(&f, bound.to_string())
             .with_context(|| format!("cannot write '{}'", f.display()))?;
     }
-    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     clearice_crypto_server::serve(Arc::new(service), listener, tls, shutdown_signal()).await?;
     metrics.abort();
     println!("ClearIce crypto-server stopped");
@@ -190,15 +191,15 @@ pub async fn worker(
         .await
         .with_context(|| format!("cannot listen on {sock}"))?;
     let bound = listener.local_addr()?;
+    engine.report_memory_pool();
+    let config = engine.config().clone();
+    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     let scheme = if tls { "https" } else { "http" };
     println!("ClearIce worker listening on {scheme}://{bound}");
     if let Some(f) = addr_file {
         std::fs::write(&f, bound.to_string())
             .with_context(|| format!("cannot write '{}'", f.display()))?;
     }
-    engine.report_memory_pool();
-    let config = engine.config().clone();
-    let metrics = start_metrics(&config.metrics, metrics, |p| config.resolve(p)).await?;
     engine.serve_worker(listener, shutdown_signal()).await?;
     metrics.abort();
     println!("ClearIce worker stopped");

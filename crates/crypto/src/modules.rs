@@ -275,7 +275,7 @@ impl ModuleCipher {
         body: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), ModuleError> {
-        clearice_metrics::decrypted(algorithm == Algorithm::AesGcmCtrV1, body.len());
+        let ctr_file = algorithm == Algorithm::AesGcmCtrV1;
         if algorithm.is_ctr(kind) {
             let (nonce, ct) = body
                 .split_at_checked(NONCE_LEN)
@@ -283,6 +283,7 @@ impl ModuleCipher {
             let start = out.len();
             out.extend_from_slice(ct);
             self.ctr(nonce, &mut out[start..]);
+            clearice_metrics::decrypted(ctr_file, body.len());
             return Ok(());
         }
         if body.len() < NONCE_LEN + TAG_LEN {
@@ -314,6 +315,7 @@ impl ModuleCipher {
             out.truncate(start);
             return Err(ModuleError::Authentication);
         }
+        clearice_metrics::decrypted(ctr_file, body.len());
         Ok(())
     }
 
@@ -329,7 +331,11 @@ impl ModuleCipher {
         body: std::ops::Range<usize>,
         dst: usize,
     ) -> Result<usize, ModuleError> {
-        clearice_metrics::decrypted(algorithm == Algorithm::AesGcmCtrV1, body.len());
+        // Counted once decrypted (a module that fails authentication is not).
+        let counted = |n: usize| {
+            clearice_metrics::decrypted(algorithm == Algorithm::AesGcmCtrV1, body.len());
+            n
+        };
         let ctr = algorithm.is_ctr(kind);
         let min = if ctr { NONCE_LEN } else { NONCE_LEN + TAG_LEN };
         if body.len() < min || dst > body.start || body.end > buf.len() {
@@ -343,7 +349,7 @@ impl ModuleCipher {
             let n = ct.len();
             buf.copy_within(ct, dst);
             self.ctr(&nonce, &mut buf[dst..dst + n]);
-            return Ok(n);
+            return Ok(counted(n));
         }
         match &self.gcm {
             Gcm::Ring(k) => k
@@ -353,7 +359,7 @@ impl ModuleCipher {
                     &mut buf[dst..body.end],
                     ct.start - dst..,
                 )
-                .map(|p| p.len())
+                .map(|p| counted(p.len()))
                 .map_err(|_| ModuleError::Authentication),
             Gcm::A192(c) => {
                 let n = ct.len() - TAG_LEN;
@@ -366,7 +372,7 @@ impl ModuleCipher {
                     &mut buf[dst..dst + n],
                     Tag::from_slice(&tag),
                 )
-                .map(|()| n)
+                .map(|()| counted(n))
                 .map_err(|_| ModuleError::Authentication)
             }
         }

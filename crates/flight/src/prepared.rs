@@ -77,6 +77,7 @@ impl PreparedStatements {
         let handle = hex::encode(rand::random::<[u8; 16]>());
         let mut all = self.lock();
         all.retain(|_, p| p.used.elapsed() < ttl);
+        clearice_metrics::prepared_statements(all.len());
         if all.values().filter(|p| p.user == user).count() >= MAX_PREPARED_PER_PRINCIPAL {
             let oldest = all
                 .iter()

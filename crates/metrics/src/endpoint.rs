@@ -109,10 +109,12 @@ impl Endpoint {
             Some(p) => {
                 let bytes = read("token_file", p).await?;
                 let token = String::from_utf8_lossy(&bytes).trim().to_owned();
-                if token.len() < MIN_TOKEN {
+                if token.len() < MIN_TOKEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
                     return Err(config_error(
                         "token_file",
-                        format!("the token must be at least {MIN_TOKEN} characters"),
+                        format!(
+                            "the token must be at least {MIN_TOKEN} visible ASCII characters"
+                        ),
                     ));
                 }
                 Some(sha256(token.as_bytes()))
@@ -190,8 +192,9 @@ fn scrape(headers: &HeaderMap, token: Option<[u8; 32]>) -> Response {
         let sent = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| sha256(t.trim().as_bytes()));
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| sha256(t.trim().as_bytes()));
         // Digests compared: the time taken says nothing about the token.
         if sent != Some(want) {
             return (
@@ -252,6 +255,9 @@ mod tests {
         assert!(e.starts_with("[metrics] tls_cert: refusing"), "{e}");
         let e = refusal(&config("127.0.0.1:0", Some("short"), false), &dir).await;
         assert!(e.contains("at least 16"), "{e}");
+        std::fs::write(dir.join("spaced"), "0123456789 abcdef0123\n").unwrap();
+        let e = refusal(&config("127.0.0.1:0", Some("spaced"), false), &dir).await;
+        assert!(e.contains("visible ASCII"), "{e}");
         let e = refusal(&config("127.0.0.1:0", Some("absent"), false), &dir).await;
         assert!(e.contains("cannot read") && e.contains("absent"), "{e}");
         let c = config("0.0.0.0:0", Some("token"), true);
@@ -276,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn a_scrape_without_the_token_is_refused_and_gets_no_series() {
+    fn a_scrape_without_the_token_is_refused() {
         let token = Some(sha256(b"0123456789abcdef"));
         let mut headers = HeaderMap::new();
         assert_eq!(scrape(&headers, token).status(), StatusCode::UNAUTHORIZED);
@@ -285,9 +291,10 @@ mod tests {
             "Bearer 0123456789abcdeX".parse().unwrap(),
         );
         assert_eq!(scrape(&headers, token).status(), StatusCode::UNAUTHORIZED);
+        // The scheme's case does not matter (RFC 7235).
         headers.insert(
             header::AUTHORIZATION,
-            "Bearer 0123456789abcdef".parse().unwrap(),
+            "bearer 0123456789abcdef".parse().unwrap(),
         );
         let ok = scrape(&headers, token);
         assert_eq!(ok.status(), StatusCode::OK);

@@ -8,11 +8,8 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-/// Longest a TLS handshake or a request's headers may take.
+/// Longest a TLS handshake may take.
 const HANDSHAKE: Duration = Duration::from_secs(10);
-
-/// Connections served at once; later ones wait to be accepted.
-const CONNECTIONS: usize = 256;
 
 /// Serves `app` on `listener` (TLS when `tls` is given) until `shutdown`; requests
 /// still running then get 10 s to end.
@@ -22,26 +19,22 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
     use hyper_util::server::conn::auto::Builder;
     use hyper_util::service::TowerToHyperService;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HANDSHAKE);
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
+    let builder = Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            s = Arc::clone(&slots).acquire_owned() => s.map_err(std::io::Error::other)?,
-            () = &mut shutdown => break,
-        };
         let (stream, _peer): (_, SocketAddr) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
-                Err(e) => { tracing::warn!("accept failed: {e}"); continue; }
+                Err(e) => {
+                    // Out of file descriptors, say: pause rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
             },
             () = &mut shutdown => break,
         };
@@ -56,7 +49,6 @@ pub async fn serve(
                     reason = "one task per connection, as hyper serves; graceful shutdown waits for it"
                 )]
                 tokio::spawn(async move {
-                    let _slot = slot;
                     let Ok(Ok(stream)) =
                         tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await
                     else {
@@ -76,7 +68,6 @@ pub async fn serve(
                     reason = "one task per connection, as hyper serves; graceful shutdown waits for it"
                 )]
                 tokio::spawn(async move {
-                    let _slot = slot;
                     let _ = fut.await;
                 });
             }

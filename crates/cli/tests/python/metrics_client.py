@@ -35,12 +35,13 @@ def main():
             out["analyst_error"] = None
         except adbc_driver_manager.Error as e:
             out["analyst_error"] = str(e)
-    try:
-        with connect(addr, "admin", "not-the-password") as conn, conn.cursor() as cur:
-            cur.execute("SELECT 1")
-        out["bad_login"] = None
-    except adbc_driver_manager.Error as e:
-        out["bad_login"] = str(e)
+    for user in ["admin", "intruder-7f3a9c"]:
+        try:
+            with connect(addr, user, "not-the-password") as conn, conn.cursor() as cur:
+                cur.execute("SELECT 1")
+            out[f"bad_login_{user}"] = None
+        except adbc_driver_manager.Error as e:
+            out[f"bad_login_{user}"] = str(e)
     print(json.dumps(out))
 
 

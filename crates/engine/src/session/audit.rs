@@ -12,16 +12,8 @@ impl Session {
     ) -> Result<()> {
         let (outcome, event) = match result {
             Ok(o) => {
-                let bytes = o
-                    .batches
-                    .iter()
-                    .map(RecordBatch::get_array_memory_size)
-                    .sum::<usize>();
-                clearice_metrics::returned(
-                    self.access.caller().principal(),
-                    o.rows() as u64,
-                    bytes as u64,
-                );
+                let bytes = o.batches.iter().map(returned_bytes).sum::<u64>();
+                clearice_metrics::returned(self.access.caller().principal(), o.rows() as u64, bytes);
                 (Ok(o.rows() as u64), None)
             }
             Err(e) => (Err(one_line(e)), event_of(e)),
@@ -262,7 +254,7 @@ impl futures::Stream for AuditedStream {
                         clearice_metrics::returned(
                             p.caller.principal(),
                             b.num_rows() as u64,
-                            b.get_array_memory_size() as u64,
+                            returned_bytes(&b),
                         );
                     }
                     return Poll::Ready(Some(Ok(b)));
@@ -299,6 +291,19 @@ impl Drop for AuditedStream {
             }
         }
     }
+}
+
+/// The Arrow bytes a batch returns: its slices of the buffers it shares (a `LIMIT`'s
+/// slice counts its own rows, not its parent buffer's).
+fn returned_bytes(b: &RecordBatch) -> u64 {
+    b.columns()
+        .iter()
+        .map(|c| {
+            c.to_data()
+                .get_slice_memory_size()
+                .unwrap_or_else(|_| c.get_array_memory_size()) as u64
+        })
+        .sum()
 }
 
 /// The statement's kind, one word for the metrics' `kind` label (a fixed set: never text

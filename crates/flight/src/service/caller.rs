@@ -175,6 +175,7 @@ impl ClearIceFlightSql {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| {
+                clearice_metrics::login_failed(clearice_metrics::LoginFailure::Missing);
                 Status::unauthenticated(
                     "Handshake needs 'authorization: Basic ...' credentials or a bearer token",
                 )
