@@ -18,34 +18,12 @@ use std::path::{Path, PathBuf};
 
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use tokio::net::TcpListener;
 
-use crate::Error;
+use crate::{Error, MetricsConfig};
 
 /// Shortest bearer token accepted in `token_file`, bytes.
 const MIN_TOKEN: usize = 16;
-
-/// The `[metrics]` section of a config file.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricsConfig {
-    /// Listen address of `/metrics` (`host:port`); absent: no endpoint.
-    #[serde(default)]
-    pub addr: Option<String>,
-    /// File holding the bearer token a scrape must send.
-    #[serde(default)]
-    pub token_file: Option<PathBuf>,
-    /// TLS certificate chain (PEM).
-    #[serde(default)]
-    pub tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM).
-    #[serde(default)]
-    pub tls_key: Option<PathBuf>,
-    /// Allow plaintext on a non-loopback address.
-    #[serde(default)]
-    pub insecure: bool,
-}
 
 /// A bound `/metrics` endpoint, not yet serving.
 pub struct Endpoint {
@@ -112,9 +90,7 @@ impl Endpoint {
                 if token.len() < MIN_TOKEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
                     return Err(config_error(
                         "token_file",
-                        format!(
-                            "the token must be at least {MIN_TOKEN} visible ASCII characters"
-                        ),
+                        format!("the token must be at least {MIN_TOKEN} visible ASCII characters"),
                     ));
                 }
                 Some(sha256(token.as_bytes()))

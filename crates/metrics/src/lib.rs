@@ -16,11 +16,16 @@
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 #![deny(missing_docs)]
 
+mod config;
+#[cfg(feature = "endpoint")]
 mod endpoint;
 mod families;
+#[cfg(feature = "endpoint")]
 pub mod http;
 
-pub use endpoint::{Endpoint, MetricsConfig};
+pub use config::MetricsConfig;
+#[cfg(feature = "endpoint")]
+pub use endpoint::Endpoint;
 pub use families::{
     Cache, LoginFailure, MAX_PRINCIPALS, OTHER_PRINCIPAL, Outcome, Running, WorkerCall,
     cache_lookup, crypto_server_request, decrypted, encode, kms_call, login_failed,
@@ -29,6 +34,7 @@ pub use families::{
 };
 
 /// Errors setting up the endpoint.
+#[cfg(feature = "endpoint")]
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

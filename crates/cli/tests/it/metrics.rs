@@ -160,7 +160,10 @@ fn prometheus_scrapes_statements_logins_decryption_and_the_pool_from_serve_and_a
     );
     assert!(seen["analyst_error"].as_str().is_some(), "{seen}");
     assert!(seen["bad_login_admin"].as_str().is_some(), "{seen}");
-    assert!(seen["bad_login_intruder-7f3a9c"].as_str().is_some(), "{seen}");
+    assert!(
+        seen["bad_login_intruder-7f3a9c"].as_str().is_some(),
+        "{seen}"
+    );
 
     // The endpoints themselves: the worker's refuses a scrape without its token.
     let (status, _) = http_get(&worker_metrics, "/metrics", &[]);

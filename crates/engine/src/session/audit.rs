@@ -13,7 +13,11 @@ impl Session {
         let (outcome, event) = match result {
             Ok(o) => {
                 let bytes = o.batches.iter().map(returned_bytes).sum::<u64>();
-                clearice_metrics::returned(self.access.caller().principal(), o.rows() as u64, bytes);
+                clearice_metrics::returned(
+                    self.access.caller().principal(),
+                    o.rows() as u64,
+                    bytes,
+                );
                 (Ok(o.rows() as u64), None)
             }
             Err(e) => (Err(one_line(e)), event_of(e)),
