@@ -116,9 +116,15 @@ class Policy:
         got = self._column(principal, table, column)
         t = self.raw.get("tables", {}).get(TABLES[table], {})
         hides = t.get("hide_inaccessible_columns", self.raw.get("hide_inaccessible_columns", False))
-        if got[0] == "deny" and hides and principal in self.users:
+        if got[0] == "deny" and hides and principal in self.users and not self.may_write(principal, table):
             return "hide", None
         return got
+
+    def may_write(self, principal, table):
+        """The table's `write`, else `[writes] create`: a user, a role of theirs, or `*`."""
+        t = self.raw.get("tables", {}).get(TABLES[table], {})
+        subjects = t.get("write", self.raw.get("writes", {}).get("create", []))
+        return any(s in ("*", f"user:{principal}") or s in self.users.get(principal, []) for s in subjects)
 
     def _column(self, principal, table, column):
         col = self.raw.get("tables", {}).get(TABLES[table], {}).get("columns", {}).get(column)

@@ -174,12 +174,19 @@ impl Policy {
     /// a rule of its own for the principal takes the strictest of its tags' decisions (a
     /// tag with no rule for it denies); else a protected column is denied, an
     /// unprotected one is plaintext. Under `hide_inaccessible_columns`, a denied column
-    /// of a known principal is hidden instead (the rule that denied it is kept).
+    /// of a known principal is hidden instead (the rule that denied it is kept), except
+    /// from a principal who may write the table (`INSERT OVERWRITE ... SELECT *` would
+    /// write NULLs over a column it cannot see) and where tags conflict over its key (a
+    /// misconfiguration the error names).
     pub fn decide(&self, principal: &str, table: &str, column: &str) -> Resolved {
         let r = self.decide_as_written(principal, table, column);
         if r.decision == Decision::Deny
             && r.rule != RuleSource::UnknownPrincipal
             && self.hides_inaccessible_columns(table)
+            && !self.may_write_table(principal, table)
+            && self
+                .column_policy(table, column)
+                .is_none_or(|c| c.key_conflict.is_none())
         {
             return Resolved {
                 decision: Decision::Hide,
@@ -189,7 +196,9 @@ impl Policy {
         r
     }
 
-    fn decide_as_written(&self, principal: &str, table: &str, column: &str) -> Resolved {
+    /// [`Self::decide`] without `hide_inaccessible_columns` (what the rules say: the
+    /// Ranger import compares it with Ranger's decisions).
+    pub(crate) fn decide_as_written(&self, principal: &str, table: &str, column: &str) -> Resolved {
         if !self.is_known(principal) {
             return Resolved {
                 decision: Decision::Deny,
@@ -384,6 +393,13 @@ access = { "*" = "hide", admin = "plaintext" }
         );
         assert_eq!(d(&everywhere, "bob", "email").decision, Decision::Plaintext);
         assert_eq!(d(&everywhere, "mallory", "email").decision, Decision::Deny);
+        // A principal who may write the table keeps the denial.
+        let writer = Policy::parse(
+            &format!("hide_inaccessible_columns = true\n[writes]\ncreate = [\"user:alice\"]\n{P}"),
+            "p",
+        )
+        .unwrap();
+        assert_eq!(d(&writer, "alice", "email").decision, Decision::Deny);
         // A table's own setting wins over the policy's.
         let one_table = Policy::parse(
             &format!(

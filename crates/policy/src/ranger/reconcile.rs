@@ -64,7 +64,7 @@ pub(super) fn user_rules(policy: &Policy, imported: &Imported) -> Vec<UserFix> {
                         .find(|(keys, _)| matches(keys))
                         .map_or(Decision::Plaintext, |(_, d)| d.clone())
                 };
-                let ours = policy.decide(user, table, column).decision;
+                let ours = policy.decide_as_written(user, table, column).decision;
                 if ours != ranger && ours.rank() >= ranger.rank() {
                     out.push(fix(table, Fix::Column(column.clone(), ranger)));
                 }

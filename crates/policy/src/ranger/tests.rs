@@ -269,3 +269,26 @@ fn what_ranger_decides_by_order_zone_or_condition_fails_and_a_named_write_deny_d
             .contains("lake.sales.orders: someone is denied changing it")
     );
 }
+
+#[test]
+fn a_base_policy_that_hides_what_it_denies_still_imports() {
+    // The import compares the rules with Ranger's decisions (a deny is a deny), not what
+    // hide_inaccessible_columns turns them into.
+    let base = format!("hide_inaccessible_columns = true\n{BASE}");
+    let (hiding, _) = import(Some(&base));
+    let (plain, _) = import(Some(BASE));
+    for user in ["admin", "analyst", "support", "both", "temp"] {
+        for column in ["ssn", "email", "phone"] {
+            let (h, p) = (
+                hiding.decide(user, CUSTOMERS, column).decision,
+                plain.decide(user, CUSTOMERS, column).decision,
+            );
+            let expected = if p == Decision::Deny {
+                Decision::Hide
+            } else {
+                p
+            };
+            assert_eq!(h, expected, "{user} {column}");
+        }
+    }
+}
