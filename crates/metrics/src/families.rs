@@ -599,7 +599,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn series_are_named_by_prometheus_conventions_and_carry_what_was_recorded() {
+    fn series_are_named_by_prometheus_conventions_carry_what_was_recorded_and_bound_principals() {
         statement_ended("ann", "select", Outcome::Denied, Duration::from_millis(3));
         returned("ann", 5, 640);
         decrypted(true, 100);
@@ -618,10 +618,10 @@ mod tests {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
         assert!(encode(true).ends_with("# EOF\n"));
-    }
 
-    #[test]
-    fn principals_beyond_the_bound_share_one_label_value() {
+        // Principals beyond the bound share one label value (in the same test: the
+        // registry is the process's, and a test filling the bound first would turn
+        // `ann` above into `(other)`).
         for i in 0..MAX_PRINCIPALS + 5 {
             returned(&format!("p{i}"), 1, 1);
         }
