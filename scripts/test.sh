@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test: installs the pinned Python packages (PyArrow, PyIceberg, DuckDB, ADBC;
-# Superset's SQLAlchemy dialect in a second venv) into virtualenvs, fetches the Flight SQL
-# JDBC driver jars (DBeaver's driver; run with the machine's Java 17), generates the
-# PyArrow/PyIceberg interop lake, then runs the Rust unit, integration, doc and
-# sqllogictest suites with those fixtures required. A throwaway PostgreSQL server (from the
-# machine's postgresql package, installed if missing) holds the PostgreSQL catalog tests.
+# Superset 6.1 with the repository's SQLAlchemy dialect in a second venv, dbt in a third)
+# into virtualenvs, fetches the Flight SQL JDBC driver jars (DBeaver's driver; run with the
+# machine's Java 17), generates the PyArrow/PyIceberg interop lake, then runs the Rust unit,
+# integration, doc and sqllogictest suites with those fixtures required. A throwaway
+# PostgreSQL server (from the machine's postgresql package, installed if missing) holds the
+# PostgreSQL catalog tests and Superset's metadata; Prometheus, Chromium and ChromeDriver
+# come from Debian's packages when missing.
 # The S3 tests start moto_server (from the venv), the REST catalog tests Iceberg's Java
 # RESTCatalogServer, the HMS tests Hive's standalone metastore (both resolved with Maven),
 # each on a loopback port. pyspark 4.1 (local mode, Java 17) with Iceberg's Spark runtime
@@ -42,9 +44,11 @@ venv() {
 }
 VENV=$CACHE/venv
 venv "$VENV" "$ROOT/scripts/requirements-test.txt" "Python test packages"
-# Superset's SQLAlchemy dialect pins SQLAlchemy 1.4: a venv of its own.
+# Superset 6.1 pins SQLAlchemy 1.4: a venv of its own, with the repository's dialect and
+# engine spec installed on every run (part of the change under test).
 SVENV=$CACHE/venv-superset
-venv "$SVENV" "$ROOT/scripts/requirements-superset.txt" "Superset's Flight SQL dialect"
+venv "$SVENV" "$ROOT/scripts/requirements-superset.txt" "Superset and its Flight SQL dialects"
+"$SVENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall "$ROOT/integrations/clearice-sqlalchemy"
 # dbt with the repository's adapter: the packages once, the adapter on every run (it is
 # part of the change under test).
 DVENV=$CACHE/venv-dbt
@@ -176,6 +180,15 @@ fi
 command -v prometheus >/dev/null && command -v promtool >/dev/null \
   || { echo "error: prometheus and promtool are needed for the metrics test (apt-get install prometheus)" >&2; exit 2; }
 export CLEARICE_PROMETHEUS=$(command -v prometheus)
+
+# Debian's Chromium and ChromeDriver: the Superset test drives SQL Lab headless.
+if ! { command -v chromium && command -v chromedriver; } >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing Chromium and ChromeDriver (apt)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi
+{ command -v chromium && command -v chromedriver; } >/dev/null \
+  || { echo "error: chromium and chromedriver are needed for the Superset test (apt-get install chromium chromium-driver)" >&2; exit 2; }
+export CLEARICE_CHROMIUM=$(command -v chromium) CLEARICE_CHROMEDRIVER=$(command -v chromedriver)
 
 export CLEARICE_INTEROP_DIR=$INTEROP
 export CLEARICE_SHARED=$SHARED

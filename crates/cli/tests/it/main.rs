@@ -3,8 +3,9 @@
 //! (`flight`), the policy against DuckDB (`policy_differential`), a Ranger
 //! export imported onto the demo lake (`ranger`), the remote provider and
 //! crypto service (`remote`), AWS KMS on moto (`aws_kms`), workers as processes
-//! (`cluster`), DataFusion's own sqllogictest suite (`datafusion_slt`), and a dbt project
-//! through the dbt-clearice adapter (`dbt`).
+//! (`cluster`), DataFusion's own sqllogictest suite (`datafusion_slt`), a dbt project
+//! through the dbt-clearice adapter (`dbt`), Prometheus scraping (`metrics`), and Superset
+//! through the clearice-sqlalchemy dialect (`superset`).
 #![allow(clippy::unwrap_used, reason = "tests: a panic is how a test fails")]
 // Tests may block: they are not async workers serving anyone.
 #![allow(clippy::disallowed_methods)]
@@ -20,4 +21,5 @@ mod metrics;
 mod policy_differential;
 mod ranger;
 mod remote;
+mod superset;
 mod writes;

@@ -1,0 +1,209 @@
+//! Apache Superset 6.1 itself against a real `clearice serve`, through the repository's
+//! SQLAlchemy dialect and engine spec (integrations/clearice-sqlalchemy): two database
+//! connections (admin, analyst), catalog/schema/table browsing, physical datasets and their
+//! samples, SQL Lab, time-grain charts through the REST API compared with the aggregation
+//! computed from the raw rows, and SQL Lab driven in headless Chromium with a screenshot.
+//! Superset's metadata lives in the test's PostgreSQL (CLEARICE_PG_URI).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::{run_ok, start};
+
+/// What the test needs from scripts/test.sh: Superset's Python, PostgreSQL, Chromium.
+fn fixtures() -> Option<(String, String)> {
+    let python = std::env::var("CLEARICE_SUPERSET_PYTHON").ok();
+    let pg = std::env::var("CLEARICE_PG_URI").ok();
+    let chromium = Path::new(
+        &std::env::var("CLEARICE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
+    )
+    .exists();
+    match (python, pg, chromium) {
+        (Some(python), Some(pg), true) => Some((python, pg)),
+        missing => {
+            assert!(
+                std::env::var_os("CLEARICE_REQUIRE_FIXTURES").is_none(),
+                "Superset fixtures missing (python, PostgreSQL, Chromium): {missing:?}"
+            );
+            None
+        }
+    }
+}
+
+/// `{"2025-01-01": [total, count]}` of a chart, totals as exact cents.
+fn months(v: &Value) -> BTreeMap<String, (Option<i64>, i64)> {
+    let cents = |t: &Value| -> Option<i64> {
+        match t {
+            Value::Null => None,
+            Value::String(s) => Some(decimal_cents(s)),
+            // Superset returns SUM(DECIMAL) as a JSON number: exact to the cent below 2^53
+            Value::Number(n) => Some((n.as_f64().unwrap() * 100.0).round() as i64),
+            other => panic!("total {other}"),
+        }
+    };
+    v.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, r)| (k.clone(), (cents(&r[0]), r[1].as_i64().unwrap())))
+        .collect()
+}
+
+/// "-12.3" -> -1230 (the oracle's sums are exact decimals with at most two places).
+fn decimal_cents(s: &str) -> i64 {
+    let (sign, digits) = s.strip_prefix('-').map_or((1, s), |d| (-1, d));
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, "0"));
+    assert!(frac.len() <= 2, "{s}");
+    let frac = format!("{frac:0<2}");
+    sign * (int.parse::<i64>().unwrap() * 100 + frac.parse::<i64>().unwrap())
+}
+
+#[test]
+fn superset_serves_physical_datasets_sql_lab_and_time_grain_charts_under_the_policy() {
+    let Some((python, pg)) = fixtures() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let lake = tmp.path().join("lake");
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_clearice"))
+            .args(["demo", "init"])
+            .arg(&lake),
+    );
+    // Superset lists a table's columns and reads them all for samples: the analyst's
+    // denied card_number is hidden rather than failing the dataset.
+    let policy = lake.join("policy.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    assert!(text.contains("on_missing_key = \"error\"\n"));
+    std::fs::write(
+        &policy,
+        text.replace(
+            "on_missing_key = \"error\"\n",
+            "on_missing_key = \"error\"\nhide_inaccessible_columns = true\n",
+        ),
+    )
+    .unwrap();
+    let server = start(
+        &lake.join("clearice.toml"),
+        &["serve"],
+        &tmp.path().join("addr"),
+    );
+    let work = tmp.path().join("superset");
+    std::fs::create_dir(&work).unwrap();
+    let script: PathBuf =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/superset_e2e.py");
+    let out = Command::new(&python)
+        .arg(script)
+        .arg(&server.addr)
+        .arg(&work)
+        .arg(&pg)
+        .output()
+        .unwrap();
+    let log = std::fs::read_to_string(work.join("superset.log")).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "Superset run failed: {}\n--- superset.log (end) ---\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        &log[log.len().saturating_sub(6000)..]
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    for user in ["admin", "analyst"] {
+        let u = &v[user];
+        assert_eq!(u["backend"], "clearice", "{user}");
+        assert_eq!(u["catalogs"], serde_json::json!(["lake"]), "{user}");
+        assert!(
+            u["schemas"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from("sales")),
+            "{user}: {}",
+            u["schemas"]
+        );
+        assert_eq!(
+            u["tables"],
+            serde_json::json!(["customers", "orders"]),
+            "{user}"
+        );
+        // physical datasets: typed columns, dates temporal
+        let orders = &u["orders_columns"];
+        assert_eq!(
+            orders["amount"]["type"], "DECIMAL(12, 2)",
+            "{user}: {orders}"
+        );
+        assert_eq!(orders["order_date"]["type"], "DATE");
+        assert_eq!(orders["order_date"]["is_dttm"], true);
+        assert_eq!(orders["order_id"]["type"], "BIGINT");
+        assert_eq!(u["customers_columns"]["birth_date"]["is_dttm"], true);
+        assert_eq!(u["orders_samples"]["rows"], 1000, "{user}");
+        assert_eq!(u["customers_samples"]["rows"], 1000, "{user}");
+        assert_eq!(u["sqllab_types"]["balance"], "DECIMAL(12, 2)", "{user}");
+        assert_eq!(u["sqllab_three_part"], serde_json::json!([{"n": 200000}]));
+        assert_eq!(u["sqllab"][0]["id"], 1000001);
+        // Superset's SQL: DataFusion's date_trunc, the range as DATE literals
+        let q = u["chart_range_query"].as_str().unwrap();
+        assert!(
+            q.contains("date_trunc('month', order_date)")
+                && q.contains("order_date >= DATE '2025-01-01'")
+                && q.contains("order_date < DATE '2025-03-01'"),
+            "{q}"
+        );
+        // the chart equals the aggregation of the raw rows, month by month
+        let chart = months(&u["chart"]);
+        let oracle = months(&u["oracle"]);
+        assert_eq!(chart, oracle, "{user}");
+        assert!(chart.len() >= 2, "{user}: {chart:?}");
+        let range = months(&u["chart_range"]);
+        let expected: BTreeMap<_, _> = oracle
+            .into_iter()
+            .filter(|(m, _)| m.as_str() >= "2025-01-01" && m.as_str() < "2025-03-01")
+            .collect();
+        assert_eq!(range, expected, "{user}");
+        assert!(!range.is_empty());
+        assert_eq!(u["ui"]["shown"], u["sqllab"][0]["ssn"], "{user}");
+        let png = std::fs::read(u["ui"]["screenshot"].as_str().unwrap()).unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+            "{user}: screenshot of {} bytes",
+            png.len()
+        );
+    }
+    let (admin, analyst) = (&v["admin"], &v["analyst"]);
+    // the policy, through Superset: plaintext for admin, masks for the analyst
+    assert_eq!(admin["sqllab"][0]["ssn"], "609-11-1603");
+    assert_eq!(analyst["sqllab"][0]["ssn"], "XXX-XX-1603");
+    assert_eq!(analyst["sqllab"][0]["email"], v["email_sha256"]);
+    assert_ne!(admin["sqllab"][0]["email"], analyst["sqllab"][0]["email"]);
+    // balance is plaintext for both
+    assert_eq!(
+        admin["sqllab"][0]["balance"],
+        analyst["sqllab"][0]["balance"]
+    );
+    // hidden for the analyst: card_number (denied) and phone (hide) are not columns
+    assert!(admin["orders_columns"].get("card_number").is_some());
+    assert!(analyst["orders_columns"].get("card_number").is_none());
+    assert!(analyst["customers_columns"].get("phone").is_none());
+    let samples = |u: &Value| u["orders_samples"]["columns"].clone();
+    assert!(
+        samples(admin)
+            .as_array()
+            .unwrap()
+            .contains(&"card_number".into())
+    );
+    assert!(
+        !samples(analyst)
+            .as_array()
+            .unwrap()
+            .contains(&"card_number".into())
+    );
+    assert_eq!(admin["card_number"], "read");
+    let refused = analyst["card_number"].as_str().unwrap();
+    assert!(refused.contains("card_number"), "{refused}");
+    // a mask in a chart: birth_date truncated to the year leaves January only
+    assert_eq!(analyst["birth_months"], serde_json::json!(["01"]));
+    assert!(admin["birth_months"].as_array().unwrap().len() > 1);
+    // amounts are plaintext for the analyst: the same chart
+    assert_eq!(months(&admin["chart"]), months(&analyst["chart"]));
+}
