@@ -159,6 +159,9 @@ pub fn iceberg_compatible_type(t: &DataType) -> DataType {
 
 /// An Arrow schema Iceberg can hold: the types DataFusion produces mapped to Iceberg's
 /// (views and large types to plain, small integers to int, timestamps to microseconds).
+/// Nanoseconds too (DataFusion's `now()` and `CAST(... AS TIMESTAMP)`): `timestamp_ns` is a
+/// format-3 type that Spark and Iceberg Java 1.x do not read; the write casts the values,
+/// as PyIceberg does.
 pub fn iceberg_compatible(schema: &ArrowSchema) -> ArrowSchema {
     fn ty(t: &DataType) -> DataType {
         match t {
@@ -170,9 +173,10 @@ pub fn iceberg_compatible(schema: &ArrowSchema) -> ArrowSchema {
             DataType::UInt32 => DataType::Int64,
             DataType::Float16 => DataType::Float32,
             DataType::Date64 => DataType::Date32,
-            DataType::Timestamp(TimeUnit::Second | TimeUnit::Millisecond, tz) => {
-                DataType::Timestamp(TimeUnit::Microsecond, tz.clone())
-            }
+            DataType::Timestamp(
+                TimeUnit::Second | TimeUnit::Millisecond | TimeUnit::Nanosecond,
+                tz,
+            ) => DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
             DataType::Dictionary(_, v) => ty(v),
             other => other.clone(),
         }
@@ -198,6 +202,23 @@ mod tests {
             .and_then(|mut p| p.parse_expr())
             .unwrap();
         partition_terms(&e)
+    }
+
+    #[test]
+    fn timestamps_of_every_unit_become_microseconds() {
+        for unit in [
+            TimeUnit::Second,
+            TimeUnit::Millisecond,
+            TimeUnit::Microsecond,
+            TimeUnit::Nanosecond,
+        ] {
+            for tz in [None, Some("+00:00".into())] {
+                assert_eq!(
+                    iceberg_compatible_type(&DataType::Timestamp(unit, tz.clone())),
+                    DataType::Timestamp(TimeUnit::Microsecond, tz)
+                );
+            }
+        }
     }
 
     #[test]

@@ -11,9 +11,14 @@ ADBC's own DB-API connection is wrapped for two reasons:
 The catalog and schema of the URL are sent as `catalog` and `schema` gRPC headers on every
 call (ClearIce resolves one- and two-part names in them)."""
 
+import os
+import stat
+import weakref
 from typing import Any, Optional
 
 import adbc_driver_flightsql.dbapi as _flightsql
+import pyarrow as pa
+from adbc_driver_manager import AdbcStatusCode
 from adbc_driver_manager.dbapi import (  # noqa: F401  (the DB-API names)
     DatabaseError,
     DataError,
@@ -32,6 +37,25 @@ threadsafety = 1
 paramstyle = "qmark"
 
 _HEADER = "adbc.flight.sql.rpc.call_header."
+# a CA bundle is small; anything bigger is not one (and /dev/zero never ends)
+_MAX_PEM_BYTES = 1 << 20
+
+
+def _refused(message: str) -> InterfaceError:
+    return InterfaceError(f"clearice: {message}", status_code=AdbcStatusCode.INVALID_ARGUMENT)
+
+
+def _read_pem(path: str) -> str:
+    """A PEM file of CA certificates: a regular file of at most 1 MiB."""
+    try:
+        # non-blocking: a FIFO would otherwise hold the caller until someone writes to it
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_PEM_BYTES:
+                raise _refused(f"tls_root_certs {path}: not a PEM file of at most 1 MiB")
+            return f.read(_MAX_PEM_BYTES).decode("utf-8", "replace")
+    except OSError as e:
+        raise _refused(f"tls_root_certs {path}: {e.strerror}") from None
 
 
 def connect(
@@ -44,10 +68,12 @@ def connect(
     schema: Optional[str] = None,
     tls: bool = False,
     tls_root_certs: Optional[str] = None,
+    tls_root_certs_pem: Optional[str] = None,
     tls_skip_verify: bool = False,
 ) -> "Connection":
     """Open a connection to `clearice serve` at HOST:PORT as USERNAME (password) or with a
-    bearer TOKEN. `tls_root_certs` is a PEM file for a private CA."""
+    bearer TOKEN. `tls_root_certs` is a PEM file of a private CA (`tls_root_certs_pem` its
+    text: Superset's "Root certificate")."""
     kwargs = {}
     if token:
         kwargs["adbc.flight.sql.authorization_header"] = f"Bearer {token}"
@@ -55,18 +81,14 @@ def connect(
         kwargs["username"] = username
         kwargs["password"] = password or ""
     else:
-        raise InterfaceError("clearice: give a user and password, or token=")
+        raise _refused("give a user and password, or a token (connect_args)")
+    if (tls_root_certs or tls_root_certs_pem or tls_skip_verify) and not tls:
+        raise _refused("tls_root_certs and tls_skip_verify need tls=true")
     if tls_root_certs:
-        if not tls:
-            raise InterfaceError("clearice: tls_root_certs needs tls=true")
-        try:
-            with open(tls_root_certs, encoding="utf-8") as f:
-                kwargs["adbc.flight.sql.client_option.tls_root_certs"] = f.read()
-        except OSError as e:
-            raise InterfaceError(f"clearice: tls_root_certs {tls_root_certs}: {e.strerror}") from None
+        tls_root_certs_pem = _read_pem(tls_root_certs)
+    if tls_root_certs_pem:
+        kwargs["adbc.flight.sql.client_option.tls_root_certs"] = tls_root_certs_pem
     if tls_skip_verify:
-        if not tls:
-            raise InterfaceError("clearice: tls_skip_verify needs tls=true")
         kwargs["adbc.flight.sql.client_option.tls_skip_verify"] = "true"
     if catalog:
         kwargs[_HEADER + "catalog"] = catalog
@@ -84,6 +106,8 @@ class Connection:
         self._adbc = adbc
         self.catalog = catalog
         self.schema = schema
+        # ADBC refuses to close a connection with a statement open: its cursors go first
+        self._cursors: "weakref.WeakSet[Cursor]" = weakref.WeakSet()
 
     def default_catalog(self) -> str:
         """The URL's catalog, else the server's default for this session."""
@@ -94,7 +118,9 @@ class Connection:
         return self.schema or self._adbc.adbc_current_db_schema
 
     def cursor(self) -> "Cursor":
-        return Cursor(self._adbc.cursor())
+        cursor = Cursor(self._adbc.cursor())
+        self._cursors.add(cursor)
+        return cursor
 
     def commit(self) -> None:
         pass
@@ -103,7 +129,15 @@ class Connection:
         pass
 
     def close(self) -> None:
+        for cursor in list(self._cursors):
+            cursor.close()
         self._adbc.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._adbc, name)
@@ -116,6 +150,7 @@ class Cursor:
         self._adbc = adbc
         self._rows: Optional[list] = None
         self._rowcount = -1
+        self._closed = False
         self.arraysize = 1
 
     def execute(self, operation: str, parameters: Any = None) -> "Cursor":
@@ -126,18 +161,25 @@ class Cursor:
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Any) -> None:
-        self._rows = None
-        self._rowcount = -1
+        # ADBC runs each set of parameters as an update to its end: no result to read
+        self._rows = []
         self._adbc.executemany(operation, seq_of_parameters)
-        self._finish_write()
+        self._rowcount = self._adbc.rowcount
 
     def _finish_write(self) -> None:
-        names = [d[0] for d in self._adbc.description or []]
-        if names and names != ["count"]:
+        """Read a write's result (one `count: UInt64`, as ClearIce reports rows written)
+        or a result of no columns (DDL): ClearIce runs the statement as it is read."""
+        description = self._adbc.description
+        if description is None:
+            self._rows = []
+            self._rowcount = self._adbc.rowcount
+            return
+        write = len(description) == 1 and description[0][0] == "count" and description[0][1] == pa.uint64()
+        if description and not write:
             return
         table = self._adbc.fetch_arrow_table()
         self._rows = [tuple(r.values()) for r in table.to_pylist()]
-        if names == ["count"] and table.num_rows == 1:
+        if write and table.num_rows == 1:
             self._rowcount = int(table.column(0)[0].as_py() or 0)
 
     @property
@@ -167,7 +209,9 @@ class Cursor:
         return self._adbc.fetchall()
 
     def close(self) -> None:
-        self._adbc.close()
+        if not self._closed:
+            self._closed = True
+            self._adbc.close()
 
     def setinputsizes(self, sizes: Any) -> None:
         pass
@@ -177,6 +221,12 @@ class Cursor:
 
     def __iter__(self):
         return iter(self.fetchone, None)
+
+    def __enter__(self) -> "Cursor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._adbc, name)

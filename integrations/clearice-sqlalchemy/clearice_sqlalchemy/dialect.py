@@ -18,7 +18,7 @@ from clearice_sqlalchemy import dbapi as _dbapi
 from clearice_sqlalchemy.types import sql_type
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-_QUERY_KEYS = {"tls", "tls_root_certs", "tls_skip_verify", "token"}
+_QUERY_KEYS = {"tls", "tls_root_certs", "tls_skip_verify"}
 
 
 class ClearIceCompiler(compiler.SQLCompiler):
@@ -79,6 +79,11 @@ class ClearIceDialect(default.DefaultDialect):
         return _dbapi
 
     def create_connect_args(self, url):
+        if "token" in url.query:
+            raise exc.ArgumentError(
+                "clearice URL: a token in the URL is kept and shown in clear text; pass it as "
+                "connect_args={'token': ...} (Superset: Secure Extra)"
+            )
         unknown = set(url.query) - _QUERY_KEYS
         if unknown:
             raise exc.ArgumentError(
@@ -93,7 +98,6 @@ class ClearIceDialect(default.DefaultDialect):
             "port": url.port or 50051,
             "username": url.username,
             "password": url.password,
-            "token": url.query.get("token"),
             "catalog": path[0] if path else None,
             "schema": path[1] if len(path) > 1 else None,
             "tls": _flag(url.query, "tls"),

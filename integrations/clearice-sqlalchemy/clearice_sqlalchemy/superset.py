@@ -6,6 +6,7 @@ columns are typed from the Arrow schema (DECIMAL(p, s), TIMESTAMP, ...).
 Each Superset database connection is one ClearIce principal: ClearIce applies the policy
 (masks, hidden and denied columns, row filters) to what Superset reads through it."""
 
+import threading
 from datetime import datetime
 from typing import Any, Optional
 from urllib import parse
@@ -20,6 +21,9 @@ from superset.db_engine_specs.base import BaseEngineSpec
 from clearice_sqlalchemy.types import type_name
 
 _BIN = "date_bin(INTERVAL '{}', {{col}}, TIMESTAMP '1970-01-01 00:00:00')"
+# the server's default catalog of a database connection without one in its URL, asked once
+_DEFAULT_CATALOGS: dict = {}
+_DEFAULT_CATALOGS_LOCK = threading.Lock()
 
 
 class ClearIceEngineSpec(BaseEngineSpec):
@@ -33,6 +37,9 @@ class ClearIceEngineSpec(BaseEngineSpec):
     # ClearIce refuses file uploads into tables the policy does not let the principal write;
     # Superset's upload path (pandas to_sql) is not tested against it.
     supports_file_upload = False
+    # Files on the Superset host and unverified TLS are not for whoever may edit a database
+    # URL: the CA comes from the connection's "Root certificate" (server_cert) instead.
+    disallow_uri_query_params = {"adbc": {"tls_root_certs", "tls_skip_verify"}}
 
     _time_grain_expressions = {
         None: "{col}",
@@ -79,11 +86,28 @@ class ClearIceEngineSpec(BaseEngineSpec):
         return super().get_datatype(type_code)
 
     @classmethod
+    def get_extra_params(cls, database, source=None) -> dict:
+        extra = super().get_extra_params(database, source)
+        if database.server_cert:
+            connect_args = extra.setdefault("engine_params", {}).setdefault("connect_args", {})
+            connect_args["tls_root_certs_pem"] = database.server_cert
+        return extra
+
+    @classmethod
     def get_default_catalog(cls, database) -> Optional[str]:
         if catalog := _path(database.url_object)[0]:
             return catalog
+        # Superset asks on every query and permission check: the server is asked once per
+        # connection URL (put the catalog in the URL to pin it)
+        key = (database.id, database.sqlalchemy_uri)
+        with _DEFAULT_CATALOGS_LOCK:
+            if key in _DEFAULT_CATALOGS:
+                return _DEFAULT_CATALOGS[key]
         with database.get_raw_connection() as conn:
-            return conn.default_catalog()
+            catalog = conn.default_catalog()
+        with _DEFAULT_CATALOGS_LOCK:
+            _DEFAULT_CATALOGS[key] = catalog
+        return catalog
 
     @classmethod
     def get_catalog_names(cls, database, inspector) -> set:

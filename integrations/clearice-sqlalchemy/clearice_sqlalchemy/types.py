@@ -37,8 +37,7 @@ def sql_type(t: pa.DataType) -> sqltypes.TypeEngine:
         return sqltypes.TIMESTAMP(timezone=t.tz is not None)
     if pa.types.is_time(t):
         return sqltypes.TIME()
-    if pa.types.is_duration(t) or pa.types.is_interval(t):
-        return sqltypes.Interval()
+    # durations and intervals have no SQLAlchemy type that is not a DATETIME underneath
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return sqltypes.ARRAY(sql_type(t.value_type))
     if pa.types.is_struct(t) or pa.types.is_map(t):

@@ -113,8 +113,12 @@ fn a_dbt_project_builds_encrypted_tables_under_the_policy() {
     ok(&["debug"]);
     ok(&["seed"]);
     ok(&["run", "--vars", "{max_id: 1000200, run: 1}"]);
-    // The second run merges into the gold table (rows updated and added) and appends.
+    ok(&["snapshot", "--vars", "{run: 1}"]);
+    // The second run merges into the gold table (rows updated and added) and appends; the
+    // snapshot closes every tier of run 1 and opens run 2's, and a third changes nothing.
     ok(&["run", "--vars", "{max_id: 1000400, run: 2}"]);
+    ok(&["snapshot", "--vars", "{run: 2}"]);
+    ok(&["snapshot", "--vars", "{run: 2}"]);
     // A table model whose query now fails leaves the table it built before.
     let (broke, out) = dbt(
         &exe,
@@ -176,9 +180,24 @@ fn a_dbt_project_builds_encrypted_tables_under_the_policy() {
     let v: Value = serde_json::from_slice(&read.stdout).unwrap();
     assert_eq!(
         v["tables"],
-        serde_json::json!({"dbt_ref": ["regions"], "dbt_silver": ["stg_customers"], "dbt_gold": ["customer_orders", "order_log", "order_total"]}),
-        "refused models left no table"
+        serde_json::json!({"dbt_ref": ["regions"], "dbt_silver": ["stg_customers"], "dbt_gold": ["customer_orders", "order_log", "order_total"], "dbt_snap": ["customer_tiers"]}),
+        "refused models left no table, the snapshot's staging table was dropped"
     );
+    // Type-2 history: per customer, tier 1 closed when tier 2 opened, tier 2 current.
+    let history = v["dbt_snap.customer_tiers"].as_array().unwrap();
+    assert_eq!(history.len(), 20, "{history:?}");
+    for pair in history.chunks(2) {
+        let (old, new) = (&pair[0], &pair[1]);
+        assert_eq!(old["id"], new["id"], "{pair:?}");
+        assert_eq!(
+            (old["tier"].as_i64(), new["tier"].as_i64()),
+            (Some(1), Some(2))
+        );
+        assert!(!old["dbt_valid_to"].is_null(), "{pair:?}");
+        assert_eq!(old["dbt_valid_to"], new["dbt_valid_from"], "{pair:?}");
+        assert!(new["dbt_valid_to"].is_null(), "{pair:?}");
+        assert_ne!(old["dbt_scd_id"], new["dbt_scd_id"]);
+    }
     let gold = v["gold"].as_array().unwrap();
     assert!(gold.len() > 300, "{}", gold.len());
     assert_eq!(

@@ -41,8 +41,12 @@ def main():
     factory = pe.CryptoFactory(lambda cfg: KeyringKmsClient(keyring))
     props = factory.file_decryption_properties(pe.KmsConnectionConfig(), pe.DecryptionConfiguration())
     out = {"tables": {}}
-    for ns in ["dbt_ref", "dbt_silver", "dbt_gold"]:
+    for ns in ["dbt_ref", "dbt_silver", "dbt_gold", "dbt_snap"]:
         out["tables"][ns] = sorted(t[1] for t in cat.list_tables(ns))
+    # the snapshot (no protected columns) through PyIceberg's scan, which applies the
+    # merges' deletes
+    history = cat.load_table("dbt_snap.customer_tiers").scan().to_arrow()
+    out["dbt_snap.customer_tiers"] = sorted(history.to_pylist(), key=lambda r: (r["id"], r["tier"]))
     for name in ["dbt_gold.customer_orders", "dbt_gold.order_log", "dbt_gold.order_total",
                  "dbt_ref.regions", "dbt_silver.stg_customers"]:
         out[name] = read(cat, name, props)

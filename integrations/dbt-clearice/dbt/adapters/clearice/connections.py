@@ -7,6 +7,7 @@ from typing import Any, Optional, Tuple
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
+import pyarrow as pa
 from dbt.adapters.contracts.connection import AdapterResponse, ConnectionState, Credentials
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.sql import SQLConnectionManager
@@ -79,7 +80,8 @@ class ClearIceCursor:
         else:
             self._cursor.execute(sql)
         table = self._cursor.fetch_arrow_table()
-        self.description = [(f.name, str(f.type), None, None, None, None, f.nullable) for f in table.schema]
+        # the type code is the Arrow type (named by `data_type_code_to_name`)
+        self.description = [(f.name, f.type, None, None, None, None, f.nullable) for f in table.schema]
         self._rows = [tuple(r.values()) for r in table.to_pylist()]
         # A write reports its row count as one `count` value.
         if table.schema.names == ["count"] and table.num_rows == 1:
@@ -162,6 +164,12 @@ class ClearIceConnectionManager(SQLConnectionManager):
                 logger.debug(f"cancel: {e}")
 
     @classmethod
+    def data_type_code_to_name(cls, type_code: Any) -> str:
+        """The SQL name of a result column's Arrow type (snapshots compare the type of
+        `dbt_updated_at` with `now()`'s; contracts read a query's column types)."""
+        return sql_type_name(type_code) if isinstance(type_code, pa.DataType) else str(type_code).upper()
+
+    @classmethod
     def get_response(cls, cursor: Any) -> AdapterResponse:
         rows = getattr(cursor, "rowcount", -1)
         return AdapterResponse(_message="OK", rows_affected=rows if rows is not None and rows >= 0 else None)
@@ -172,3 +180,36 @@ class ClearIceConnectionManager(SQLConnectionManager):
 
     def add_commit_query(self):
         pass
+
+
+def sql_type_name(t: pa.DataType) -> str:
+    """DataFusion's SQL name of an Arrow type."""
+    named = [
+        (pa.types.is_boolean, "BOOLEAN"),
+        (pa.types.is_int8, "TINYINT"),
+        (pa.types.is_int16, "SMALLINT"),
+        (pa.types.is_int32, "INT"),
+        (pa.types.is_int64, "BIGINT"),
+        (pa.types.is_uint8, "TINYINT UNSIGNED"),
+        (pa.types.is_uint16, "SMALLINT UNSIGNED"),
+        (pa.types.is_uint32, "INT UNSIGNED"),
+        (pa.types.is_uint64, "BIGINT UNSIGNED"),
+        (pa.types.is_float32, "FLOAT"),
+        (pa.types.is_float64, "DOUBLE"),
+        (pa.types.is_string, "VARCHAR"),
+        (pa.types.is_large_string, "VARCHAR"),
+        (pa.types.is_binary, "BYTEA"),
+        (pa.types.is_large_binary, "BYTEA"),
+        (pa.types.is_date32, "DATE"),
+        (pa.types.is_date64, "DATE"),
+    ]
+    for is_type, name in named:
+        if is_type(t):
+            return name
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz is None else "TIMESTAMP WITH TIME ZONE"
+    if getattr(pa.types, "is_string_view", None) and pa.types.is_string_view(t):
+        return "VARCHAR"
+    return str(t).upper()
