@@ -5,7 +5,9 @@
 //! `PARTITIONED BY` arrives typed: [`crate::sql`] parses Spark's and Trino's clause into
 //! the CreateTable's partition expression, and [`partition_terms`] reads it.
 
-use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, TimeUnit};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema as ArrowSchema, TimeUnit};
 use datafusion::sql::sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value,
 };
@@ -178,8 +180,17 @@ pub fn iceberg_compatible(schema: &ArrowSchema) -> ArrowSchema {
                 tz,
             ) => DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
             DataType::Dictionary(_, v) => ty(v),
+            // inside nested types too (`[now()]`, `named_struct('t', now())`)
+            DataType::List(f) => DataType::List(field(f)),
+            DataType::LargeList(f) => DataType::LargeList(field(f)),
+            DataType::FixedSizeList(f, n) => DataType::FixedSizeList(field(f), *n),
+            DataType::Struct(fs) => DataType::Struct(fs.iter().map(field).collect()),
+            DataType::Map(f, sorted) => DataType::Map(field(f), *sorted),
             other => other.clone(),
         }
+    }
+    fn field(f: &FieldRef) -> FieldRef {
+        Arc::new(f.as_ref().clone().with_data_type(ty(f.data_type())))
     }
     ArrowSchema::new(
         schema
@@ -219,6 +230,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn nested_nanosecond_timestamps_become_microseconds() {
+        let ns = DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let us = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let item = |t: &DataType| Arc::new(Field::new("item", t.clone(), true));
+        let list = |t: &DataType| DataType::List(item(t));
+        let strukt = |t: &DataType| DataType::Struct(vec![Field::new("t", list(t), true)].into());
+        assert_eq!(iceberg_compatible_type(&strukt(&ns)), strukt(&us));
+        let map = |t: &DataType| {
+            DataType::Map(
+                Arc::new(Field::new(
+                    "entries",
+                    DataType::Struct(
+                        vec![
+                            Field::new("key", DataType::Utf8, false),
+                            Field::new("value", t.clone(), true),
+                        ]
+                        .into(),
+                    ),
+                    false,
+                )),
+                false,
+            )
+        };
+        assert_eq!(iceberg_compatible_type(&map(&ns)), map(&us));
     }
 
     #[test]

@@ -130,7 +130,10 @@ class Connection:
 
     def close(self) -> None:
         for cursor in list(self._cursors):
-            cursor.close()
+            try:
+                cursor.close()
+            except Error:
+                pass  # the connection's close below is what matters
         self._adbc.close()
 
     def __enter__(self) -> "Connection":

@@ -6,6 +6,7 @@ columns are typed from the Arrow schema (DECIMAL(p, s), TIMESTAMP, ...).
 Each Superset database connection is one ClearIce principal: ClearIce applies the policy
 (masks, hidden and denied columns, row filters) to what Superset reads through it."""
 
+import json
 import threading
 from datetime import datetime
 from typing import Any, Optional
@@ -21,6 +22,8 @@ from superset.db_engine_specs.base import BaseEngineSpec
 from clearice_sqlalchemy.types import type_name
 
 _BIN = "date_bin(INTERVAL '{}', {{col}}, TIMESTAMP '1970-01-01 00:00:00')"
+# Files on the Superset host and unverified TLS are not for whoever may edit a connection
+_FORBIDDEN_ARGS = {"tls_root_certs", "tls_skip_verify"}
 # the server's default catalog of a database connection without one in its URL, asked once
 _DEFAULT_CATALOGS: dict = {}
 _DEFAULT_CATALOGS_LOCK = threading.Lock()
@@ -88,10 +91,23 @@ class ClearIceEngineSpec(BaseEngineSpec):
     @classmethod
     def get_extra_params(cls, database, source=None) -> dict:
         extra = super().get_extra_params(database, source)
+        connect_args = extra.setdefault("engine_params", {}).setdefault("connect_args", {})
+        _check_connect_args(connect_args)
         if database.server_cert:
-            connect_args = extra.setdefault("engine_params", {}).setdefault("connect_args", {})
             connect_args["tls_root_certs_pem"] = database.server_cert
         return extra
+
+    @staticmethod
+    def update_params_from_encrypted_extra(database, params: dict) -> None:
+        """Secure Extra's `connect_args` (a token) are added to the connection's, not put in
+        their place (Superset's own update would drop the Root certificate)."""
+        if not database.encrypted_extra:
+            return
+        secret = json.loads(database.encrypted_extra)
+        connect_args = {**params.get("connect_args", {}), **secret.pop("connect_args", {})}
+        _check_connect_args(connect_args)
+        params.update(secret)
+        params["connect_args"] = connect_args
 
     @classmethod
     def get_default_catalog(cls, database) -> Optional[str]:
@@ -129,13 +145,22 @@ class ClearIceEngineSpec(BaseEngineSpec):
             path = "/".join(parse.quote(p, safe="") for p in [catalog, schema] if p)
             return uri.set(database=path), connect_args
         if schema:
-            # no catalog to put it after in the path: the server's default catalog
-            connect_args = {**connect_args, "schema": schema}
+            # no catalog to put it after in the path: the server's default catalog (in
+            # place: Superset keeps its own dict, not the one returned)
+            connect_args["schema"] = schema
         return uri, connect_args
 
     @classmethod
     def get_schema_from_engine_params(cls, sqlalchemy_uri: URL, connect_args: dict) -> Optional[str]:
         return _path(sqlalchemy_uri)[1] or connect_args.get("schema")
+
+
+def _check_connect_args(connect_args: dict) -> None:
+    if forbidden := _FORBIDDEN_ARGS.intersection(connect_args):
+        raise ValueError(
+            f"ClearIce connection: {', '.join(sorted(forbidden))} cannot be set in Superset; "
+            "give the CA as the connection's Root certificate"
+        )
 
 
 def _path(uri: URL) -> tuple:

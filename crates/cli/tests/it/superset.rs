@@ -266,4 +266,17 @@ fn the_clearice_dialect_writes_reflects_and_buckets_time_as_expected() {
     assert!(refusal("ca_not_a_file").contains("not a PEM file of at most 1 MiB"));
     assert!(refusal("bad_password").contains("invalid user name or password"));
     assert!(!out.stdout.windows(6).any(|w| w == b"secret"));
+    // inside Superset: Secure Extra's token joins the Root certificate; no files, no
+    // unverified TLS through connect_args
+    assert_eq!(
+        v["superset"]["merged"],
+        serde_json::json!({"connect_args": {"tls_root_certs_pem": "PEM", "token": "tok"}})
+    );
+    for key in ["tls_root_certs", "tls_skip_verify"] {
+        let refused = v["superset"][key].as_str().unwrap();
+        assert!(
+            refused.contains("cannot be set in Superset"),
+            "{key}: {refused}"
+        );
+    }
 }

@@ -54,10 +54,10 @@
   {{ return(sql_convert_columns_in_relation(load_result('get_columns_in_relation').table)) }}
 {%- endmacro %}
 
-{#- A "temporary" table (a snapshot's staging table) is a real one: one a failed run left is
-    dropped first. -#}
+{#- A "temporary" table (a snapshot's staging table, `<name>__dbt_tmp`) is a real one: one a
+    failed run left is dropped first. Nothing else is dropped, whatever a macro asks. -#}
 {% macro clearice__create_table_as(temporary, relation, sql) -%}
-  {%- if temporary %}{% do run_query("drop table if exists " ~ relation) %}{% endif -%}
+  {%- if temporary and relation.identifier.endswith('__dbt_tmp') %}{% do run_query("drop table if exists " ~ relation) %}{% endif -%}
   create table {{ relation }} as
   {{ sql }}
 {%- endmacro %}
