@@ -1,6 +1,6 @@
 //! Helpers shared by the CLI's integration tests: the binary, its processes, the test venv.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,18 @@ pub fn start(config: &Path, args: &[&str], addr_file: &Path) -> Proc {
         child,
         addr: std::fs::read_to_string(addr_file).unwrap(),
     }
+}
+
+/// `clearice demo init DIR/lake`: the demo lake (config, policy, keyring, tables) in `dir`;
+/// its path.
+pub fn demo_lake(dir: &Path) -> PathBuf {
+    let lake = dir.join("lake");
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_clearice"))
+            .args(["demo", "init"])
+            .arg(&lake),
+    );
+    lake
 }
 
 /// Runs `cmd` to completion; it must succeed (its stderr is the failure message).

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::common::{python, run_ok, start};
+use crate::common::{demo_lake, python, run_ok, start};
 
 /// What the pipeline principal may do on the demo lake: read as the analyst, create
 /// schemas and tables, copy the sales tables' protected columns it reads in plaintext; the
@@ -68,12 +68,7 @@ fn a_dbt_project_builds_encrypted_tables_under_the_policy() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let lake = tmp.path().join("lake");
-    run_ok(
-        Command::new(env!("CARGO_BIN_EXE_clearice"))
-            .args(["demo", "init"])
-            .arg(&lake),
-    );
+    let lake = demo_lake(tmp.path());
     let policy = lake.join("policy.toml");
     let text = std::fs::read_to_string(&policy).unwrap();
     assert_eq!(text.matches("export = [\"admin\"]").count(), 2);

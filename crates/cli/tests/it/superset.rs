@@ -13,7 +13,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::common::{run_ok, start};
+use crate::common::{demo_lake, run_ok, start};
 
 /// What the test needs from scripts/test.sh: Superset's Python, PostgreSQL, Chromium.
 fn fixtures() -> Option<(String, String)> {
@@ -69,12 +69,7 @@ fn superset_serves_physical_datasets_sql_lab_and_time_grain_charts_under_the_pol
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let lake = tmp.path().join("lake");
-    run_ok(
-        Command::new(env!("CARGO_BIN_EXE_clearice"))
-            .args(["demo", "init"])
-            .arg(&lake),
-    );
+    let lake = demo_lake(tmp.path());
     // Superset lists a table's columns and reads them all for samples: the analyst's
     // denied card_number is hidden rather than failing the dataset.
     let policy = lake.join("policy.toml");
@@ -220,12 +215,7 @@ fn the_clearice_dialect_writes_reflects_and_buckets_time_as_expected() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let lake = tmp.path().join("lake");
-    run_ok(
-        Command::new(env!("CARGO_BIN_EXE_clearice"))
-            .args(["demo", "init"])
-            .arg(&lake),
-    );
+    let lake = demo_lake(tmp.path());
     let server = start(
         &lake.join("clearice.toml"),
         &["serve"],
