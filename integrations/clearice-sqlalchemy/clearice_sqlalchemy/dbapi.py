@@ -99,23 +99,48 @@ def connect(
     return Connection(conn, catalog, schema)
 
 
-class Connection:
+class _Wrapper:
+    """An ADBC object (`_adbc`) whose other methods and attributes pass through; a context
+    manager that closes it."""
+
+    _adbc: Any
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._adbc, name)
+
+
+class Connection(_Wrapper):
     """ADBC's connection; its `adbc_*` extensions pass through."""
 
     def __init__(self, adbc, catalog: Optional[str], schema: Optional[str]):
         self._adbc = adbc
         self.catalog = catalog
         self.schema = schema
+        self._session_catalog: Optional[str] = None
+        self._session_schema: Optional[str] = None
         # ADBC refuses to close a connection with a statement open: its cursors go first
         self._cursors: "weakref.WeakSet[Cursor]" = weakref.WeakSet()
 
     def default_catalog(self) -> str:
-        """The URL's catalog, else the server's default for this session."""
-        return self.catalog or self._adbc.adbc_current_catalog
+        """The URL's catalog, else the server's default for this session (asked once)."""
+        if self._session_catalog is None:
+            self._session_catalog = self.catalog or self._adbc.adbc_current_catalog
+        return self._session_catalog
 
     def default_schema(self) -> str:
-        """The URL's schema, else the server's default for this session."""
-        return self.schema or self._adbc.adbc_current_db_schema
+        """The URL's schema, else the server's default for this session (asked once)."""
+        if self._session_schema is None:
+            self._session_schema = self.schema or self._adbc.adbc_current_db_schema
+        return self._session_schema
 
     def cursor(self) -> "Cursor":
         cursor = Cursor(self._adbc.cursor())
@@ -136,17 +161,8 @@ class Connection:
                 pass  # the connection's close below is what matters
         self._adbc.close()
 
-    def __enter__(self) -> "Connection":
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._adbc, name)
-
-
-class Cursor:
+class Cursor(_Wrapper):
     """ADBC's cursor; a write's (or DDL's) result is read when it is executed."""
 
     def __init__(self, adbc):
@@ -224,12 +240,3 @@ class Cursor:
 
     def __iter__(self):
         return iter(self.fetchone, None)
-
-    def __enter__(self) -> "Cursor":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._adbc, name)

@@ -142,30 +142,36 @@ class ClearIceDialect(default.DefaultDialect):
                 names.update(s["db_schema_name"] for s in r["catalog_db_schemas"] or [])
         return sorted(names)
 
-    def _tables(self, connection, schema: Optional[str], kind: str) -> list:
+    def _tables(self, connection, schema: Optional[str], kinds: tuple, name: Optional[str] = None) -> list:
+        """Names of the schema's tables of these kinds (one GetTables call); `name`: only
+        that one (Flight SQL's filters are LIKE patterns: matched exactly here)."""
         catalog = self.default_catalog(connection)
         schema = schema or self.default_schema_name
         names = []
         for r in _objects(
-            connection, "tables", catalog_filter=catalog, db_schema_filter=schema, table_types_filter=[kind]
+            connection, "tables", catalog_filter=catalog, db_schema_filter=schema,
+            table_name_filter=name, table_types_filter=list(kinds),
         ):
             if r["catalog_name"] != catalog:
                 continue
             for s in r["catalog_db_schemas"] or []:
                 if s["db_schema_name"] == schema:
-                    names += [t["table_name"] for t in s["db_schema_tables"] or [] if t["table_type"] == kind]
+                    names += [
+                        t["table_name"] for t in s["db_schema_tables"] or []
+                        if t["table_type"] in kinds and (name is None or t["table_name"] == name)
+                    ]
         return sorted(names)
 
     @reflection.cache
     def get_table_names(self, connection, schema=None, **kw):
-        return self._tables(connection, schema, "TABLE")
+        return self._tables(connection, schema, ("TABLE",))
 
     @reflection.cache
     def get_view_names(self, connection, schema=None, **kw):
-        return self._tables(connection, schema, "VIEW")
+        return self._tables(connection, schema, ("VIEW",))
 
     def has_table(self, connection, table_name, schema=None, **kw):
-        return table_name in self._tables(connection, schema, "TABLE") + self._tables(connection, schema, "VIEW")
+        return bool(self._tables(connection, schema, ("TABLE", "VIEW"), table_name))
 
     @reflection.cache
     def get_columns(self, connection, table_name, schema=None, **kw):
