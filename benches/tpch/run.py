@@ -125,8 +125,8 @@ def iceberg_schema(arrow_schema):
     ])
 
 
-def generate(work, sf):
-    """Writes the tables into `work` (once per scale factor)."""
+def generate(work, sf, int_decimals=False):
+    """Writes the tables into `work` (once per scale factor and decimal layout)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import pyarrow.parquet.encryption as pe
@@ -162,8 +162,11 @@ def generate(work, sf):
             props = cf.file_encryption_properties(mf.KMS_CONN, config)
         # Streamed a row group (PyArrow's default 1Mi rows) at a time: SF10's lineitem
         # does not fit in memory twice.
-        with pq.ParquetWriter(plain, schema, compression="snappy") as wp, \
-                pq.ParquetWriter(enc, schema, compression="snappy", encryption_properties=props) as we:
+        # PyArrow stores decimals as FIXED_LEN_BYTE_ARRAY unless told to use INT32/INT64
+        # (`store_decimal_as_integer`, what parquet-rs, Spark and Iceberg Java write).
+        layout = {"compression": "snappy", "store_decimal_as_integer": int_decimals}
+        with pq.ParquetWriter(plain, schema, **layout) as wp, \
+                pq.ParquetWriter(enc, schema, encryption_properties=props, **layout) as we:
             for batch in source.iter_batches(batch_size=1 << 20):
                 chunk = pa.Table.from_batches([batch]).cast(schema)
                 wp.write_table(chunk)
@@ -182,7 +185,12 @@ def generate(work, sf):
     size = lambda d: sum(f.stat().st_size for f in (work / d).iterdir()) / 1e6  # noqa: E731
     log(f"data: TPC-H SF{sf}, plaintext {size('plain'):.0f} MB, encrypted {size('enc'):.0f} MB "
         f"({time.perf_counter() - t0:.0f} s)")
-    (work / "sf").write_text(str(sf))
+    (work / "sf").write_text(data_tag(sf, int_decimals))
+
+
+def data_tag(sf, int_decimals):
+    """What `work/sf` records of the data: the scale factor and the decimal layout."""
+    return f"{sf} int-decimals" if int_decimals else str(sf)
 
 
 # --------------------------------------------------------------------------
@@ -364,6 +372,12 @@ def main():
                     help="also run ClearIce as a coordinator of N `clearice worker` processes over mutual "
                          "TLS (as admin, checked against DuckDB, and as analyst, checked against one process)")
     ap.add_argument("--results", action="store_true", help="write the table into benches/RESULTS.md")
+    ap.add_argument("--int-decimals", action="store_true",
+                    help="write decimals as INT64 (PyArrow's store_decimal_as_integer) instead of PyArrow's "
+                         "default FIXED_LEN_BYTE_ARRAY; data in target/tpch/SF-int-decimals")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE[,NAME=VALUE]",
+                    help="also run ClearIce enc with these session options (`SET NAME = VALUE`), labelled "
+                         "`ClearIce enc LABEL`, checked and timed like the others (repeatable)")
     ap.add_argument("--memory-limit", type=int, default=0,
                     help="MiB each engine's memory pool may hold (ClearIce `[execution] memory_limit_mb`, "
                     "DataFusion's FairSpillPool, DuckDB's memory_limit); 0: none")
@@ -375,9 +389,10 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-p", "clearice-cli", "-p", "clearice-benches",
                         "--bin", "clearice", "--bin", "compare"], cwd=ROOT, check=True)
         args.bin_dir = target / "release"
-    work = (args.work or target / "tpch" / args.sf).resolve()
-    if not (work / "sf").exists() or (work / "sf").read_text() != args.sf:
-        generate(work, args.sf)
+    default_work = target / "tpch" / (f"{args.sf}-int-decimals" if args.int_decimals else args.sf)
+    work = (args.work or default_work).resolve()
+    if not (work / "sf").exists() or (work / "sf").read_text() != data_tag(args.sf, args.int_decimals):
+        generate(work, args.sf, args.int_decimals)
     (work / "policy.toml").write_text(policy())
     config = str(work / "clearice.toml")
     if args.memory_limit:
@@ -403,6 +418,13 @@ def main():
         Sql("ClearIce plain", clearice("lake.tpch_plain"), {}),
         Sql("DataFusion plain", datafusion, {}),
     ]
+    for v in args.variant:
+        label, _, sets = v.partition(":")
+        w = Sql(f"ClearIce enc {label}", clearice("lake.tpch"), {})
+        for kv in sets.split(","):
+            name, _, value = kv.partition("=")
+            w.run_sql(f"SET {name.strip()} = {value.strip()}")
+        workers.append(w)
     duck = Sql("DuckDB plain", [sys.executable, __file__, "--worker", str(work / "plain"),
                                 str(args.memory_limit or 0)], {})
     cli = [] if args.no_cli else [Cli("ClearIce CLI enc", bins[1], config, "lake.tpch")]
@@ -517,9 +539,12 @@ def report(args, work, names, qs, med):
         f"Machine: {os.cpu_count()} vCPU {cpu}, {platform.system()} {platform.release()}; "
         f"{datetime.date.today()}; pyarrow {pyarrow.__version__}, duckdb {duckdb.__version__}.",
         f"Command: `python benches/tpch/run.py --sf {args.sf} --runs {args.runs}"
-        + (f" --memory-limit {args.memory_limit}" if args.memory_limit else "") + f"` (median of {args.runs} rounds, "
+        + (f" --memory-limit {args.memory_limit}" if args.memory_limit else "")
+        + (" --int-decimals" if args.int_decimals else "")
+        + "".join(f" --variant '{v}'" for v in args.variant) + f"` (median of {args.runs} rounds, "
         "engines in rotating order, every answer checked equal to DuckDB's first).",
-        f"Data: TPC-H SF{args.sf} by tpchgen-cli, rewritten by PyArrow (Snappy, its default row groups): "
+        f"Data: TPC-H SF{args.sf} by tpchgen-cli, rewritten by PyArrow (Snappy, its default row groups, "
+        + ("decimals as INT64" if args.int_decimals else "decimals as FIXED_LEN_BYTE_ARRAY, its default") + "): "
         f"plaintext {size('plain'):.0f} MB; encrypted {size('enc'):.0f} MB ("
         + "; ".join(f"{t}: " + ", ".join(f"`{c}`" for cs in k.values() for c in cs) for t, k in ENCRYPTED.items())
         + "; names, addresses and phones under `pii_key`, money under `finance_key`, encrypted footers).",

@@ -452,3 +452,45 @@ async fn a_statement_datafusion_panics_on_is_an_error_not_a_crash() {
         assert!(audit.contains("internal DataFusion error"), "{audit}");
     }
 }
+
+/// The text of `EXPLAIN sql` (logical and physical plans).
+async fn physical_plan(session: &clearice_engine::Session, sql: &str) -> String {
+    let out = session.sql(&format!("EXPLAIN {sql}")).await.unwrap();
+    format!("{:?}", json_rows(&out.batches))
+}
+
+#[tokio::test]
+async fn joins_with_a_build_side_under_64_mib_probe_one_shared_table() {
+    // 100,000 customers with their names and countries: estimated above DataFusion's
+    // 1 MiB CollectLeft threshold, under ClearIce's 64 MiB (`HASH_JOIN_COLLECT_BYTES`).
+    let (_tmp, engine, _dir) = demo_engine().await;
+    let session = engine.session("admin");
+    let sql = "SELECT c.country, count(*), min(c.name) FROM lake.sales.orders o \
+               JOIN lake.sales.customers c ON o.customer_id = c.id GROUP BY c.country";
+    let plan = physical_plan(&session, sql).await;
+    assert!(plan.contains("HashJoinExec: mode=CollectLeft"), "{plan}");
+    let collected = session.sql(sql).await.unwrap();
+    // DataFusion's own thresholds partition both sides by the key; same answer.
+    session
+        .set_option(
+            "datafusion.optimizer.hash_join_single_partition_threshold",
+            "1048576",
+        )
+        .unwrap();
+    session
+        .set_option(
+            "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+            "131072",
+        )
+        .unwrap();
+    let plan = physical_plan(&session, sql).await;
+    assert!(plan.contains("HashJoinExec: mode=Partitioned"), "{plan}");
+    let partitioned = session.sql(sql).await.unwrap();
+    let sorted = |out: &clearice_engine::QueryOutput| {
+        let mut rows = json_rows(&out.batches);
+        rows.sort_by_key(|r| format!("{r:?}"));
+        rows
+    };
+    assert_eq!(sorted(&collected), sorted(&partitioned));
+    assert!(sorted(&collected).len() > 1);
+}
