@@ -460,13 +460,13 @@ async fn physical_plan(session: &clearice_engine::Session, sql: &str) -> String 
 }
 
 #[tokio::test]
-async fn joins_with_a_build_side_under_64_mib_probe_one_shared_table() {
-    // 100,000 customers with their names and countries: estimated above DataFusion's
-    // 1 MiB CollectLeft threshold, under ClearIce's 64 MiB (`HASH_JOIN_COLLECT_BYTES`).
+async fn joins_with_a_build_side_under_the_collect_thresholds_probe_one_shared_table() {
+    // 200,000 orders on either side: above DataFusion's CollectLeft threshold of 128 Ki
+    // rows, under ClearIce's 4 Mi rows (`HASH_JOIN_COLLECT_ROWS`).
     let (_tmp, engine, _dir) = demo_engine().await;
     let session = engine.session("admin");
-    let sql = "SELECT c.country, count(*), min(c.name) FROM lake.sales.orders o \
-               JOIN lake.sales.customers c ON o.customer_id = c.id GROUP BY c.country";
+    let sql = "SELECT a.status, count(*), min(b.order_date) FROM lake.sales.orders a \
+               JOIN lake.sales.orders b ON a.order_id = b.order_id GROUP BY a.status";
     let plan = physical_plan(&session, sql).await;
     assert!(plan.contains("HashJoinExec: mode=CollectLeft"), "{plan}");
     let collected = session.sql(sql).await.unwrap();
@@ -492,5 +492,11 @@ async fn joins_with_a_build_side_under_64_mib_probe_one_shared_table() {
         rows
     };
     assert_eq!(sorted(&collected), sorted(&partitioned));
+    // Each order joins itself only.
+    let direct = session
+        .sql("SELECT status, count(*), min(order_date) FROM lake.sales.orders GROUP BY status")
+        .await
+        .unwrap();
+    assert_eq!(sorted(&collected), sorted(&direct));
     assert!(sorted(&collected).len() > 1);
 }
