@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use clearice_demo as demo;
 use clearice_engine::{Config, Engine};
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use serde_json::Value;
 
 use crate::common::*;
@@ -101,10 +100,7 @@ pub(crate) async fn cluster_with(
 }
 
 pub(crate) async fn explain(engine: &Engine, principal: &str, sql: &str) -> String {
-    let batches = query(&engine.session(principal), &format!("EXPLAIN {sql}"))
-        .await
-        .unwrap();
-    pretty_format_batches(&batches).unwrap().to_string()
+    plan_text(&engine.session(principal), sql).await
 }
 
 pub(crate) const QUERIES: &[&str] = &[

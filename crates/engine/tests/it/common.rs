@@ -93,6 +93,14 @@ pub fn interop_config(interop: &Path, keyring: &Path) -> String {
     )
 }
 
+/// The text of `EXPLAIN sql` in `session` (logical and physical plans, as a table).
+pub async fn plan_text(session: &Session, sql: &str) -> String {
+    let batches = query(session, &format!("EXPLAIN {sql}")).await.unwrap();
+    datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string()
+}
+
 /// Runs SQL and collects batches.
 pub async fn query(ctx: &Session, sql: &str) -> datafusion::error::Result<Vec<RecordBatch>> {
     Ok(ctx.sql(sql).await?.batches)

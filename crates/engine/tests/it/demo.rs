@@ -453,12 +453,6 @@ async fn a_statement_datafusion_panics_on_is_an_error_not_a_crash() {
     }
 }
 
-/// The text of `EXPLAIN sql` (logical and physical plans).
-async fn physical_plan(session: &clearice_engine::Session, sql: &str) -> String {
-    let out = session.sql(&format!("EXPLAIN {sql}")).await.unwrap();
-    format!("{:?}", json_rows(&out.batches))
-}
-
 #[tokio::test]
 async fn joins_with_a_build_side_under_the_collect_thresholds_probe_one_shared_table() {
     // 200,000 orders on either side: above DataFusion's CollectLeft threshold of 128 Ki
@@ -467,7 +461,7 @@ async fn joins_with_a_build_side_under_the_collect_thresholds_probe_one_shared_t
     let session = engine.session("admin");
     let sql = "SELECT a.status, count(*), min(b.order_date) FROM lake.sales.orders a \
                JOIN lake.sales.orders b ON a.order_id = b.order_id GROUP BY a.status";
-    let plan = physical_plan(&session, sql).await;
+    let plan = plan_text(&session, sql).await;
     assert!(plan.contains("HashJoinExec: mode=CollectLeft"), "{plan}");
     let collected = session.sql(sql).await.unwrap();
     // DataFusion's own thresholds partition both sides by the key; same answer.
@@ -483,7 +477,7 @@ async fn joins_with_a_build_side_under_the_collect_thresholds_probe_one_shared_t
             "131072",
         )
         .unwrap();
-    let plan = physical_plan(&session, sql).await;
+    let plan = plan_text(&session, sql).await;
     assert!(plan.contains("HashJoinExec: mode=Partitioned"), "{plan}");
     let partitioned = session.sql(sql).await.unwrap();
     let sorted = |out: &clearice_engine::QueryOutput| {
