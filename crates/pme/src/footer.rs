@@ -78,13 +78,14 @@ impl DecryptingReader {
     pub(crate) async fn build_view(&mut self) -> Result<View, parquet::errors::ParquetError> {
         let size = self.size;
         if size < 12 {
-            return Err(self.malformed("file is too short to be Parquet").into());
+            return Err(self.dec.malformed("file is too short to be Parquet").into());
         }
         let prefetch = TAIL_PREFETCH.max(self.hint.unwrap_or(0) as u64).min(size);
         let tail = self.fetch(size - prefetch..size).await?;
         let n = tail.len();
         if n < 12 {
             return Err(self
+                .dec
                 .malformed("file is shorter than its listed size")
                 .into());
         }
@@ -94,6 +95,7 @@ impl DecryptingReader {
         let magic: [u8; 4] = tail[n - 4..].try_into().expect("4 bytes");
         if footer_len + 8 > size {
             return Err(self
+                .dec
                 .malformed(format!(
                     "footer length {footer_len} exceeds the file size {size} (truncated file?)"
                 ))
@@ -109,6 +111,7 @@ impl DecryptingReader {
             b"PAR1" => self.plaintext_footer(footer).await,
             b"PARE" => self.encrypted_footer(footer).await.map_err(Into::into),
             _ => Err(self
+                .dec
                 .malformed("not a Parquet file (no PAR1/PARE magic at the end)")
                 .into()),
         }?;
@@ -121,16 +124,17 @@ impl DecryptingReader {
     async fn plaintext_footer(&mut self, footer: Bytes) -> parquet::errors::Result<View> {
         let mut rest = &footer[..];
         let meta: FileMetaData = compact::read(&mut rest)
-            .map_err(|e| self.malformed(format!("footer does not parse: {e}")))?;
+            .map_err(|e| self.dec.malformed(format!("footer does not parse: {e}")))?;
         let Some(algorithm) = meta.encryption_algorithm.clone() else {
             if self
+                .dec
                 .keys
                 .given
                 .as_ref()
                 .is_some_and(|g| g.require_encryption)
             {
                 return Err(self
-                    .malformed(
+                    .dec.malformed(
                         "not encrypted, though its table gives it a key (a plaintext file in its place?)",
                     )
                     .into());
@@ -143,6 +147,7 @@ impl DecryptingReader {
         };
         if rest.len() != NONCE_LEN + TAG_LEN {
             return Err(self
+                .dec
                 .malformed("plaintext footer is not followed by a 28-byte signature")
                 .into());
         }
@@ -152,16 +157,22 @@ impl DecryptingReader {
         // The footer key signs the footer; without it (not granted to this scan) the
         // plaintext columns stay readable, unverified, as in every PME reader.
         let given = self
+            .dec
             .keys
             .given
             .as_ref()
             .and_then(|g| g.footer.as_ref().map(|k| (g, k)));
         let footer_key = match (given, &meta.footer_signing_key_metadata) {
             (Some((g, k)), m) => g.cipher(k, m.as_deref().unwrap_or_default()).ok(),
-            (None, Some(m)) => self.key(m, true).await.ok(),
+            (None, Some(m)) => self.dec.key(m, true).await.ok(),
             (None, None) => None,
         };
-        let verify = self.keys.given.as_ref().is_none_or(|g| g.verify_signature);
+        let verify = self
+            .dec
+            .keys
+            .given
+            .as_ref()
+            .is_none_or(|g| g.verify_signature);
         if let Some(key) = footer_key.as_ref().filter(|_| verify) {
             self.verify_signature(key, algorithm, &file_aad, signed, signature)
                 .await?;
@@ -192,7 +203,7 @@ impl DecryptingReader {
                     &signed,
                 )
                 .map_err(|error| DecryptError::Tampered {
-                    file: self.file.clone(),
+                    file: self.dec.file.clone(),
                     column: None,
                     position,
                     error,
@@ -209,13 +220,14 @@ impl DecryptingReader {
                         nonce: Some(nonce),
                     }],
                 };
-                self.counters.provider_calls.add(1);
+                self.dec.counters.provider_calls.add(1);
                 let mut out = self
+                    .dec
                     .keys
                     .provider
-                    .encrypt(&self.ctx(), batch)
+                    .encrypt(&self.dec.ctx(), batch)
                     .await
-                    .map_err(|e| DecryptError::from_provider(&self.file, None, e))?;
+                    .map_err(|e| DecryptError::from_provider(&self.dec.file, None, e))?;
                 out.pop().unwrap_or_default()
             }
         };
@@ -231,7 +243,7 @@ impl DecryptingReader {
                 == 0;
         if !same {
             return Err(DecryptError::Signature {
-                file: self.file.clone(),
+                file: self.dec.file.clone(),
             });
         }
         Ok(())
@@ -239,11 +251,14 @@ impl DecryptingReader {
 
     async fn encrypted_footer(&mut self, footer: Bytes) -> Result<View> {
         let mut rest = &footer[..];
-        let crypto: FileCryptoMetaData = compact::read(&mut rest)
-            .map_err(|e| self.malformed(format!("FileCryptoMetaData does not parse: {e}")))?;
+        let crypto: FileCryptoMetaData = compact::read(&mut rest).map_err(|e| {
+            self.dec
+                .malformed(format!("FileCryptoMetaData does not parse: {e}"))
+        })?;
         let consumed = footer.len() - rest.len();
         let (algorithm, file_aad) = self.algorithm(&crypto.encryption_algorithm)?;
         let given = self
+            .dec
             .keys
             .given
             .as_ref()
@@ -252,27 +267,31 @@ impl DecryptingReader {
             Some((g, k)) => g.cipher(k, crypto.key_metadata.as_deref().unwrap_or_default()),
             None => {
                 let metadata = crypto.key_metadata.as_deref().ok_or_else(|| {
-                    self.malformed("encrypted footer without footer key metadata (no key given)")
+                    self.dec
+                        .malformed("encrypted footer without footer key metadata (no key given)")
                 })?;
-                self.key(metadata, true).await
+                self.dec.key(metadata, true).await
             }
         }
-        .map_err(|e| DecryptError::from_provider(&self.file, None, e))?;
+        .map_err(|e| DecryptError::from_provider(&self.dec.file, None, e))?;
         let (body, _) = split_module(&footer[consumed..]).ok_or(DecryptError::Tampered {
-            file: self.file.clone(),
+            file: self.dec.file.clone(),
             column: None,
             position: ModulePosition::footer(),
             error: ModuleError::Truncated,
         })?;
         let body = footer.slice_ref(body);
-        let module = self.module(&file_aad, ModulePosition::footer(), body)?;
+        let module = self.dec.module(&file_aad, ModulePosition::footer(), body)?;
         let plain = self
+            .dec
             .decrypt(&key, algorithm, None, vec![module])
             .await?
             .pop()
             .unwrap_or_default();
-        let meta: FileMetaData = compact::read(&mut &plain[..])
-            .map_err(|e| self.malformed(format!("decrypted footer does not parse: {e}")))?;
+        let meta: FileMetaData = compact::read(&mut &plain[..]).map_err(|e| {
+            self.dec
+                .malformed(format!("decrypted footer does not parse: {e}"))
+        })?;
         self.rewrite(meta, algorithm, file_aad, Some(key)).await
     }
 
@@ -292,12 +311,12 @@ impl DecryptingReader {
                 v.supply_aad_prefix,
             ),
         };
-        let prefix = match (&self.keys.grant.aad_prefix, prefix) {
+        let prefix = match (&self.dec.keys.grant.aad_prefix, prefix) {
             (Some(p), _) => p.clone(),
             (None, Some(p)) => p.clone(),
             (None, None) if supply == Some(true) => {
                 return Err(DecryptError::AadPrefixRequired {
-                    file: self.file.clone(),
+                    file: self.dec.file.clone(),
                 });
             }
             (None, None) => Vec::new(),
@@ -337,7 +356,7 @@ impl DecryptingReader {
                         Some(k.key_metadata.clone().unwrap_or_default())
                     }
                 };
-                let given = self.keys.given.as_ref().and_then(|g| {
+                let given = self.dec.keys.given.as_ref().and_then(|g| {
                     let path = column_path(chunk);
                     let top = path.split('.').next().unwrap_or_default().to_owned();
                     g.columns
@@ -361,14 +380,15 @@ impl DecryptingReader {
                     (None, Some(m)) => match keys.get(&m) {
                         Some(k) => k.clone(),
                         None => {
-                            let k = match self.describe(&m).await {
+                            let k = match self.dec.describe(&m).await {
                                 Ok(described) => {
                                     let id = described.master_key.then(|| described.key_id.clone());
                                     key_ids.insert(
                                         m.clone(),
                                         id.unwrap_or_else(|| EXPLICIT_KEY.into()),
                                     );
-                                    self.grant(described, false)
+                                    self.dec
+                                        .grant(described, false)
                                         .await
                                         .map_err(|e| e.to_string())
                                 }
@@ -384,7 +404,8 @@ impl DecryptingReader {
                         Some(id) => {
                             let (field_id, name) =
                                 tops.get(col).map_or((None, "?"), |(f, n)| (*f, n.as_str()));
-                            self.keys
+                            self.dec
+                                .keys
                                 .grant
                                 .scope
                                 .check_column(field_id, name, id)
@@ -422,13 +443,13 @@ impl DecryptingReader {
                 .map(|(rg, col, enc)| {
                     let body = split_module(enc).map(|(b, _)| enc.slice_ref(b)).ok_or(
                         DecryptError::Tampered {
-                            file: self.file.clone(),
+                            file: self.dec.file.clone(),
                             column: Some(column.clone()),
                             position: ModulePosition::new(ModuleType::ColumnMetaData, *rg, *col, 0),
                             error: ModuleError::Truncated,
                         },
                     )?;
-                    self.module(
+                    self.dec.module(
                         &file_aad,
                         ModulePosition::new(ModuleType::ColumnMetaData, *rg, *col, 0),
                         body,
@@ -436,11 +457,12 @@ impl DecryptingReader {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let plains = self
+                .dec
                 .decrypt(&key, algorithm, Some(&column), modules)
                 .await?;
             for ((rg, col, _), plain) in items.iter().zip(plains) {
                 let cmd: ColumnMetaData = compact::read(&mut &plain[..]).map_err(|e| {
-                    self.malformed(format!(
+                    self.dec.malformed(format!(
                         "column '{column}': decrypted column metadata does not parse: {e}"
                     ))
                 })?;
@@ -482,7 +504,7 @@ impl DecryptingReader {
                 match (key_of.get(&(rg, col)), refused.remove(&(rg, col))) {
                     (Some(key), _) => {
                         let Some(cmd) = chunk.meta_data.as_mut() else {
-                            return Err(self.malformed(format!(
+                            return Err(self.dec.malformed(format!(
                                 "column '{path}' (row group {rg}) has no column metadata"
                             )));
                         };
@@ -623,15 +645,17 @@ impl DecryptingReader {
         relink(&mut regions);
         for w in regions.windows(2) {
             if w[0].range.end > w[1].range.start {
-                return Err(self.malformed(format!(
+                return Err(self.dec.malformed(format!(
                     "column '{}' (row group {}) overlaps column '{}' (row group {})",
                     w[0].column, w[0].row_group, w[1].column, w[1].row_group
                 )));
             }
         }
         let bytes = compact::write(&meta);
-        let metadata = ParquetMetaDataReader::decode_metadata(&bytes)
-            .map_err(|e| self.malformed(format!("decrypted metadata is not valid Parquet: {e}")))?;
+        let metadata = ParquetMetaDataReader::decode_metadata(&bytes).map_err(|e| {
+            self.dec
+                .malformed(format!("decrypted metadata is not valid Parquet: {e}"))
+        })?;
         Ok(View {
             metadata: Arc::new(metadata),
             column_keys,

@@ -12,7 +12,7 @@ use clearice_crypto::{
 };
 use parquet::format::{ColumnChunk, ColumnCryptoMetaData, SchemaElement};
 
-use crate::reader::DecryptingReader;
+use crate::reader::Counters;
 use crate::{DecryptError, Result};
 
 /// A scan's [`ScanGrant`] where it is read: the grant as the access layer decided it, the
@@ -144,10 +144,31 @@ pub(crate) struct ColumnKey {
     pub(crate) cipher: Option<ModuleCipher>,
 }
 
+/// One file of a scan as its keys are resolved and its modules decrypted: its name (in
+/// errors and provider calls), the scan's keys and its reader's counters. Cloned into the
+/// tasks that decrypt column chunks ahead of the reader.
+#[derive(Clone)]
+pub(crate) struct FileDecryptor {
+    pub(crate) file: String,
+    pub(crate) keys: Arc<ScanKeys>,
+    pub(crate) counters: Counters,
+}
+
 /// Reported instead of a master key id for columns under explicit keys.
 pub const EXPLICIT_KEY: &str = "<explicit key>";
 
-impl DecryptingReader {
+impl FileDecryptor {
+    pub(crate) fn malformed(&self, reason: impl Into<String>) -> DecryptError {
+        DecryptError::Malformed {
+            file: self.file.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn ctx(&self) -> CallContext {
+        self.keys.call_context(&self.file)
+    }
+
     /// Resolves a key named by the file for this scan: scope check, then the provider.
     pub(crate) async fn key(
         &self,

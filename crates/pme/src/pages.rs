@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use clearice_crypto::modules::{GCM_OVERHEAD, LENGTH_LEN, split_module};
 use clearice_crypto::{Algorithm, Module, ModuleError, ModulePosition, ModuleType};
 
-use crate::keys::ColumnKey;
+use crate::keys::{ColumnKey, FileDecryptor};
 use crate::reader::DecryptingReader;
 use crate::{DecryptError, Result, compact, error};
 
@@ -75,7 +75,7 @@ impl DecryptingReader {
         let whole = match &region.kind {
             RegionKind::Refused(reason) => {
                 return Err(DecryptError::Refused {
-                    file: self.file.clone(),
+                    file: self.dec.file.clone(),
                     column: region.column.clone(),
                     reason: reason.clone(),
                 }
@@ -97,19 +97,143 @@ impl DecryptingReader {
         if let Some(b) = self.small.get(&i) {
             return Ok(b.clone());
         }
+        let enc = self.small_enc(crypto, i).await?;
+        let plain = self.dec.small_plaintext(crypto, i, enc).await?;
+        self.small.insert(i, plain.clone());
+        Ok(plain)
+    }
+
+    /// Decrypts the small regions among `hits` not decrypted yet, concurrently: a read of
+    /// a row group's page indexes (one range) asks a remote provider once per index, in
+    /// parallel rather than one after another.
+    pub(crate) async fn small_regions(
+        &mut self,
+        crypto: &FileCrypto,
+        hits: &[usize],
+    ) -> Result<()> {
+        let todo: Vec<usize> = hits
+            .iter()
+            .copied()
+            .filter(|i| {
+                !self.small.contains_key(i)
+                    && !matches!(
+                        crypto.regions[*i].kind,
+                        RegionKind::Chunk { .. } | RegionKind::Refused(_)
+                    )
+            })
+            .collect();
+        if todo.len() < 2 {
+            return Ok(());
+        }
+        let mut encs = Vec::with_capacity(todo.len());
+        for i in &todo {
+            encs.push(self.small_enc(crypto, *i).await?);
+        }
+        let decrypting = todo
+            .iter()
+            .zip(encs)
+            .map(|(i, enc)| self.dec.small_plaintext(crypto, *i, enc));
+        let plains = futures::future::try_join_all(decrypting).await?;
+        self.small.extend(todo.into_iter().zip(plains));
+        Ok(())
+    }
+
+    /// The encrypted bytes of small region `i` (none for a stand-in).
+    async fn small_enc(&mut self, crypto: &FileCrypto, i: usize) -> Result<Bytes> {
+        let region = &crypto.regions[i];
+        match region.kind {
+            RegionKind::Synthetic(_) => Ok(Bytes::new()),
+            _ => self.fetch_region(region.range.clone()).await,
+        }
+    }
+
+    async fn fetch_region(&mut self, range: Range<u64>) -> Result<Bytes> {
+        let file = self.dec.file.clone();
+        self.fetch(range)
+            .await
+            .map_err(|e| DecryptError::Malformed {
+                file,
+                reason: e.to_string(),
+            })
+    }
+
+    /// The plaintext of `sub` inside column chunk region `i`.
+    async fn chunk_image(
+        &mut self,
+        crypto: &FileCrypto,
+        i: usize,
+        sub: Range<u64>,
+    ) -> parquet::errors::Result<Bytes> {
+        let region = &crypto.regions[i];
+        let RegionKind::Chunk {
+            key,
+            units,
+            offset_index,
+            ..
+        } = &region.kind
+        else {
+            unreachable!("chunk region")
+        };
+        let whole = sub == region.range;
+        if !whole
+            && units.get().is_none()
+            && let Some(oi) = offset_index
+        {
+            self.small_region(crypto, *oi).await?;
+        }
+        // A page range (page index reads): decrypt only those pages.
+        if !whole
+            && let Some(units) = units.get()
+            && let Some((first, last)) = page_span(units, &sub)
+        {
+            let a = &units[first];
+            self.dec.counters.page_ranges.add(1);
+            let enc = self.fetch_owned(u_enc(units, first, last)).await?;
+            let plain = self
+                .dec
+                .decrypt_pages(crypto, region, key, enc, a.dict, a.ordinal)
+                .await?;
+            let from = (sub.start - a.plain.start) as usize;
+            let to = (sub.end - a.plain.start) as usize;
+            if to > plain.len() {
+                return Err(self
+                    .dec
+                    .malformed(format!(
+                        "column '{}' (row group {}): pages do not match the offset index",
+                        region.column, region.row_group
+                    ))
+                    .into());
+            }
+            return Ok(plain.freeze().slice(from..to));
+        }
+        let enc = self.fetch_owned(region.range.clone()).await?;
+        let plain = self.dec.decrypt_chunk(crypto, i, enc).await?;
+        let rel =
+            (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
+        Ok(plain.slice(rel))
+    }
+}
+
+impl FileDecryptor {
+    /// Plaintext of an index, Bloom filter or stand-in region `i` from its encrypted
+    /// bytes (without trailing zeros).
+    pub(crate) async fn small_plaintext(
+        &self,
+        crypto: &FileCrypto,
+        i: usize,
+        enc: Bytes,
+    ) -> Result<Bytes> {
         let region = &crypto.regions[i];
         let (rg, col, column) = (region.row_group, region.ordinal, region.column.as_str());
-        let plain = match &region.kind {
+        Ok(match &region.kind {
             RegionKind::Synthetic(b) => b.clone(),
             RegionKind::ColumnIndex { key } => {
-                let enc = self.fetch_region(region.range.clone()).await?;
                 let m = self.one_module(crypto, &enc, ModuleType::ColumnIndex, rg, col, column)?;
                 self.decrypt(key, crypto.algorithm, Some(column), vec![m])
                     .await?
                     .remove(0)
             }
             RegionKind::OffsetIndex { key, chunk } => {
-                let enc = self.fetch_region(region.range.clone()).await?;
                 let m = self.one_module(crypto, &enc, ModuleType::OffsetIndex, rg, col, column)?;
                 let mut plain = Vec::from(
                     self.decrypt(key, crypto.algorithm, Some(column), vec![m])
@@ -120,7 +244,6 @@ impl DecryptingReader {
                 Bytes::from(plain)
             }
             RegionKind::Bloom { key } => {
-                let enc = self.fetch_region(region.range.clone()).await?;
                 let bad = |error| DecryptError::Tampered {
                     file: self.file.clone(),
                     column: Some(column.into()),
@@ -156,19 +279,7 @@ impl DecryptingReader {
                 Bytes::from(parts.concat())
             }
             RegionKind::Chunk { .. } | RegionKind::Refused(_) => unreachable!("not small"),
-        };
-        self.small.insert(i, plain.clone());
-        Ok(plain)
-    }
-
-    async fn fetch_region(&mut self, range: Range<u64>) -> Result<Bytes> {
-        let file = self.file.clone();
-        self.fetch(range)
-            .await
-            .map_err(|e| DecryptError::Malformed {
-                file,
-                reason: e.to_string(),
-            })
+        })
     }
 
     fn one_module(
@@ -260,63 +371,24 @@ impl DecryptingReader {
         Ok(())
     }
 
-    /// The plaintext of `sub` inside column chunk region `i`.
-    async fn chunk_image(
-        &mut self,
+    /// The plaintext of column chunk region `at` from its encrypted bytes (`enc`, the
+    /// whole region), at their length.
+    pub(crate) async fn decrypt_chunk(
+        &self,
         crypto: &FileCrypto,
-        i: usize,
-        sub: Range<u64>,
+        at: usize,
+        enc: Bytes,
     ) -> parquet::errors::Result<Bytes> {
-        let region = &crypto.regions[i];
-        let RegionKind::Chunk {
-            key,
-            has_dict,
-            units,
-            offset_index,
-        } = &region.kind
-        else {
+        let region = &crypto.regions[at];
+        let RegionKind::Chunk { key, has_dict, .. } = &region.kind else {
             unreachable!("chunk region")
         };
-        let whole = sub == region.range;
-        if !whole
-            && units.get().is_none()
-            && let Some(oi) = offset_index
-        {
-            self.small_region(crypto, *oi).await?;
-        }
-        // A page range (page index reads): decrypt only those pages.
-        if !whole
-            && let Some(units) = units.get()
-            && let Some((first, last)) = page_span(units, &sub)
-        {
-            let a = &units[first];
-            self.counters.page_ranges.add(1);
-            let enc = self.fetch_owned(u_enc(units, first, last)).await?;
-            let plain = self
-                .decrypt_pages(crypto, region, key, enc, a.dict, a.ordinal)
-                .await?;
-            let from = (sub.start - a.plain.start) as usize;
-            let to = (sub.end - a.plain.start) as usize;
-            if to > plain.len() {
-                return Err(self
-                    .malformed(format!(
-                        "column '{}' (row group {}): pages do not match the offset index",
-                        region.column, region.row_group
-                    ))
-                    .into());
-            }
-            return Ok(plain.freeze().slice(from..to));
-        }
-        self.counters.chunks.add(1);
-        let enc = self.fetch_owned(region.range.clone()).await?;
         let enc_len = enc.len();
         let plain = self
             .decrypt_pages(crypto, region, key, enc, *has_dict, 0)
             .await?;
-        let plain = self.pad_chunk(region, enc_len, plain)?;
-        let rel =
-            (sub.start - region.range.start) as usize..(sub.end - region.range.start) as usize;
-        Ok(plain.slice(rel))
+        self.counters.chunks.add(1);
+        self.pad_chunk(region, enc_len, plain)
     }
 
     /// A decrypted chunk at its encrypted length: the slack becomes an `INDEX_PAGE`.
@@ -503,6 +575,13 @@ pub(crate) fn page_span(units: &[Unit], sub: &Range<u64>) -> Option<(usize, usiz
 /// The encrypted bytes of pages `first..=last`.
 pub(crate) fn u_enc(units: &[Unit], first: usize, last: usize) -> Range<u64> {
     units[first].enc.start..units[last].enc.end
+}
+
+/// The column chunk region `range` is exactly, if any.
+pub(crate) fn whole_chunk(regions: &[Region], range: &Range<u64>) -> Option<usize> {
+    let at = regions.partition_point(|g| g.range.start < range.start);
+    let region = regions.get(at)?;
+    (region.range == *range && matches!(region.kind, RegionKind::Chunk { .. })).then_some(at)
 }
 
 /// Bytes of `range` inside the regions `hits` (which overlap it).

@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use clearice_crypto::CallContext;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -17,18 +17,18 @@ use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataR
 
 use crate::DecryptError;
 use crate::footer::View;
-use crate::keys::ScanKeys;
-use crate::pages::{RegionKind, covered, overlapping, page_span, u_enc};
+use crate::keys::{FileDecryptor, ScanKeys};
+use crate::pages::{Region, RegionKind, covered, overlapping, page_span, u_enc, whole_chunk};
 use crate::shared::Views;
 
 /// An [`AsyncFileReader`] serving the plaintext view of one file.
 pub struct DecryptingReader {
     /// In a mutex only to make the reader `Sync` (it is never locked: `get_mut`).
     inner: std::sync::Mutex<Box<dyn AsyncFileReader + Send>>,
-    pub(crate) file: String,
+    /// The file's name, keys and counters, as its modules are decrypted.
+    pub(crate) dec: FileDecryptor,
     pub(crate) size: u64,
     pub(crate) hint: Option<usize>,
-    pub(crate) keys: Arc<ScanKeys>,
     view: Option<Arc<View>>,
     /// Where the footer starts (known once read).
     pub(crate) footer_start: u64,
@@ -36,7 +36,11 @@ pub struct DecryptingReader {
     pub(crate) small: HashMap<usize, Bytes>,
     /// Encrypted ranges fetched together for one `get_byte_ranges` call.
     prefetched: HashMap<Range<u64>, Bytes>,
-    pub(crate) counters: Counters,
+    /// Column chunks being decrypted ahead of the reader, by region (at most one row
+    /// group's, the next one; see [`Self::plan_ahead`]).
+    ahead: HashMap<usize, SpawnedTask<parquet::errors::Result<Bytes>>>,
+    /// The row group of the last request for whole column chunks.
+    last_row_group: Option<usize>,
     /// Views shared with the scan's other readers.
     views: Option<Arc<Views>>,
 }
@@ -52,6 +56,8 @@ pub(crate) struct Counters {
     pub(crate) chunks: Count,
     /// Page ranges decrypted alone (page index reads).
     pub(crate) page_ranges: Count,
+    /// Column chunks sent to the provider ahead of the reader (the next row group's).
+    pub(crate) ahead: Count,
 }
 
 impl Counters {
@@ -62,6 +68,7 @@ impl Counters {
             modules: c("crypto_modules_decrypted"),
             chunks: c("crypto_chunks_decrypted"),
             page_ranges: c("crypto_page_ranges_decrypted"),
+            ahead: c("crypto_chunks_decrypted_ahead"),
         }
     }
 }
@@ -69,7 +76,7 @@ impl Counters {
 impl std::fmt::Debug for DecryptingReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DecryptingReader")
-            .field("file", &self.file)
+            .field("file", &self.dec.file)
             .finish_non_exhaustive()
     }
 }
@@ -85,15 +92,19 @@ impl DecryptingReader {
     ) -> Self {
         Self {
             inner: std::sync::Mutex::new(inner),
-            file,
+            dec: FileDecryptor {
+                file,
+                keys,
+                counters,
+            },
             size,
             hint,
-            keys,
             view: None,
             footer_start: 0,
             small: HashMap::new(),
             prefetched: HashMap::new(),
-            counters,
+            ahead: HashMap::new(),
+            last_row_group: None,
             views: None,
         }
     }
@@ -107,19 +118,8 @@ impl DecryptingReader {
     /// Where views of this file may be found and kept: the scan's, then (for plaintext
     /// files of scans that give no keys of their own) all scans'.
     fn caches(&self, plaintext: bool) -> impl Iterator<Item = &Views> {
-        let all = (plaintext && self.keys.given.is_none()).then(Views::plaintext);
+        let all = (plaintext && self.dec.keys.given.is_none()).then(Views::plaintext);
         self.views.as_deref().into_iter().chain(all)
-    }
-
-    pub(crate) fn malformed(&self, reason: impl Into<String>) -> DecryptError {
-        DecryptError::Malformed {
-            file: self.file.clone(),
-            reason: reason.into(),
-        }
-    }
-
-    pub(crate) fn ctx(&self) -> CallContext {
-        self.keys.call_context(&self.file)
     }
 
     /// [`Self::fetch`], taking a prefetched buffer of exactly this range (so that it can be
@@ -159,7 +159,7 @@ impl DecryptingReader {
         }
         let cached = self
             .caches(true)
-            .find_map(|c| c.view(&self.file, self.size));
+            .find_map(|c| c.view(&self.dec.file, self.size));
         clearice_metrics::cache_lookup(clearice_metrics::Cache::Footer, cached.is_some());
         if let Some(v) = cached {
             self.view = Some(Arc::clone(&v));
@@ -167,7 +167,7 @@ impl DecryptingReader {
         }
         let v = Arc::new(self.build_view().await?);
         for c in self.caches(is_plaintext(&v)) {
-            c.keep_view(&self.file, self.size, &v);
+            c.keep_view(&self.dec.file, self.size, &v);
         }
         self.view = Some(Arc::clone(&v));
         Ok(v)
@@ -180,6 +180,22 @@ impl DecryptingReader {
         };
         self.prefetched.clear();
         let mut out: Vec<Option<Bytes>> = vec![None; ranges.len()];
+        // Whole column chunks asked for (a row group's projected columns): (request index,
+        // region index).
+        let chunks: Vec<(usize, usize)> = ranges
+            .iter()
+            .enumerate()
+            .filter_map(|(idx, r)| whole_chunk(&crypto.regions, r).map(|at| (idx, at)))
+            .collect();
+        // Those decrypted ahead are taken as they are (not fetched again).
+        let mut ready = Vec::new();
+        for (idx, at) in &chunks {
+            if let Some(task) = self.ahead.remove(at) {
+                ready.push((*idx, task));
+            }
+        }
+        let is_ready = |i: usize| ready.iter().any(|(idx, _)| *idx == i);
+        let next = self.plan_ahead(&crypto.regions, &chunks);
         let mut plain_idx = Vec::new();
         for (i, r) in ranges.iter().enumerate() {
             if overlapping(&crypto.regions, r).is_empty() {
@@ -190,7 +206,7 @@ impl DecryptingReader {
         // (one coalesced GET per row group on object stores) before decrypting.
         let mut wanted: Vec<Range<u64>> = Vec::new();
         for (i, r) in ranges.iter().enumerate() {
-            if plain_idx.contains(&i) {
+            if plain_idx.contains(&i) || is_ready(i) {
                 continue;
             }
             let hits = overlapping(&crypto.regions, r);
@@ -230,52 +246,53 @@ impl DecryptingReader {
                 }
             }
         }
-        if !plain_idx.is_empty() || !wanted.is_empty() {
+        let mut next_enc = Vec::new();
+        if !plain_idx.is_empty() || !wanted.is_empty() || !next.is_empty() {
             let mut all: Vec<Range<u64>> = plain_idx.iter().map(|i| ranges[*i].clone()).collect();
             all.extend(wanted.iter().cloned());
+            all.extend(next.iter().map(|at| crypto.regions[*at].range.clone()));
             let mut fetched = self.inner().get_byte_ranges(all).await?;
+            next_enc = fetched.split_off(plain_idx.len() + wanted.len());
             let encrypted = fetched.split_off(plain_idx.len());
             for (i, b) in plain_idx.into_iter().zip(fetched) {
                 out[i] = Some(b);
             }
             self.prefetched.extend(wanted.into_iter().zip(encrypted));
         }
-        // Whole column chunks of this request (a row group's projected columns) are
-        // decrypted concurrently: a remote provider answers them in parallel.
-        let chunks: Vec<(usize, usize)> = ranges
-            .iter()
-            .enumerate()
-            .filter(|(idx, _)| out[*idx].is_none())
-            .filter_map(|(idx, r)| {
-                let at = crypto.regions.partition_point(|g| g.range.start < r.start);
-                let region = crypto.regions.get(at)?;
-                (region.range == *r && matches!(region.kind, RegionKind::Chunk { .. }))
-                    .then_some((idx, at))
-            })
-            .collect();
-        if chunks.len() > 1 {
-            let mut whole = Vec::with_capacity(chunks.len());
-            for (idx, at) in chunks {
+        // The other whole chunks are decrypted concurrently: a remote provider answers
+        // them in parallel.
+        let mut whole = Vec::with_capacity(chunks.len());
+        for (idx, at) in chunks {
+            if !is_ready(idx) {
                 // Owned (not shared), so a released key decrypts it in place.
                 let enc = self.fetch_owned(ranges[idx].clone()).await?;
                 whole.push((idx, at, enc));
             }
-            let places: Vec<(usize, usize, usize)> = whole
-                .iter()
-                .map(|(idx, at, enc)| (*idx, *at, enc.len()))
-                .collect();
-            let decrypting = whole.into_iter().map(|(_, at, enc)| {
-                let region = &crypto.regions[at];
-                let RegionKind::Chunk { key, has_dict, .. } = &region.kind else {
-                    unreachable!("chunk region")
-                };
-                self.decrypt_pages(crypto, region, key, enc, *has_dict, 0)
+        }
+        let places: Vec<usize> = whole.iter().map(|(idx, _, _)| *idx).collect();
+        let decrypting = whole
+            .into_iter()
+            .map(|(_, at, enc)| self.dec.decrypt_chunk(crypto, at, enc));
+        let plains = futures::future::try_join_all(decrypting).await?;
+        for (idx, plain) in places.into_iter().zip(plains) {
+            out[idx] = Some(plain);
+        }
+        for (idx, task) in ready {
+            out[idx] = Some(
+                task.join_unwind()
+                    .await
+                    .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))??,
+            );
+        }
+        // The next row group's chunks are decrypted while the reader decodes these.
+        for (at, enc) in next.into_iter().zip(next_enc) {
+            let (dec, view) = (self.dec.clone(), Arc::clone(&view));
+            self.dec.counters.ahead.add(1);
+            let task = SpawnedTask::spawn(async move {
+                let crypto = view.crypto.as_ref().expect("encrypted file");
+                dec.decrypt_chunk(crypto, at, enc).await
             });
-            let plains = futures::future::try_join_all(decrypting).await?;
-            for ((idx, at, enc_len), plain) in places.into_iter().zip(plains) {
-                self.counters.chunks.add(1);
-                out[idx] = Some(self.pad_chunk(&crypto.regions[at], enc_len, plain)?);
-            }
+            self.ahead.insert(at, task);
         }
         for (i, r) in ranges.iter().enumerate() {
             if out[i].is_none() {
@@ -284,6 +301,41 @@ impl DecryptingReader {
         }
         self.prefetched.clear();
         Ok(out.into_iter().map(|b| b.expect("filled")).collect())
+    }
+
+    /// The chunks to decrypt ahead of a request for whole `chunks` of one row group: the
+    /// same columns in the next row group, when the reader reads row groups in order and
+    /// the provider decrypts them (a released key decrypts in process: nothing to wait
+    /// for). Chunks decrypted ahead for other row groups are dropped: they will not be
+    /// asked for.
+    fn plan_ahead(&mut self, regions: &[Region], chunks: &[(usize, usize)]) -> Vec<usize> {
+        let Some((_, first)) = chunks.first() else {
+            return Vec::new();
+        };
+        let rg = regions[*first].row_group;
+        if chunks.iter().any(|(_, at)| regions[*at].row_group != rg) {
+            return Vec::new();
+        }
+        let in_order = self.last_row_group.is_none_or(|last| rg >= last);
+        self.last_row_group = Some(rg);
+        self.ahead
+            .retain(|at, _| (rg..=rg + 1).contains(&regions[*at].row_group));
+        if !in_order || tokio::runtime::Handle::try_current().is_err() {
+            return Vec::new();
+        }
+        let by_provider =
+            |r: &Region| matches!(&r.kind, RegionKind::Chunk { key, .. } if key.cipher.is_none());
+        chunks
+            .iter()
+            .filter(|(_, at)| by_provider(&regions[*at]))
+            .filter_map(|(_, at)| {
+                let column = regions[*at].ordinal;
+                regions
+                    .iter()
+                    .position(|r| r.row_group == rg + 1 && r.ordinal == column && by_provider(r))
+            })
+            .filter(|at| !self.ahead.contains_key(at))
+            .collect()
     }
 
     /// The plaintext view of `range`, which overlaps encrypted regions.
@@ -297,6 +349,7 @@ impl DecryptingReader {
         {
             return self.image(crypto, i, range).await;
         }
+        self.small_regions(crypto, &hits).await?;
         let covered = covered(&crypto.regions, &hits, &range);
         let mut out = if covered < range.end - range.start {
             BytesMut::from(&self.fetch(range.clone()).await?[..])
@@ -341,7 +394,7 @@ impl AsyncFileReader for DecryptingReader {
             let mut v = self
                 .get_ranges(vec![range])
                 .await
-                .map_err(|e| named(&self.file, e))?;
+                .map_err(|e| named(&self.dec.file, e))?;
             Ok(v.pop().expect("one range"))
         }
         .boxed()
@@ -354,7 +407,7 @@ impl AsyncFileReader for DecryptingReader {
         async move {
             self.get_ranges(ranges)
                 .await
-                .map_err(|e| named(&self.file, e))
+                .map_err(|e| named(&self.dec.file, e))
         }
         .boxed()
     }
@@ -364,7 +417,7 @@ impl AsyncFileReader for DecryptingReader {
         options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         async move {
-            let view = self.view().await.map_err(|e| named(&self.file, e))?;
+            let view = self.view().await.map_err(|e| named(&self.dec.file, e))?;
             let column = options.map_or(PageIndexPolicy::Skip, |o| o.column_index_policy());
             let offset = options.map_or(PageIndexPolicy::Skip, |o| o.offset_index_policy());
             if column == PageIndexPolicy::Skip && offset == PageIndexPolicy::Skip {
@@ -374,7 +427,7 @@ impl AsyncFileReader for DecryptingReader {
             let plaintext = is_plaintext(&view);
             if let Some(m) = self
                 .caches(plaintext)
-                .find_map(|c| c.indexed(&self.file, self.size, &which))
+                .find_map(|c| c.indexed(&self.dec.file, self.size, &which))
             {
                 return Ok(m);
             }
@@ -383,9 +436,9 @@ impl AsyncFileReader for DecryptingReader {
                     .with_column_index_policy(column)
                     .with_offset_index_policy(offset);
             reader.load_page_index(&mut *self).await?;
-            let m = Arc::new(reader.finish().map_err(|e| named(&self.file, e))?);
+            let m = Arc::new(reader.finish().map_err(|e| named(&self.dec.file, e))?);
             for c in self.caches(plaintext) {
-                c.keep_indexed(&self.file, self.size, &which, &m);
+                c.keep_indexed(&self.dec.file, self.size, &which, &m);
             }
             Ok(m)
         }

@@ -131,6 +131,8 @@ pub struct Read {
     pub page_index: bool,
     pub selection: Option<Vec<RowSelector>>,
     pub columns: Option<Vec<usize>>,
+    /// Row groups to read, in this order (all, in order, when `None`).
+    pub row_groups: Option<Vec<usize>>,
 }
 
 impl Read {
@@ -139,6 +141,9 @@ impl Read {
         b = b.with_batch_size(1000);
         if let Some(s) = &self.selection {
             b = b.with_row_selection(RowSelection::from(s.clone()));
+        }
+        if let Some(g) = &self.row_groups {
+            b = b.with_row_groups(g.clone());
         }
         if let Some(c) = &self.columns {
             let mask = parquet::arrow::ProjectionMask::roots(
@@ -460,7 +465,7 @@ fn pyarrow_fixtures() -> Option<&'static Path> {
     .map(|d| d.path())
 }
 
-fn counter(metrics: &ExecutionPlanMetricsSet, name: &str) -> usize {
+pub fn counter(metrics: &ExecutionPlanMetricsSet, name: &str) -> usize {
     metrics
         .clone_inner()
         .sum_by_name(name)
@@ -691,6 +696,57 @@ async fn a_provider_that_keeps_its_keys_gets_batches_and_reads_the_same() {
                     file.display()
                 );
             }
+        }
+    }
+}
+
+/// Through a provider that keeps its keys, the next row group's chunks of the columns read
+/// are decrypted while the reader decodes the current ones: each chunk once when row
+/// groups are read in order, none ahead when they are read backwards or with released
+/// keys, and the rows are the same whichever row groups are read.
+#[tokio::test]
+async fn a_provider_that_keeps_its_keys_decrypts_the_next_row_group_ahead() {
+    let Some((pme, keys)) = pme_fixtures() else {
+        return;
+    };
+    let (file, twin) = (
+        pme.join("ctr_columns.parquet"),
+        pme.join("flat_plain.parquet"),
+    );
+    // 4 row groups; ssn, email and balance under column keys.
+    let groups = |g: &[usize]| Read {
+        row_groups: Some(g.to_vec()),
+        ..Default::default()
+    };
+    // (Chunks decrypted ahead and not read may or may not finish before the read ends.)
+    for (how, keeping, chunks, ahead) in [
+        (Read::default(), true, Some(12), 9),
+        (groups(&[3, 2, 1, 0]), true, Some(12), 0),
+        (groups(&[0, 2]), true, None, 6),
+        (groups(&[0]), true, None, 3),
+        (Read::default(), false, Some(12), 0),
+    ] {
+        let scan = if keeping {
+            keys.scan_keeping_keys(KeyScope::All)
+        } else {
+            keys.scan(KeyScope::All)
+        };
+        let metrics = ExecutionPlanMetricsSet::new();
+        let got = read_new_counted(&file, scan, &how, &metrics).await.unwrap();
+        let want = read_native(&twin, &keys, &how);
+        let label = format!("{:?} keeping keys: {keeping}", how.row_groups);
+        assert_eq!(got, want, "{label}");
+        assert_eq!(
+            counter(&metrics, "crypto_chunks_decrypted_ahead"),
+            ahead,
+            "{label}"
+        );
+        if let Some(chunks) = chunks {
+            assert_eq!(
+                counter(&metrics, "crypto_chunks_decrypted"),
+                chunks,
+                "{label}"
+            );
         }
     }
 }

@@ -14,7 +14,9 @@ use clearice_crypto::{KeyScope, ModuleType};
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 
-use crate::reader::{Keys, Read, open_reader, pme_fixtures, read_new};
+use crate::reader::{
+    Keys, Read, counter, open_reader, pme_fixtures, read_native, read_new, read_new_counted,
+};
 
 /// A module of a file: its type, column and bytes (length prefix included).
 #[derive(Debug, Clone)]
@@ -356,4 +358,53 @@ async fn a_modified_plaintext_footer_fails_its_signature() {
         e.contains("footer signature mismatch") && e.contains(&f.display().to_string()),
         "{e}"
     );
+}
+
+/// A flipped page in a chunk the provider decrypts ahead of the reader (the next row
+/// group's) fails the read that reaches it, named as any other, and not a read that stops
+/// before it.
+#[tokio::test]
+async fn a_flipped_page_decrypted_ahead_fails_only_the_read_that_reaches_it() {
+    let Some((dir, keys)) = pme_fixtures() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    // (GCM: AES-CTR page bodies carry no tag.)
+    let src = dir.join("gcm_256_v2.parquet");
+    let all = modules(&src, &keys, &["ssn"]).await;
+    let at = all
+        .iter()
+        .find(|a| a.kind == ModuleType::DataPage && a.row_group == 1)
+        .unwrap();
+    let path = copy(&src, tmp.path(), "flipped.parquet");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[((at.range.start + at.range.end) / 2) as usize] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let first = Read {
+        row_groups: Some(vec![0]),
+        ..Default::default()
+    };
+    let metrics = ExecutionPlanMetricsSet::new();
+    let got = read_new_counted(
+        &path,
+        keys.scan_keeping_keys(KeyScope::All),
+        &first,
+        &metrics,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        got,
+        read_native(&dir.join("flat_plain_v2.parquet"), &keys, &first)
+    );
+    assert_eq!(counter(&metrics, "crypto_chunks_decrypted_ahead"), 3);
+    let e = read_new(
+        &path,
+        keys.scan_keeping_keys(KeyScope::All),
+        &Read::default(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert_names(&e, &path, at);
 }
