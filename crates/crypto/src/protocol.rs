@@ -297,12 +297,16 @@ pub const BINARY_CONTENT_TYPE: &str = "application/vnd.clearice.pme-modules";
 const BINARY_MAGIC: &[u8; 4] = b"CIM1";
 
 /// A binary-transport body: `envelope` and the framed `modules`.
-pub fn encode_binary<'a, T: Serialize>(
-    envelope: &T,
-    modules: impl IntoIterator<Item = &'a [u8]>,
-) -> Vec<u8> {
+pub fn encode_binary<'a, T: Serialize, M>(envelope: &T, modules: M) -> Vec<u8>
+where
+    M: IntoIterator<Item = &'a [u8]>,
+    M::IntoIter: Clone,
+{
     let json = serde_json::to_vec(envelope).expect("protocol types serialize");
-    let mut out = Vec::with_capacity(8 + json.len());
+    let modules = modules.into_iter();
+    // Sized once: growing the buffer copied every module again.
+    let payload: usize = modules.clone().map(|m| 4 + m.len()).sum();
+    let mut out = Vec::with_capacity(8 + json.len() + payload);
     out.extend_from_slice(BINARY_MAGIC);
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(&json);
