@@ -157,6 +157,45 @@ impl DecryptingReader {
             })
     }
 
+    /// Serves the requests among `ranges` not in `out` yet that are page ranges of one
+    /// column chunk each (a row group's columns in a page index read), decrypting them
+    /// concurrently: a remote provider answers them in parallel.
+    pub(crate) async fn page_ranges(
+        &mut self,
+        crypto: &FileCrypto,
+        ranges: &[Range<u64>],
+        out: &mut [Option<Bytes>],
+    ) -> parquet::errors::Result<()> {
+        let jobs: Vec<(usize, usize, usize, Range<u64>)> = ranges
+            .iter()
+            .enumerate()
+            .filter(|(idx, _)| out[*idx].is_none())
+            .filter_map(|(idx, r)| {
+                let (at, first, last) = page_range(&crypto.regions, r)?;
+                let RegionKind::Chunk { units, .. } = &crypto.regions[at].kind else {
+                    return None;
+                };
+                Some((idx, at, first, u_enc(units.get()?, first, last)))
+            })
+            .collect();
+        if jobs.len() < 2 {
+            return Ok(());
+        }
+        let mut encs = Vec::with_capacity(jobs.len());
+        for (_, _, _, enc) in &jobs {
+            encs.push(self.fetch_owned(enc.clone()).await?);
+        }
+        let decrypting = jobs.iter().zip(encs).map(|((idx, at, first, _), enc)| {
+            self.dec
+                .decrypt_page_range(crypto, *at, *first, &ranges[*idx], enc)
+        });
+        let plains = futures::future::try_join_all(decrypting).await?;
+        for ((idx, ..), plain) in jobs.iter().zip(plains) {
+            out[*idx] = Some(plain);
+        }
+        Ok(())
+    }
+
     /// The plaintext of `sub` inside column chunk region `i`.
     async fn chunk_image(
         &mut self,
@@ -166,7 +205,6 @@ impl DecryptingReader {
     ) -> parquet::errors::Result<Bytes> {
         let region = &crypto.regions[i];
         let RegionKind::Chunk {
-            key,
             units,
             offset_index,
             ..
@@ -183,28 +221,14 @@ impl DecryptingReader {
         }
         // A page range (page index reads): decrypt only those pages.
         if !whole
+            && let Some((_, first, last)) = page_range(&crypto.regions, &sub)
             && let Some(units) = units.get()
-            && let Some((first, last)) = page_span(units, &sub)
         {
-            let a = &units[first];
-            self.dec.counters.page_ranges.add(1);
             let enc = self.fetch_owned(u_enc(units, first, last)).await?;
-            let plain = self
+            return self
                 .dec
-                .decrypt_pages(crypto, region, key, enc, a.dict, a.ordinal)
-                .await?;
-            let from = (sub.start - a.plain.start) as usize;
-            let to = (sub.end - a.plain.start) as usize;
-            if to > plain.len() {
-                return Err(self
-                    .dec
-                    .malformed(format!(
-                        "column '{}' (row group {}): pages do not match the offset index",
-                        region.column, region.row_group
-                    ))
-                    .into());
-            }
-            return Ok(plain.freeze().slice(from..to));
+                .decrypt_page_range(crypto, i, first, &sub, enc)
+                .await;
         }
         let enc = self.fetch_owned(region.range.clone()).await?;
         let plain = self.dec.decrypt_chunk(crypto, i, enc).await?;
@@ -369,6 +393,38 @@ impl FileDecryptor {
             .ok_or_else(|| bad("cannot be rewritten"))?;
         let _ = units.set(Arc::new(list));
         Ok(())
+    }
+
+    /// The plaintext of `sub`, a page range of column chunk region `at` whose pages
+    /// start with page `first`, from the encrypted bytes of its pages (`enc`).
+    pub(crate) async fn decrypt_page_range(
+        &self,
+        crypto: &FileCrypto,
+        at: usize,
+        first: usize,
+        sub: &Range<u64>,
+        enc: Bytes,
+    ) -> parquet::errors::Result<Bytes> {
+        let region = &crypto.regions[at];
+        let RegionKind::Chunk { key, units, .. } = &region.kind else {
+            unreachable!("chunk region")
+        };
+        let a = &units.get().expect("pages known")[first];
+        self.counters.page_ranges.add(1);
+        let plain = self
+            .decrypt_pages(crypto, region, key, enc, a.dict, a.ordinal)
+            .await?;
+        let from = (sub.start - a.plain.start) as usize;
+        let to = (sub.end - a.plain.start) as usize;
+        if to > plain.len() {
+            return Err(self
+                .malformed(format!(
+                    "column '{}' (row group {}): pages do not match the offset index",
+                    region.column, region.row_group
+                ))
+                .into());
+        }
+        Ok(plain.freeze().slice(from..to))
     }
 
     /// The plaintext of column chunk region `at` from its encrypted bytes (`enc`, the
@@ -570,6 +626,21 @@ pub(crate) fn page_span(units: &[Unit], sub: &Range<u64>) -> Option<(usize, usiz
     let first = units.iter().position(|u| u.plain.end > sub.start)?;
     let last = units.iter().rposition(|u| u.plain.start < sub.end)?;
     (first <= last && sub.end <= units[last].plain.end).then_some((first, last))
+}
+
+/// The column chunk region a page range `range` lies in (not the whole chunk), with the
+/// first and last of its pages, when the chunk's pages are known.
+pub(crate) fn page_range(regions: &[Region], range: &Range<u64>) -> Option<(usize, usize, usize)> {
+    let at = regions.partition_point(|g| g.range.end <= range.start);
+    let region = regions.get(at)?;
+    if region.range.start > range.start || range.end > region.range.end || region.range == *range {
+        return None;
+    }
+    let RegionKind::Chunk { units, .. } = &region.kind else {
+        return None;
+    };
+    let (first, last) = page_span(units.get()?, range)?;
+    Some((at, first, last))
 }
 
 /// The encrypted bytes of pages `first..=last`.

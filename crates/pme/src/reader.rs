@@ -294,6 +294,7 @@ impl DecryptingReader {
             });
             self.ahead.insert(at, task);
         }
+        self.page_ranges(crypto, &ranges, &mut out).await?;
         for (i, r) in ranges.iter().enumerate() {
             if out[i].is_none() {
                 out[i] = Some(self.serve(&view, r.clone()).await?);

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use clearice_crypto::modules::GCM_OVERHEAD;
 use clearice_crypto::{KeyScope, ModuleType};
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use parquet::arrow::arrow_reader::RowSelector;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 
 use crate::reader::{
@@ -407,4 +408,22 @@ async fn a_flipped_page_decrypted_ahead_fails_only_the_read_that_reaches_it() {
     .unwrap_err()
     .to_string();
     assert_names(&e, &path, at);
+    // So does a page-range read of a few of its rows (page index; the row group's columns
+    // decrypted concurrently).
+    let few = Read {
+        page_index: true,
+        selection: Some(vec![
+            RowSelector::skip(5000),
+            RowSelector::select(10),
+            RowSelector::skip(15_000 - 10),
+        ]),
+        ..Default::default()
+    };
+    let metrics = ExecutionPlanMetricsSet::new();
+    let e = read_new_counted(&path, keys.scan_keeping_keys(KeyScope::All), &few, &metrics)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_names(&e, &path, at);
+    assert_eq!(counter(&metrics, "crypto_chunks_decrypted"), 0);
 }
