@@ -326,15 +326,21 @@ impl DecryptingReader {
         }
         let by_provider =
             |r: &Region| matches!(&r.kind, RegionKind::Chunk { key, .. } if key.cipher.is_none());
+        if !chunks.iter().any(|(_, at)| by_provider(&regions[*at])) {
+            return Vec::new();
+        }
+        // The next row group's chunks by column: one pass (a file may have thousands of
+        // columns).
+        let next: HashMap<usize, usize> = regions
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.row_group == rg + 1 && by_provider(r))
+            .map(|(at, r)| (r.ordinal, at))
+            .collect();
         chunks
             .iter()
             .filter(|(_, at)| by_provider(&regions[*at]))
-            .filter_map(|(_, at)| {
-                let column = regions[*at].ordinal;
-                regions
-                    .iter()
-                    .position(|r| r.row_group == rg + 1 && r.ordinal == column && by_provider(r))
-            })
+            .filter_map(|(_, at)| next.get(&regions[*at].ordinal).copied())
             .filter(|at| !self.ahead.contains_key(at))
             .collect()
     }
