@@ -2,7 +2,7 @@
 //! file through, its scan metrics, and the serving of requested byte ranges from the
 //! plaintext view.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -194,19 +194,26 @@ impl DecryptingReader {
                 ready.push((*idx, task));
             }
         }
-        let is_ready = |i: usize| ready.iter().any(|(idx, _)| *idx == i);
+        // By request index (flags, not searches: a request may name thousands of columns).
+        let mut from_ahead = vec![false; ranges.len()];
+        for (idx, _) in &ready {
+            from_ahead[*idx] = true;
+        }
         let next = self.plan_ahead(&crypto.regions, &chunks);
         let mut plain_idx = Vec::new();
+        let mut is_plain = vec![false; ranges.len()];
         for (i, r) in ranges.iter().enumerate() {
             if overlapping(&crypto.regions, r).is_empty() {
                 plain_idx.push(i);
+                is_plain[i] = true;
             }
         }
         // Whole regions the requests need, fetched with the plaintext ranges in one call
         // (one coalesced GET per row group on object stores) before decrypting.
         let mut wanted: Vec<Range<u64>> = Vec::new();
+        let mut wanted_set: HashSet<Range<u64>> = HashSet::new();
         for (i, r) in ranges.iter().enumerate() {
-            if plain_idx.contains(&i) || is_ready(i) {
+            if is_plain[i] || from_ahead[i] {
                 continue;
             }
             let hits = overlapping(&crypto.regions, r);
@@ -240,7 +247,7 @@ impl DecryptingReader {
                     _ => (!self.small.contains_key(&j)).then(|| region.range.clone()),
                 };
                 if let Some(f) = fetch
-                    && !wanted.contains(&f)
+                    && wanted_set.insert(f.clone())
                 {
                     wanted.push(f);
                 }
@@ -263,7 +270,7 @@ impl DecryptingReader {
         // them in parallel.
         let mut whole = Vec::with_capacity(chunks.len());
         for (idx, at) in chunks {
-            if !is_ready(idx) {
+            if !from_ahead[idx] {
                 // Owned (not shared), so a released key decrypts it in place.
                 let enc = self.fetch_owned(ranges[idx].clone()).await?;
                 whole.push((idx, at, enc));
