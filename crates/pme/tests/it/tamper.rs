@@ -129,6 +129,21 @@ fn copy(src: &Path, dir: &Path, name: &str) -> PathBuf {
     to
 }
 
+/// A copy of `src` named `name` in `dir` with one bit of module `at` flipped: its first
+/// ciphertext byte (after length and nonce); the footer's, its tag.
+fn flipped(src: &Path, dir: &Path, name: &str, at: &At) -> PathBuf {
+    let f = copy(src, dir, name);
+    let mut b = std::fs::read(&f).unwrap();
+    let pos = if at.kind == ModuleType::Footer {
+        at.range.start + 20
+    } else {
+        at.range.start + 4 + 12
+    };
+    b[pos as usize] ^= 0x01;
+    std::fs::write(&f, b).unwrap();
+    f
+}
+
 /// Reads everything the module could be needed for; the error text.
 async fn read_err(path: &Path, keys: &Keys, kind: ModuleType) -> String {
     let how = Read {
@@ -201,16 +216,7 @@ async fn every_module_type_flipped_is_detected_and_named() {
             assert!(kinds.contains(&ModuleType::DataPage), "{name}");
         }
         for at in picked {
-            let f = copy(&original, tmp.path(), name);
-            let mut b = std::fs::read(&f).unwrap();
-            // The first ciphertext byte (after length and nonce); the footer: its tag.
-            let pos = if at.kind == ModuleType::Footer {
-                at.range.start + 20
-            } else {
-                at.range.start + 4 + 12
-            };
-            b[pos as usize] ^= 0x01;
-            std::fs::write(&f, b).unwrap();
+            let f = flipped(&original, tmp.path(), name, at);
             let e = read_err(&f, &keys, at.kind).await;
             assert_names(&e, &f, at);
             assert!(e.contains("authentication failed"), "{at:?}: {e}");
@@ -377,10 +383,7 @@ async fn a_flipped_page_decrypted_ahead_fails_only_the_read_that_reaches_it() {
         .iter()
         .find(|a| a.kind == ModuleType::DataPage && a.row_group == 1)
         .unwrap();
-    let path = copy(&src, tmp.path(), "flipped.parquet");
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[((at.range.start + at.range.end) / 2) as usize] ^= 1;
-    std::fs::write(&path, bytes).unwrap();
+    let path = flipped(&src, tmp.path(), "flipped.parquet", at);
     let first = Read {
         row_groups: Some(vec![0]),
         ..Default::default()
