@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use clearice_crypto::protocol::{
     self, Access, AccessRequest, AccessResponse, BatchRequest, BatchResponse, DataBatch, ErrorBody,
     ErrorResponse, ValueFormat,
@@ -510,21 +510,21 @@ fn kms_failure(e: clearice_crypto::Error, key_id: &str) -> WrapFailure {
 }
 
 async fn decrypt(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {
-    batch(&service, &headers, &body, false).await
+    batch(&service, &headers, body, false).await
 }
 
 async fn encrypt(State(service): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> Response {
-    batch(&service, &headers, &body, true).await
+    batch(&service, &headers, body, true).await
 }
 
-async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bool) -> Response {
+async fn batch(service: &Service, headers: &HeaderMap, body: Bytes, encrypt: bool) -> Response {
     let operation = if encrypt { "encrypt" } else { "decrypt" };
     // Binary transport (envelope + raw modules) or JSON with base64 values.
     let binary = headers
         .get(axum::http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes() == protocol::BINARY_CONTENT_TYPE.as_bytes());
     let (envelope, payload) = if binary {
-        match protocol::decode_binary(body) {
+        match protocol::decode_binary(&body) {
             Ok((json, payload)) => (json, Some(payload)),
             Err(m) => return error(StatusCode::BAD_REQUEST, "bad_request", m),
         }
@@ -535,6 +535,8 @@ async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bo
         Ok(r) => r,
         Err(e) => return e,
     };
+    // The payload is then the body's only handle: decrypted where it lies.
+    drop((body, envelope));
     let caller = match authenticate(service, headers, &req.access.user_id) {
         Ok(c) => c,
         Err(e) => {
@@ -607,7 +609,7 @@ async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bo
         service.audit(record(None, false)).await;
         return denied(&caller.user, &key_id, access);
     }
-    let result = run(service, &ctx, &req, payload.as_ref(), key, encrypt).await;
+    let result = run(service, &ctx, &req, payload, key, encrypt).await;
     match result {
         Ok(parts) => {
             service.audit(record(None, true)).await;
@@ -634,7 +636,7 @@ async fn batch(service: &Service, headers: &HeaderMap, body: &Bytes, encrypt: bo
                         axum::http::header::CONTENT_TYPE,
                         protocol::BINARY_CONTENT_TYPE,
                     )],
-                    protocol::encode_binary(&answer, parts.iter().map(|p| p.as_ref())),
+                    axum::body::Body::new(protocol::encode_binary(&answer, parts)),
                 )
                     .into_response()
             } else {
@@ -654,7 +656,7 @@ async fn run(
     service: &Service,
     ctx: &CallContext,
     req: &BatchRequest,
-    payload: Option<&Bytes>,
+    payload: Option<Bytes>,
     key: clearice_crypto::KeyRef,
     encrypt: bool,
 ) -> Result<Vec<Bytes>, Response> {
@@ -677,13 +679,24 @@ async fn run(
         "AES_GCM_CTR_V1" => Algorithm::AesGcmCtrV1,
         other => return Err(bad(format!("unknown algorithm '{other}'"))),
     };
-    let bodies = match payload {
-        Some(p) => protocol::unframe_raw(p, req.modules.len()).map_err(bad)?,
-        None => protocol::unframe(&data.value, req.modules.len())
-            .map_err(bad)?
-            .into_iter()
-            .map(Bytes::from)
-            .collect(),
+    let n = req.modules.len();
+    // A binary decrypt is decrypted in the request's own buffer (copied once only when
+    // hyper handed the body over in a buffer it shares).
+    let (bodies, mut in_place) = match payload {
+        Some(p) if !encrypt => {
+            let ranges = protocol::frame_ranges(&p, n).map_err(bad)?;
+            let buf = p.try_into_mut().unwrap_or_else(|p| BytesMut::from(&p[..]));
+            (vec![Bytes::new(); n], Some((buf, ranges)))
+        }
+        Some(p) => (protocol::unframe_raw(&p, n).map_err(bad)?, None),
+        None => (
+            protocol::unframe(&data.value, n)
+                .map_err(bad)?
+                .into_iter()
+                .map(Bytes::from)
+                .collect(),
+            None,
+        ),
     };
     let mut modules = Vec::with_capacity(bodies.len());
     for (i, (info, body)) in req.modules.iter().zip(bodies).enumerate() {
@@ -719,7 +732,13 @@ async fn run(
     // async workers.
     let out = tokio::task::block_in_place(|| {
         tokio::runtime::Handle::current().block_on(async {
-            if encrypt {
+            if let Some((buf, ranges)) = in_place.as_mut() {
+                let plain = (service.provider)
+                    .decrypt_in_place(ctx, &batch, buf, ranges)
+                    .await?;
+                let buf = std::mem::take(buf).freeze();
+                Ok(plain.into_iter().map(|r| buf.slice(r)).collect())
+            } else if encrypt {
                 let bodies = service.provider.encrypt(ctx, batch).await?;
                 Ok(bodies.into_iter().map(Bytes::from).collect())
             } else {

@@ -2,11 +2,12 @@
 //! KMS (key-tools material, external side files, explicit keys) through [`KeyResolver`].
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::aes::random_nonce;
+use crate::aes::{NONCE_LEN, random_nonce};
 use crate::modules::{ModuleCipher, ModuleError, ModulePosition};
 use crate::provider::{
     CallContext, CryptoProvider, KeyAccess, KeyRef, Module, ModuleBatch, ProviderError,
@@ -154,6 +155,46 @@ impl CryptoProvider for LocalProvider {
 }
 
 impl LocalProvider {
+    /// Decrypts the batch's modules where they lie in `buf`: module `i`'s body
+    /// (`nonce || ciphertext [|| tag]`) is `buf[bodies[i]]` (its `data` is not read).
+    /// Returns each plaintext's range in `buf`, where its ciphertext was. No other buffer:
+    /// the crypto service decrypts a request's modules in the request's own buffer.
+    pub async fn decrypt_in_place(
+        &self,
+        ctx: &CallContext,
+        batch: &ModuleBatch,
+        buf: &mut [u8],
+        bodies: &[Range<usize>],
+    ) -> Result<Vec<Range<usize>>, ProviderError> {
+        debug_assert_eq!(batch.modules.len(), bodies.len(), "one body per module");
+        let cipher = self.cipher(ctx, batch).await?;
+        let kinds = batch.modules.iter().zip(bodies).enumerate();
+        kinds
+            .map(|(index, (m, body))| {
+                let at = body.start + NONCE_LEN;
+                let kind = m.position.kind;
+                cipher
+                    .decrypt_within(batch.algorithm, kind, &m.aad, buf, body.clone(), at)
+                    .map(|n| at..at + n)
+                    .map_err(|error| invalid(index, m.position, error))
+            })
+            .collect()
+    }
+
+    /// The cipher of the batch's key; a key that is not one is `Invalid` at module 0.
+    async fn cipher(
+        &self,
+        ctx: &CallContext,
+        batch: &ModuleBatch,
+    ) -> Result<ModuleCipher, ProviderError> {
+        let key = self.key(ctx, &batch.key).await?;
+        let first = batch
+            .modules
+            .first()
+            .map_or_else(ModulePosition::footer, |m| m.position);
+        ModuleCipher::new(key.expose()).map_err(|e| invalid(0, first, e))
+    }
+
     /// Runs `f` on every module of the batch with the batch key's cipher; a failure is
     /// `Invalid`, with the module's index and position.
     async fn each_module(
@@ -162,22 +203,20 @@ impl LocalProvider {
         batch: &ModuleBatch,
         f: impl Fn(&ModuleCipher, &Module) -> Result<Vec<u8>, ModuleError>,
     ) -> Result<Vec<Vec<u8>>, ProviderError> {
-        let key = self.key(ctx, &batch.key).await?;
-        let invalid = |index: usize, position, error| ProviderError::Invalid {
-            index,
-            position,
-            error,
-        };
-        let first = batch
-            .modules
-            .first()
-            .map_or_else(ModulePosition::footer, |m| m.position);
-        let cipher = ModuleCipher::new(key.expose()).map_err(|e| invalid(0, first, e))?;
+        let cipher = self.cipher(ctx, batch).await?;
         batch
             .modules
             .iter()
             .enumerate()
             .map(|(index, m)| f(&cipher, m).map_err(|e| invalid(index, m.position, e)))
             .collect()
+    }
+}
+
+fn invalid(index: usize, position: ModulePosition, error: ModuleError) -> ProviderError {
+    ProviderError::Invalid {
+        index,
+        position,
+        error,
     }
 }

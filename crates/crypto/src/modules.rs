@@ -320,8 +320,9 @@ impl ModuleCipher {
     }
 
     /// Decrypts the module body at `buf[body]` (`nonce || ciphertext [|| tag]`) into
-    /// `buf[dst..]`, `dst <= body.start`, without another buffer; returns the plaintext
-    /// length. Bytes between the plaintext's end and `body.end` are left unspecified.
+    /// `buf[dst..]`, at most where the ciphertext starts (`dst <= body.start + 12`; there,
+    /// in place), without another buffer; returns the plaintext length. Bytes between the
+    /// plaintext's end and `body.end` are left unspecified.
     pub fn decrypt_within(
         &self,
         algorithm: Algorithm,
@@ -338,16 +339,22 @@ impl ModuleCipher {
         };
         let ctr = algorithm.is_ctr(kind);
         let min = if ctr { NONCE_LEN } else { NONCE_LEN + TAG_LEN };
-        if body.len() < min || dst > body.start || body.end > buf.len() {
+        if body.len() < min || dst > body.start + NONCE_LEN || body.end > buf.len() {
             return Err(ModuleError::Truncated);
         }
         let nonce: [u8; NONCE_LEN] = buf[body.start..body.start + NONCE_LEN]
             .try_into()
             .expect("12 bytes");
         let ct = body.start + NONCE_LEN..body.end;
+        // In place (`dst` at the ciphertext), nothing moves.
+        let shift = |buf: &mut [u8], from: std::ops::Range<usize>| {
+            if from.start != dst {
+                buf.copy_within(from, dst);
+            }
+        };
         if ctr {
             let n = ct.len();
-            buf.copy_within(ct, dst);
+            shift(buf, ct);
             self.ctr(&nonce, &mut buf[dst..dst + n]);
             return Ok(counted(n));
         }
@@ -365,7 +372,7 @@ impl ModuleCipher {
                 let n = ct.len() - TAG_LEN;
                 let tag: [u8; TAG_LEN] =
                     buf[ct.end - TAG_LEN..ct.end].try_into().expect("16 bytes");
-                buf.copy_within(ct.start..ct.start + n, dst);
+                shift(buf, ct.start..ct.start + n);
                 c.decrypt_in_place_detached(
                     Nonce::from_slice(&nonce),
                     aad,
@@ -523,6 +530,23 @@ mod tests {
                     )
                     .unwrap();
                 assert_eq!(&buf[..n + m], b"firstsecond!");
+                // Where the ciphertext lies (the crypto service's request buffer); no
+                // further, where it would overwrite the ciphertext before reading it.
+                let mut buf = [a.clone(), b.clone()].concat();
+                let at = a.len() + NONCE_LEN;
+                let body = a.len()..a.len() + b.len();
+                let m = c
+                    .decrypt_within(alg, ModuleType::DataPage, b"b", &mut buf, body.clone(), at)
+                    .unwrap();
+                assert_eq!(
+                    (&buf[..a.len()], &buf[at..at + m]),
+                    (&a[..], &b"second!"[..])
+                );
+                let mut buf = [a.clone(), b.clone()].concat();
+                assert_eq!(
+                    c.decrypt_within(alg, ModuleType::DataPage, b"b", &mut buf, body, at + 1),
+                    Err(ModuleError::Truncated)
+                );
                 if alg == Algorithm::AesGcmV1 {
                     let mut bad = b.clone();
                     assert_eq!(

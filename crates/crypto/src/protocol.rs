@@ -32,10 +32,14 @@
 //! Decryption values are module bodies (`nonce || ciphertext [|| tag]`); encryption
 //! values are plaintexts, and the answer holds bodies. Key bytes never cross the wire.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// `value_format.format` of a batch of PME modules.
@@ -296,29 +300,93 @@ pub const BINARY_CONTENT_TYPE: &str = "application/vnd.clearice.pme-modules";
 
 const BINARY_MAGIC: &[u8; 4] = b"CIM1";
 
-/// A binary-transport body: `envelope` and the framed `modules`.
-pub fn encode_binary<'a, T: Serialize, M>(envelope: &T, modules: M) -> Vec<u8>
-where
-    M: IntoIterator<Item = &'a [u8]>,
-    M::IntoIter: Clone,
-{
+/// A binary-transport body: `envelope` and the framed `modules`. The modules are not
+/// copied into one buffer: the body is sent as a list of buffers (one with the magic, the
+/// envelope and every module's length, sliced; each module as it is).
+pub fn encode_binary<T: Serialize>(
+    envelope: &T,
+    modules: impl IntoIterator<Item = Bytes>,
+) -> WireBody {
     let json = serde_json::to_vec(envelope).expect("protocol types serialize");
-    let modules = modules.into_iter();
-    // Sized once: growing the buffer copied every module again.
-    let payload: usize = modules.clone().map(|m| 4 + m.len()).sum();
-    let mut out = Vec::with_capacity(8 + json.len() + payload);
-    out.extend_from_slice(BINARY_MAGIC);
-    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
-    out.extend_from_slice(&json);
-    for m in modules {
-        out.extend_from_slice(&(m.len() as u32).to_le_bytes());
-        out.extend_from_slice(m);
+    let modules: Vec<Bytes> = modules.into_iter().collect();
+    let mut head = Vec::with_capacity(8 + json.len() + 4 * modules.len());
+    head.extend_from_slice(BINARY_MAGIC);
+    head.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    head.extend_from_slice(&json);
+    for m in &modules {
+        head.extend_from_slice(&(m.len() as u32).to_le_bytes());
     }
-    out
+    let head = Bytes::from(head);
+    let lengths = 8 + json.len();
+    let mut parts = VecDeque::with_capacity(1 + 2 * modules.len());
+    parts.push_back(head.slice(..lengths));
+    for (i, m) in modules.into_iter().enumerate() {
+        let at = lengths + 4 * i;
+        parts.push_back(head.slice(at..at + 4));
+        if !m.is_empty() {
+            parts.push_back(m);
+        }
+    }
+    WireBody::from_parts(parts)
+}
+
+/// An HTTP body held as a list of buffers, each sent as it is (hyper writes them with
+/// vectored writes): a request or an answer of the remote protocol. Its length is known,
+/// so it goes with `Content-Length`; cloning it clones the buffers' handles, not bytes.
+#[derive(Clone, Default)]
+pub struct WireBody {
+    parts: VecDeque<Bytes>,
+    remaining: u64,
+}
+
+impl WireBody {
+    fn from_parts(parts: VecDeque<Bytes>) -> Self {
+        let remaining = parts.iter().map(|p| p.len() as u64).sum();
+        Self { parts, remaining }
+    }
+
+    /// Its bytes in one buffer (tests, and callers that need them contiguous).
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = Vec::with_capacity(self.remaining as usize);
+        for p in &self.parts {
+            out.extend_from_slice(p);
+        }
+        Bytes::from(out)
+    }
+}
+
+impl From<Bytes> for WireBody {
+    fn from(b: Bytes) -> Self {
+        Self::from_parts(std::iter::once(b).filter(|b| !b.is_empty()).collect())
+    }
+}
+
+impl http_body::Body for WireBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.parts.pop_front();
+        if let Some(p) = &next {
+            self.remaining -= p.len() as u64;
+        }
+        Poll::Ready(next.map(|p| Ok(http_body::Frame::data(p))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.remaining)
+    }
 }
 
 /// Splits a binary-transport body into its envelope JSON and its module payload.
-pub fn decode_binary(body: &bytes::Bytes) -> Result<(bytes::Bytes, bytes::Bytes), String> {
+pub fn decode_binary(body: &Bytes) -> Result<(Bytes, Bytes), String> {
     if body.len() < 8 || &body[..4] != BINARY_MAGIC {
         return Err("not a CIM1 binary body".into());
     }
@@ -330,7 +398,15 @@ pub fn decode_binary(body: &bytes::Bytes) -> Result<(bytes::Bytes, bytes::Bytes)
 }
 
 /// Splits a raw framed payload into `expected` modules (slices of `payload`, no copy).
-pub fn unframe_raw(payload: &bytes::Bytes, expected: usize) -> Result<Vec<bytes::Bytes>, String> {
+pub fn unframe_raw(payload: &Bytes, expected: usize) -> Result<Vec<Bytes>, String> {
+    Ok(frame_ranges(payload, expected)?
+        .into_iter()
+        .map(|r| payload.slice(r))
+        .collect())
+}
+
+/// Where each of the `expected` modules of a raw framed payload lies in it.
+pub fn frame_ranges(payload: &[u8], expected: usize) -> Result<Vec<Range<usize>>, String> {
     let mut out = Vec::with_capacity(expected);
     let mut pos = 0;
     while pos < payload.len() {
@@ -338,10 +414,10 @@ pub fn unframe_raw(payload: &bytes::Bytes, expected: usize) -> Result<Vec<bytes:
             .get(pos..pos + 4)
             .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
             .ok_or("truncated module length")?;
-        if payload.len() < pos + 4 + len {
+        if payload.len() - pos - 4 < len {
             return Err(format!("module {} is truncated", out.len()));
         }
-        out.push(payload.slice(pos + 4..pos + 4 + len));
+        out.push(pos + 4..pos + 4 + len);
         pos += 4 + len;
     }
     if out.len() != expected {
@@ -401,14 +477,15 @@ mod tests {
             key_ids: vec!["k".into()],
             ..Default::default()
         };
-        let body = bytes::Bytes::from(encode_binary(&req, [b"ab".as_slice(), b"cde".as_slice()]));
+        let modules = [&b"ab"[..], b"", b"cde"].map(Bytes::from_static);
+        let body = encode_binary(&req, modules).to_bytes();
         let (json, payload) = decode_binary(&body).unwrap();
         let back: AccessRequest = serde_json::from_slice(&json).unwrap();
         assert_eq!(back.key_ids, vec!["k".to_owned()]);
-        let mods = unframe_raw(&payload, 2).unwrap();
-        assert_eq!((&mods[0][..], &mods[1][..]), (&b"ab"[..], &b"cde"[..]));
-        assert!(unframe_raw(&payload, 3).is_err());
-        assert!(decode_binary(&bytes::Bytes::from_static(b"CIM1\xff\0\0\0")).is_err());
+        let mods = unframe_raw(&payload, 3).unwrap();
+        assert_eq!(mods, [&b"ab"[..], b"", b"cde"]);
+        assert!(unframe_raw(&payload, 2).is_err());
+        assert!(decode_binary(&Bytes::from_static(b"CIM1\xff\0\0\0")).is_err());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::modules::{ModuleError, ModulePosition};
 use crate::protocol::{
     self, Access, AccessRequest, AccessResponse, BatchRequest, ColumnReference, DataBatch,
-    EncryptionRef, ErrorResponse, ModuleInfo, ValueFormat,
+    EncryptionRef, ErrorResponse, ModuleInfo, ValueFormat, WireBody,
 };
 use crate::provider::{
     AccessToken, CallContext, CryptoProvider, KeyAccess, KeyRef, ModuleBatch, NewDataKey,
@@ -260,9 +260,9 @@ impl RemoteProvider {
         idempotent: bool,
         key_id: &str,
     ) -> Result<R, ProviderError> {
-        let body = Bytes::from(
+        let body = WireBody::from(Bytes::from(
             serde_json::to_vec(body).map_err(|e| self.unavailable(format!("request: {e}")))?,
-        );
+        ));
         let answer = self
             .post_raw(ctx, path, "application/json", body, idempotent, key_id)
             .await?;
@@ -282,7 +282,7 @@ impl RemoteProvider {
         ctx: &CallContext,
         path: &str,
         content_type: &str,
-        body: Bytes,
+        body: WireBody,
         idempotent: bool,
         key_id: &str,
     ) -> Result<Bytes, ProviderError> {
@@ -300,7 +300,7 @@ impl RemoteProvider {
         ctx: &CallContext,
         path: &str,
         content_type: &str,
-        body: Bytes,
+        body: WireBody,
         idempotent: bool,
         key_id: &str,
     ) -> Result<Bytes, ProviderError> {
@@ -327,7 +327,7 @@ impl RemoteProvider {
                 .client
                 .post(&url)
                 .header(reqwest::header::CONTENT_TYPE, content_type)
-                .body(body.clone());
+                .body(reqwest::Body::wrap(body.clone()));
             if let Some(t) = &bearer {
                 req = req.bearer_auth(t.expose());
             }
@@ -491,10 +491,10 @@ impl RemoteProvider {
             let req = self.request(ctx, &batch, range.clone(), encrypt);
             let batch = &batch;
             async move {
-                let body = Bytes::from(protocol::encode_binary(
+                let body = protocol::encode_binary(
                     &req,
-                    batch.modules[range.clone()].iter().map(|m| m.data.as_ref()),
-                ));
+                    batch.modules[range.clone()].iter().map(|m| m.data.clone()),
+                );
                 let answer = self
                     .post_raw(
                         ctx,

@@ -38,6 +38,11 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // An answer goes out as several writes (a body of many buffers): without this,
+        // Nagle holds its last small write until the client's delayed ACK (40 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY not set: {e}");
+        }
         let svc = TowerToHyperService::new(app.clone());
         let builder = builder.clone();
         match &tls {
