@@ -168,8 +168,8 @@ impl LocalProvider {
     ) -> Result<Vec<Range<usize>>, ProviderError> {
         debug_assert_eq!(batch.modules.len(), bodies.len(), "one body per module");
         let cipher = self.cipher(ctx, batch).await?;
-        let kinds = batch.modules.iter().zip(bodies).enumerate();
-        kinds
+        let modules = batch.modules.iter().zip(bodies).enumerate();
+        modules
             .map(|(index, (m, body))| {
                 let at = body.start + NONCE_LEN;
                 let kind = m.position.kind;

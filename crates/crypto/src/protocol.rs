@@ -345,8 +345,9 @@ impl WireBody {
         Self { parts, remaining }
     }
 
-    /// Its bytes in one buffer (tests, and callers that need them contiguous).
-    pub fn to_bytes(&self) -> Bytes {
+    /// Its bytes in one buffer, as they go on the wire.
+    #[cfg(test)]
+    fn to_bytes(&self) -> Bytes {
         let mut out = Vec::with_capacity(self.remaining as usize);
         for p in &self.parts {
             out.extend_from_slice(p);
@@ -444,27 +445,10 @@ pub fn unframe(value: &str, expected: usize) -> Result<Vec<Vec<u8>>, String> {
     let bytes = BASE64_STANDARD
         .decode(value)
         .map_err(|_| "value is not base64".to_owned())?;
-    let mut out = Vec::with_capacity(expected);
-    let mut rest = bytes.as_slice();
-    while !rest.is_empty() {
-        if rest.len() < 4 {
-            return Err("truncated module length".into());
-        }
-        let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-        rest = &rest[4..];
-        if rest.len() < len {
-            return Err(format!("module {} is truncated", out.len()));
-        }
-        out.push(rest[..len].to_vec());
-        rest = &rest[len..];
-    }
-    if out.len() != expected {
-        return Err(format!(
-            "value holds {} modules, {expected} described",
-            out.len()
-        ));
-    }
-    Ok(out)
+    Ok(frame_ranges(&bytes, expected)?
+        .into_iter()
+        .map(|r| bytes[r].to_vec())
+        .collect())
 }
 
 #[cfg(test)]
