@@ -29,6 +29,7 @@ mod audit;
 mod check;
 mod columns;
 mod config;
+mod dynamic_rows;
 mod error;
 mod executor;
 mod guard;
@@ -38,6 +39,7 @@ mod rotate;
 mod route;
 mod session;
 
+pub use dynamic_rows::{ClearIceOptions, DynamicFilterExec, RowLevelDynamicFilters};
 use local::LocalParts;
 
 use std::collections::HashMap;
@@ -588,7 +590,9 @@ impl Engine {
         let config = match stock {
             Some(config) => config,
             None => {
-                let mut config = SessionConfig::new().with_information_schema(true);
+                let mut config = SessionConfig::new()
+                    .with_information_schema(true)
+                    .with_option_extension(ClearIceOptions::default());
                 if confined && let Some(n) = limits.query_parallelism {
                     config = config.with_target_partitions(n.max(1));
                 }
@@ -685,6 +689,11 @@ impl Engine {
         }
         if confined {
             rules = rules.with_physical_optimizer_rule(Arc::new(clearice_access::fair::FairJoins));
+        }
+        // Not for distributed plans (workers get the scan's dynamic filters as they are),
+        // nor for stock sessions (DataFusion's own plans, as its sqllogictest files expect).
+        if self.coordinator.is_none() && !stock_session {
+            rules = rules.with_physical_optimizer_rule(Arc::new(RowLevelDynamicFilters));
         }
         state = rules.build();
         if let Some(c) = &self.coordinator {

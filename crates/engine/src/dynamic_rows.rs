@@ -1,0 +1,442 @@
+//! Join and TopK dynamic filters applied to the rows a scan reads, not only to its
+//! statistics.
+//!
+//! DataFusion 53 pushes the filter a hash join derives from its build side (and a TopK
+//! from its heap) into the Parquet scan of the probe side. With `pushdown_filters` off
+//! (ClearIce's default: row-level evaluation of static predicates inside the Parquet
+//! reader measured slower, see `build_session`), the scan uses such a filter only to skip
+//! files and row groups by their statistics: every row of a row group whose key range
+//! overlaps the build side still flows up to the join, through whatever sits between.
+//! TPC-H q17 aggregates all 6M `lineitem` rows into 200k parts before a join keeps the
+//! 0.1 % of parts the query asks for.
+//!
+//! [`RowLevelDynamicFilters`] puts a [`DynamicFilterExec`] of a scan's dynamic filters
+//! over the scan, or over the `FilterExec` of static predicates right above it (which
+//! then runs first, so the dynamic filters see only its rows). Rows the join would drop
+//! are dropped before the aggregates, repartitions and sorts on the way. A filter found to
+//! pass nearly every row is switched off for the rest of the stream, so a join that keeps
+//! most of its probe side pays for a sample only. Static predicates are left where
+//! DataFusion put them. `SET clearice.row_level_dynamic_filters = false` turns it off per
+//! session.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::common::config::{ConfigExtension, ConfigOptions};
+use datafusion::common::extensions_options;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::physical_plan::{FileSource, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_expr::utils::{conjunction_opt, reassign_expr_columns};
+use datafusion::physical_expr::{PhysicalExpr, split_conjunction};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::FutureExt;
+
+use clearice_iceberg::exec::map_batches;
+
+/// Rows a complete filter is sampled on before it may be switched off.
+const SAMPLE_ROWS: usize = 1 << 16;
+
+extensions_options! {
+    /// ClearIce's own session options (`SET clearice.<name> = <value>`).
+    pub struct ClearIceOptions {
+        /// Evaluate the dynamic filters of hash joins and TopK on the rows of the scans
+        /// they reach ([`DynamicFilterExec`]), not only on file and row-group statistics.
+        /// Has no effect with `datafusion.execution.parquet.pushdown_filters` on: the
+        /// Parquet reader then evaluates them itself.
+        pub row_level_dynamic_filters: bool, default = true
+    }
+}
+
+impl ConfigExtension for ClearIceOptions {
+    const PREFIX: &'static str = "clearice";
+}
+
+/// Drops the rows of its input that fail dynamic filters (each evaluated as it is when
+/// the batch arrives). Once every filter is complete (a hash join's build side is) and
+/// [`SAMPLE_ROWS`] rows have shown that at least 9 in 10 pass, it passes the rest of its
+/// stream through unfiltered: the join above drops them anyway.
+#[derive(Debug)]
+pub struct DynamicFilterExec {
+    predicate: Arc<dyn PhysicalExpr>,
+    input: Arc<dyn ExecutionPlan>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl DynamicFilterExec {
+    /// `input` filtered by `predicate`, a conjunction of dynamic filters over its schema.
+    pub fn new(predicate: Arc<dyn PhysicalExpr>, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self {
+            predicate,
+            input,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+}
+
+impl DisplayAs for DynamicFilterExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DynamicFilterExec: {}", self.predicate)
+    }
+}
+
+impl ExecutionPlan for DynamicFilterExec {
+    fn name(&self) -> &str {
+        "DynamicFilterExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn partition_statistics(
+        &self,
+        partition: Option<usize>,
+    ) -> Result<datafusion::common::Statistics> {
+        // Planned after every statistics-driven decision; the input's bound holds.
+        self.input.partition_statistics(partition)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Self::new(
+            Arc::clone(&self.predicate),
+            children.swap_remove(0),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let schema = input.schema();
+        let mut filter = Sampled {
+            predicate: Arc::clone(&self.predicate),
+            filters: split_conjunction(&self.predicate)
+                .into_iter()
+                .map(Arc::clone)
+                .collect(),
+            seen: 0,
+            passed: 0,
+            off: false,
+            baseline: BaselineMetrics::new(&self.metrics, partition),
+            unfiltered: MetricBuilder::new(&self.metrics).counter("unfiltered_rows", partition),
+        };
+        Ok(map_batches(input, schema, move |batch| filter.apply(batch)))
+    }
+}
+
+/// One partition's filtering state.
+struct Sampled {
+    predicate: Arc<dyn PhysicalExpr>,
+    filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// Rows seen and passed since every filter became complete.
+    seen: usize,
+    passed: usize,
+    /// Switched off: batches pass as they are.
+    off: bool,
+    baseline: BaselineMetrics,
+    /// Rows passed through after the filter was switched off.
+    unfiltered: Count,
+}
+
+impl Sampled {
+    fn apply(&mut self, batch: RecordBatch) -> Result<RecordBatch> {
+        if self.off {
+            self.unfiltered.add(batch.num_rows());
+            self.baseline.record_output(batch.num_rows());
+            return Ok(batch);
+        }
+        let _timer = self.baseline.elapsed_compute().timer();
+        let mask = self
+            .predicate
+            .evaluate(&batch)?
+            .into_array(batch.num_rows())?;
+        let mask = mask.as_boolean_opt().ok_or_else(|| {
+            datafusion::error::DataFusionError::Internal(format!(
+                "dynamic filter gave {}, not booleans",
+                mask.data_type()
+            ))
+        })?;
+        let passed = mask.true_count();
+        // A filter still being tightened (a TopK's) is never switched off.
+        let complete = self.filters.iter().all(|f| {
+            f.as_any()
+                .downcast_ref::<DynamicFilterPhysicalExpr>()
+                .is_some_and(|d| d.wait_complete().now_or_never().is_some())
+        });
+        if complete {
+            self.seen += batch.num_rows();
+            self.passed += passed;
+            self.off = self.seen >= SAMPLE_ROWS && self.passed * 10 >= self.seen * 9;
+        }
+        let out = if passed == batch.num_rows() {
+            batch
+        } else {
+            filter_record_batch(&batch, mask)?
+        };
+        self.baseline.record_output(out.num_rows());
+        Ok(out)
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct RowLevelDynamicFilters;
+
+impl RowLevelDynamicFilters {
+    /// The dynamic filters of `plan`'s scan (in the table's columns), if it is a Parquet
+    /// scan that prunes with them only.
+    fn dynamic_filters(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
+        let scan = plan.as_any().downcast_ref::<DataSourceExec>()?;
+        let (_, source) = scan.downcast_to_file_source::<ParquetSource>()?;
+        if source.table_parquet_options().global.pushdown_filters {
+            return None;
+        }
+        let filter = source.filter()?;
+        let dynamic: Vec<_> = split_conjunction(&filter)
+            .into_iter()
+            .filter(|e| e.as_any().is::<DynamicFilterPhysicalExpr>())
+            .map(Arc::clone)
+            .collect();
+        (!dynamic.is_empty()).then_some(dynamic)
+    }
+
+    /// `plan` under a [`DynamicFilterExec`] of the `dynamic` filters over its output, if
+    /// all of them read columns it outputs.
+    fn over(
+        dynamic: &[Arc<dyn PhysicalExpr>],
+        plan: &Arc<dyn ExecutionPlan>,
+    ) -> Option<Arc<dyn ExecutionPlan>> {
+        let schema = plan.schema();
+        let remapped = dynamic
+            .iter()
+            .map(|e| reassign_expr_columns(Arc::clone(e), &schema).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let predicate = conjunction_opt(remapped)?;
+        Some(Arc::new(DynamicFilterExec::new(
+            predicate,
+            Arc::clone(plan),
+        )))
+    }
+
+    fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+        let done = |p| Ok(Transformed::new(p, true, TreeNodeRecursion::Jump));
+        // Over the scan's static filter if the columns are still there, else under it.
+        if let Some(filter) = plan.as_any().downcast_ref::<FilterExec>()
+            && let Some(dynamic) = Self::dynamic_filters(filter.input())
+        {
+            if let Some(p) = Self::over(&dynamic, &plan) {
+                return done(p);
+            }
+            if let Some(scan) = Self::over(&dynamic, filter.input()) {
+                return done(Arc::clone(&plan).with_new_children(vec![scan])?);
+            }
+            return Ok(Transformed::new(plan, false, TreeNodeRecursion::Jump));
+        }
+        if let Some(dynamic) = Self::dynamic_filters(&plan)
+            && let Some(p) = Self::over(&dynamic, &plan)
+        {
+            return done(p);
+        }
+        Ok(Transformed::no(plan))
+    }
+}
+
+impl PhysicalOptimizerRule for RowLevelDynamicFilters {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let on = config
+            .extensions
+            .get::<ClearIceOptions>()
+            .is_none_or(|o| o.row_level_dynamic_filters);
+        if !on || config.execution.parquet.pushdown_filters {
+            return Ok(plan);
+        }
+        plan.transform_down(Self::rewrite).data()
+    }
+
+    fn name(&self) -> &str {
+        "row_level_dynamic_filters"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{AsArray, RecordBatch};
+    use datafusion::arrow::datatypes::Int64Type;
+    use datafusion::execution::session_state::SessionStateBuilder;
+    use datafusion::physical_plan::collect;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    /// A session with the rule, and three Parquet tables: `big` (300,000 rows, each key of
+    /// 0..100,000 three times, scattered over one row group, so statistics prune nothing),
+    /// `small` (3 keys) and `dim` (every key once).
+    async fn session(dir: &std::path::Path) -> Result<SessionContext> {
+        let config = SessionConfig::new()
+            .with_target_partitions(2)
+            .with_option_extension(ClearIceOptions::default());
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(RowLevelDynamicFilters))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let d = dir.display();
+        for (name, query) in [
+            (
+                "big",
+                "SELECT (value * 7919) % 100000 AS k, value AS v FROM generate_series(0, 299999)",
+            ),
+            (
+                "small",
+                "SELECT * FROM (VALUES (5), (50000), (99999)) AS t(k)",
+            ),
+            ("dim", "SELECT value AS k FROM generate_series(0, 99999)"),
+        ] {
+            ctx.sql(&format!(
+                "COPY ({query}) TO '{d}/{name}.parquet' STORED AS PARQUET"
+            ))
+            .await?
+            .collect()
+            .await?;
+            ctx.register_parquet(name, format!("{d}/{name}.parquet"), Default::default())
+                .await?;
+        }
+        Ok(ctx)
+    }
+
+    /// Rows out of each `DynamicFilterExec`, and rows it let through unfiltered.
+    fn filtered(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, usize)> {
+        let mut rows = Vec::new();
+        if plan.as_any().is::<DynamicFilterExec>() {
+            let m = plan.metrics().expect("metrics");
+            let unfiltered = m.sum_by_name("unfiltered_rows").map_or(0, |v| v.as_usize());
+            rows.push((m.output_rows().unwrap_or(0), unfiltered));
+        }
+        for child in plan.children() {
+            rows.extend(filtered(child));
+        }
+        rows
+    }
+
+    /// `sql`'s rows (two BIGINT columns) and what the dynamic filters did.
+    async fn run(
+        ctx: &SessionContext,
+        sql: &str,
+    ) -> Result<(Vec<(i64, i64)>, Vec<(usize, usize)>)> {
+        let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+        let batches: Vec<RecordBatch> = collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+        let rows = batches
+            .iter()
+            .flat_map(|b| {
+                let a = b.column(0).as_primitive::<Int64Type>();
+                let c = b.column(1).as_primitive::<Int64Type>();
+                (0..b.num_rows())
+                    .map(|i| (a.value(i), c.value(i)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Ok((rows, filtered(&plan)))
+    }
+
+    async fn set(ctx: &SessionContext, name: &str, value: bool) -> Result<()> {
+        ctx.sql(&format!("SET {name} = {value}"))
+            .await?
+            .collect()
+            .await?;
+        Ok(())
+    }
+
+    const SELECTIVE: &str =
+        "SELECT b.k, b.v FROM small s JOIN big b ON s.k = b.k ORDER BY b.k, b.v";
+
+    #[tokio::test]
+    async fn a_joins_dynamic_filter_drops_probe_rows_over_the_scan() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let ctx = session(dir.path()).await?;
+        let expected: Vec<(i64, i64)> = (0..300_000i64)
+            .map(|v| (v * 7919 % 100_000, v))
+            .filter(|(k, _)| [5, 50_000, 99_999].contains(k))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(expected.len(), 9);
+
+        // One filter over `big`'s scan, passing only the 9 rows the join keeps.
+        assert_eq!(
+            run(&ctx, SELECTIVE).await?,
+            (expected.clone(), vec![(9, 0)])
+        );
+
+        // Off: the same answer, no filter over the scan (the join drops the rows).
+        set(&ctx, "clearice.row_level_dynamic_filters", false).await?;
+        assert_eq!(run(&ctx, SELECTIVE).await?, (expected.clone(), vec![]));
+
+        // With the Parquet reader's own row filters, the scan applies them itself.
+        set(&ctx, "clearice.row_level_dynamic_filters", true).await?;
+        set(&ctx, "datafusion.execution.parquet.pushdown_filters", true).await?;
+        assert_eq!(run(&ctx, SELECTIVE).await?, (expected, vec![]));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_filter_that_keeps_nearly_every_row_is_switched_off_after_a_sample() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let ctx = session(dir.path()).await?;
+        let (rows, filters) = run(
+            &ctx,
+            "SELECT count(*), sum(b.v) FROM dim d JOIN big b ON d.k = b.k",
+        )
+        .await?;
+        assert_eq!(rows, vec![(300_000, (0..300_000i64).sum())]);
+        // Every row passed; after the sample, most passed unfiltered.
+        let [(out, unfiltered)] = filters[..] else {
+            panic!("one dynamic filter expected: {filters:?}");
+        };
+        assert_eq!(out, 300_000);
+        assert!(
+            unfiltered > 0 && unfiltered <= 300_000 - SAMPLE_ROWS,
+            "{unfiltered} rows unfiltered"
+        );
+        Ok(())
+    }
+}
