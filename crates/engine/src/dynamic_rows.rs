@@ -64,7 +64,7 @@ impl ConfigExtension for ClearIceOptions {
 
 /// Drops the rows of its input that fail dynamic filters (each evaluated as it is when
 /// the batch arrives). Once every filter is complete (a hash join's build side is) and
-/// [`SAMPLE_ROWS`] rows have shown that at least 9 in 10 pass, it passes the rest of its
+/// 64 Ki rows (`SAMPLE_ROWS`) have shown that at least 9 in 10 pass, it passes the rest of its
 /// stream through unfiltered: the join above drops them anyway.
 #[derive(Debug)]
 pub struct DynamicFilterExec {

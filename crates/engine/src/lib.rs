@@ -600,7 +600,8 @@ impl Engine {
                 // benches/compare, late materialization lost on a 1 % filter on a scattered
                 // column (+9-30 %) and on a join's dynamic filter (+12-20 %), and won only on
                 // TopK (-25 %). `SET datafusion.execution.parquet.pushdown_filters = true`
-                // turns it on per session.
+                // turns it on per session. Join and TopK dynamic filters are applied to
+                // rows above the scan instead (`RowLevelDynamicFilters`).
                 let optimizer = &mut config.options_mut().optimizer;
                 optimizer.hash_join_single_partition_threshold = HASH_JOIN_COLLECT_BYTES;
                 optimizer.hash_join_single_partition_threshold_rows = HASH_JOIN_COLLECT_ROWS;
