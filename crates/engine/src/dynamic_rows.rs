@@ -18,24 +18,39 @@
 //! most of its probe side pays for a sample only. Static predicates are left where
 //! DataFusion put them. `SET clearice.row_level_dynamic_filters = false` turns it off per
 //! session.
+//!
+//! Wrong rows are worse than a slow query:
+//! - a filter is bound to the scan's output by position, and only to table columns the
+//!   scan outputs as they are (a projection may compute or rename: `k + 1 AS k`);
+//! - two of DataFusion 53.1's dynamic filters are wrong for some rows, and were so for
+//!   pruning already: a `min`/`max` aggregate's (built from some of the aggregates only,
+//!   apache/datafusion#24816) is off in ClearIce's sessions ([`dynamic_filter_defaults`]),
+//!   and plans with one get no row-level filters; a hash join's on `IS NOT DISTINCT FROM`
+//!   keys (NULL keys fail it, apache/datafusion#22964) is taken out of the plan's scans.
 
 use std::any::Any;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
-use datafusion::common::config::{ConfigExtension, ConfigOptions};
+use datafusion::common::NullEquality;
+use datafusion::common::config::{ConfigExtension, ConfigOptions, OptimizerOptions};
 use datafusion::common::extensions_options;
+use datafusion::common::plan_err;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::physical_plan::FileScanConfigBuilder;
 use datafusion::datasource::physical_plan::{FileSource, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
-use datafusion::physical_expr::utils::{conjunction_opt, reassign_expr_columns};
+use datafusion::physical_expr::expressions::{Column, lit};
+use datafusion::physical_expr::utils::conjunction_opt;
 use datafusion::physical_expr::{PhysicalExpr, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
@@ -60,6 +75,14 @@ extensions_options! {
 
 impl ConfigExtension for ClearIceOptions {
     const PREFIX: &'static str = "clearice";
+}
+
+/// Dynamic filter settings of ClearIce's sessions: DataFusion's, except the filter of a
+/// `min`/`max` aggregate without `GROUP BY`. DataFusion 53.1 builds it from the aggregates
+/// over plain columns only, so it prunes pages and row groups that the others need:
+/// `SELECT min(k), max(v + 1)` answered a smaller `max` (apache/datafusion#24816).
+pub fn dynamic_filter_defaults(optimizer: &mut OptimizerOptions) {
+    optimizer.enable_aggregate_dynamic_filter_pushdown = false;
 }
 
 /// Drops the rows of its input that fail dynamic filters (each evaluated as it is when
@@ -214,10 +237,19 @@ impl Sampled {
 #[derive(Debug, Default)]
 pub struct RowLevelDynamicFilters;
 
-impl RowLevelDynamicFilters {
-    /// The dynamic filters of `plan`'s scan (in the table's columns), if it is a Parquet
-    /// scan that prunes with them only.
-    fn dynamic_filters(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
+/// A scan's dynamic filters bound to its output: columns by position, not by name.
+struct ScanFilters {
+    /// Each filter conjunct, over the table's columns.
+    dynamic: Vec<Arc<dyn PhysicalExpr>>,
+    /// Output position of each table column the scan outputs as it is (a plain column,
+    /// whatever its alias); `None`: the scan outputs the table's columns in order.
+    outputs: Option<Vec<(usize, usize)>>,
+}
+
+impl ScanFilters {
+    /// The dynamic filters of `plan`'s scan, if it is a Parquet scan that prunes with
+    /// them only.
+    fn of(plan: &Arc<dyn ExecutionPlan>) -> Option<Self> {
         let scan = plan.as_any().downcast_ref::<DataSourceExec>()?;
         let (_, source) = scan.downcast_to_file_source::<ParquetSource>()?;
         if source.table_parquet_options().global.pushdown_filters {
@@ -229,47 +261,155 @@ impl RowLevelDynamicFilters {
             .filter(|e| e.as_any().is::<DynamicFilterPhysicalExpr>())
             .map(Arc::clone)
             .collect();
-        (!dynamic.is_empty()).then_some(dynamic)
+        if dynamic.is_empty() {
+            return None;
+        }
+        // The projection may compute or rename (`k + 1 AS k`): only a table column output
+        // as a plain column is the value the filter reads.
+        let outputs = source.projection().map(|p| {
+            p.iter()
+                .enumerate()
+                .filter_map(|(at, e)| {
+                    let c = e.expr.as_any().downcast_ref::<Column>()?;
+                    Some((c.index(), at))
+                })
+                .collect()
+        });
+        Some(Self { dynamic, outputs })
     }
 
-    /// `plan` under a [`DynamicFilterExec`] of the `dynamic` filters over its output, if
-    /// all of them read columns it outputs.
-    fn over(
-        dynamic: &[Arc<dyn PhysicalExpr>],
-        plan: &Arc<dyn ExecutionPlan>,
-    ) -> Option<Arc<dyn ExecutionPlan>> {
-        let schema = plan.schema();
-        let remapped = dynamic
+    /// The filters over the scan's output, then through `select` (a `FilterExec`'s
+    /// projection: positions of the scan's output); `None` if a column they read is not
+    /// there as it is.
+    fn bind(&self, select: Option<&[usize]>) -> Option<Arc<dyn PhysicalExpr>> {
+        let position = |c: &Column| {
+            let at = match &self.outputs {
+                None => Some(c.index()),
+                Some(outputs) => outputs
+                    .iter()
+                    .find(|(t, _)| *t == c.index())
+                    .map(|(_, at)| *at),
+            }?;
+            match select {
+                None => Some(at),
+                Some(select) => select.iter().position(|s| *s == at),
+            }
+        };
+        let bound = self
+            .dynamic
             .iter()
-            .map(|e| reassign_expr_columns(Arc::clone(e), &schema).ok())
+            .map(|e| {
+                Arc::clone(e)
+                    .transform_down(|e| match e.as_any().downcast_ref::<Column>() {
+                        Some(c) => match position(c) {
+                            Some(at) => Ok(Transformed::yes(
+                                Arc::new(Column::new(c.name(), at)) as Arc<dyn PhysicalExpr>
+                            )),
+                            None => plan_err!("column {} not output as it is", c.name()),
+                        },
+                        None => Ok(Transformed::no(e)),
+                    })
+                    .data()
+                    .ok()
+            })
             .collect::<Option<Vec<_>>>()?;
-        let predicate = conjunction_opt(remapped)?;
-        Some(Arc::new(DynamicFilterExec::new(
-            predicate,
-            Arc::clone(plan),
-        )))
+        conjunction_opt(bound)
     }
+}
 
+impl RowLevelDynamicFilters {
     fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
-        let done = |p| Ok(Transformed::new(p, true, TreeNodeRecursion::Jump));
+        let done =
+            |p: Arc<dyn ExecutionPlan>| Ok(Transformed::new(p, true, TreeNodeRecursion::Jump));
+        let filtered = |predicate, input| -> Arc<dyn ExecutionPlan> {
+            Arc::new(DynamicFilterExec::new(predicate, input))
+        };
         // Over the scan's static filter if the columns are still there, else under it.
         if let Some(filter) = plan.as_any().downcast_ref::<FilterExec>()
-            && let Some(dynamic) = Self::dynamic_filters(filter.input())
+            && let Some(scan) = ScanFilters::of(filter.input())
         {
-            if let Some(p) = Self::over(&dynamic, &plan) {
-                return done(p);
+            let select = filter.projection().as_ref().map(|p| p.to_vec());
+            if let Some(predicate) = scan.bind(select.as_deref()) {
+                return done(filtered(predicate, plan));
             }
-            if let Some(scan) = Self::over(&dynamic, filter.input()) {
-                return done(Arc::clone(&plan).with_new_children(vec![scan])?);
+            if let Some(predicate) = scan.bind(None) {
+                let under = filtered(predicate, Arc::clone(filter.input()));
+                return done(Arc::clone(&plan).with_new_children(vec![under])?);
             }
             return Ok(Transformed::new(plan, false, TreeNodeRecursion::Jump));
         }
-        if let Some(dynamic) = Self::dynamic_filters(&plan)
-            && let Some(p) = Self::over(&dynamic, &plan)
+        if let Some(scan) = ScanFilters::of(&plan)
+            && let Some(predicate) = scan.bind(None)
         {
-            return done(p);
+            return done(filtered(predicate, plan));
         }
         Ok(Transformed::no(plan))
+    }
+
+    /// Whether `plan` holds a `min`/`max` aggregate without `GROUP BY` (a session may
+    /// `SET` its dynamic filter back on: see [`dynamic_filter_defaults`]; the filter also
+    /// outlives a recursive query's iterations). Such plans get no row-level filters.
+    fn has_extreme_aggregate(plan: &Arc<dyn ExecutionPlan>) -> bool {
+        plan.exists(|node| {
+            Ok(node
+                .as_any()
+                .downcast_ref::<AggregateExec>()
+                .is_some_and(|agg| {
+                    agg.group_expr().is_empty()
+                        && agg.aggr_expr().iter().any(|a| {
+                            let name = a.fun().name();
+                            name.eq_ignore_ascii_case("min") || name.eq_ignore_ascii_case("max")
+                        })
+                }))
+        })
+        .unwrap_or(true)
+    }
+
+    /// Whether `plan` holds a hash join on `IS NOT DISTINCT FROM` keys. DataFusion 53.1
+    /// gives it a dynamic filter too (apache/datafusion#22964): bounds and membership
+    /// that a NULL key fails, so scans prune pages and row groups of NULL keys that
+    /// match NULL.
+    fn has_null_equal_join(plan: &Arc<dyn ExecutionPlan>) -> bool {
+        plan.exists(|node| {
+            Ok(node
+                .as_any()
+                .downcast_ref::<HashJoinExec>()
+                .is_some_and(|j| j.null_equality() == NullEquality::NullEqualsNull))
+        })
+        .unwrap_or(true)
+    }
+
+    /// `plan`'s Parquet scans without their dynamic filters (their static predicates
+    /// kept): for plans with a [`Self::has_null_equal_join`].
+    fn without_dynamic_filters(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            let Some(scan) = node.as_any().downcast_ref::<DataSourceExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let Some((config, source)) = scan.downcast_to_file_source::<ParquetSource>() else {
+                return Ok(Transformed::no(node));
+            };
+            let Some(filter) = source.filter() else {
+                return Ok(Transformed::no(node));
+            };
+            let conjuncts = split_conjunction(&filter);
+            let kept: Vec<_> = conjuncts
+                .iter()
+                .filter(|e| !e.as_any().is::<DynamicFilterPhysicalExpr>())
+                .map(|e| Arc::clone(e))
+                .collect();
+            if kept.len() == conjuncts.len() {
+                return Ok(Transformed::no(node));
+            }
+            let predicate = conjunction_opt(kept).unwrap_or_else(|| lit(true));
+            let config = FileScanConfigBuilder::from(config.clone())
+                .with_source(Arc::new(source.with_predicate(predicate)))
+                .build();
+            Ok(Transformed::yes(
+                DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>
+            ))
+        })
+        .data()
     }
 }
 
@@ -283,7 +423,10 @@ impl PhysicalOptimizerRule for RowLevelDynamicFilters {
             .extensions
             .get::<ClearIceOptions>()
             .is_none_or(|o| o.row_level_dynamic_filters);
-        if !on || config.execution.parquet.pushdown_filters {
+        if Self::has_null_equal_join(&plan) {
+            return Self::without_dynamic_filters(plan);
+        }
+        if !on || config.execution.parquet.pushdown_filters || Self::has_extreme_aggregate(&plan) {
             return Ok(plan);
         }
         plan.transform_down(Self::rewrite).data()
@@ -307,13 +450,15 @@ mod tests {
     use datafusion::physical_plan::collect;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
-    /// A session with the rule, and three Parquet tables: `big` (300,000 rows, each key of
+    /// A session with the rule, and Parquet tables: `big` (300,000 rows, each key of
     /// 0..100,000 three times, scattered over one row group, so statistics prune nothing),
-    /// `small` (3 keys) and `dim` (every key once).
+    /// `small` (3 keys), `dim` (every key once), `nulls` (`big` with the keys of its
+    /// last 50,000 rows NULL: whole pages of NULL keys) and `small_nulls` (5 and NULL).
     async fn session(dir: &std::path::Path) -> Result<SessionContext> {
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .with_target_partitions(2)
             .with_option_extension(ClearIceOptions::default());
+        dynamic_filter_defaults(&mut config.options_mut().optimizer);
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
@@ -331,6 +476,12 @@ mod tests {
                 "SELECT * FROM (VALUES (5), (50000), (99999)) AS t(k)",
             ),
             ("dim", "SELECT value AS k FROM generate_series(0, 99999)"),
+            (
+                "nulls",
+                "SELECT CASE WHEN value >= 250000 THEN NULL ELSE (value * 7919) % 100000 END AS k, \
+                 value AS v FROM generate_series(0, 299999)",
+            ),
+            ("small_nulls", "SELECT * FROM (VALUES (5), (NULL)) AS t(k)"),
         ] {
             ctx.sql(&format!(
                 "COPY ({query}) TO '{d}/{name}.parquet' STORED AS PARQUET"
@@ -436,6 +587,73 @@ mod tests {
         assert!(
             unfiltered > 0 && unfiltered <= 300_000 - SAMPLE_ROWS,
             "{unfiltered} rows unfiltered"
+        );
+        Ok(())
+    }
+
+    /// `big`'s rows as (k, v), in `v` order.
+    fn big() -> impl Iterator<Item = (i64, i64)> {
+        (0..300_000i64).map(|v| (v * 7919 % 100_000, v))
+    }
+
+    #[tokio::test]
+    async fn filters_read_the_scans_columns_not_columns_it_computes_under_their_names() -> Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let ctx = session(dir.path()).await?;
+        // `k + 1000 AS k`: whether DataFusion computes it over the scan (53.1 does, in a
+        // ProjectionExec) or in the scan's own projection, the join's filter on the output
+        // `k` must not read the table's `k`.
+        let mut expected: Vec<(i64, i64)> = big()
+            .map(|(k, v)| (k + 1000, v))
+            .filter(|(k, _)| [5, 50_000, 99_999].contains(k))
+            .collect();
+        expected.sort();
+        assert_eq!(expected.len(), 6);
+        let (rows, _) = run(
+            &ctx,
+            "SELECT s.k, b.v FROM small s JOIN (SELECT k + 1000 AS k, v FROM big) b \
+             ON s.k = b.k ORDER BY s.k, b.v",
+        )
+        .await?;
+        assert_eq!(rows, expected);
+        // A TopK over a negated key.
+        let mut expected: Vec<(i64, i64)> = big().map(|(k, v)| (-k, v)).collect();
+        expected.sort();
+        expected.truncate(5);
+        let (rows, _) = run(
+            &ctx,
+            "SELECT k, v FROM (SELECT -k AS k, v FROM big) ORDER BY k, v LIMIT 5",
+        )
+        .await?;
+        assert_eq!(rows, expected);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn dynamic_filters_datafusion_gets_wrong_are_not_planned() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let ctx = session(dir.path()).await?;
+        // A `min`/`max` aggregate's filter would cover `min(k)` only
+        // (apache/datafusion#24816): ClearIce's sessions plan none.
+        let (rows, filters) = run(&ctx, "SELECT min(k), max(v + 1) FROM big").await?;
+        assert_eq!((rows, filters), (vec![(0, 300_000)], vec![]));
+        // NULL keys match on IS NOT DISTINCT FROM: the join's filter would prune the pages
+        // of NULL keys (apache/datafusion#22964); such plans' scans lose it.
+        let matched: Vec<i64> = big()
+            .map(|(k, v)| ((v < 250_000).then_some(k), v))
+            .filter(|(k, _)| k.is_none() || *k == Some(5))
+            .map(|(_, v)| v)
+            .collect();
+        let (rows, filters) = run(
+            &ctx,
+            "SELECT count(*), sum(b.v) FROM small_nulls s JOIN nulls b \
+             ON s.k IS NOT DISTINCT FROM b.k",
+        )
+        .await?;
+        assert_eq!(
+            (rows, filters),
+            (vec![(matched.len() as i64, matched.iter().sum())], vec![])
         );
         Ok(())
     }

@@ -605,6 +605,7 @@ impl Engine {
                 let optimizer = &mut config.options_mut().optimizer;
                 optimizer.hash_join_single_partition_threshold = HASH_JOIN_COLLECT_BYTES;
                 optimizer.hash_join_single_partition_threshold_rows = HASH_JOIN_COLLECT_ROWS;
+                dynamic_rows::dynamic_filter_defaults(optimizer);
                 config
             }
         };
