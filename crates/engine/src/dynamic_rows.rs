@@ -22,6 +22,9 @@
 //! Wrong rows are worse than a slow query:
 //! - a filter is bound to the scan's output by position, and only to table columns the
 //!   scan outputs as they are (a projection may compute or rename: `k + 1 AS k`);
+//! - only filters whose keys are plain columns are applied (`100 / d` could fail on rows
+//!   a `WHERE` removes before the join), and a batch the filter cannot be evaluated on
+//!   passes through;
 //! - two of DataFusion 53.1's dynamic filters are wrong for some rows, and were so for
 //!   pruning already: a `min`/`max` aggregate's (built from some of the aggregates only,
 //!   apache/datafusion#24816) is off in ClearIce's sessions ([`dynamic_filter_defaults`]),
@@ -33,6 +36,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::NullEquality;
 use datafusion::common::config::{ConfigExtension, ConfigOptions, OptimizerOptions};
 use datafusion::common::extensions_options;
@@ -138,8 +142,8 @@ impl ExecutionPlan for DynamicFilterExec {
         &self,
         partition: Option<usize>,
     ) -> Result<datafusion::common::Statistics> {
-        // Planned after every statistics-driven decision; the input's bound holds.
-        self.input.partition_statistics(partition)
+        // Fewer rows may come out: the input's figures as bounds.
+        Ok(self.input.partition_statistics(partition)?.to_inexact())
     }
 
     fn with_new_children(
@@ -201,16 +205,22 @@ impl Sampled {
             return Ok(batch);
         }
         let _timer = self.baseline.elapsed_compute().timer();
+        let rows = batch.num_rows();
+        // The filter reads plain columns only, but it may see rows that predicates below
+        // the join would have removed: if it cannot be evaluated, the batch passes as it
+        // would without the filter, and the statement decides.
         let mask = self
             .predicate
-            .evaluate(&batch)?
-            .into_array(batch.num_rows())?;
-        let mask = mask.as_boolean_opt().ok_or_else(|| {
-            datafusion::error::DataFusionError::Internal(format!(
-                "dynamic filter gave {}, not booleans",
-                mask.data_type()
-            ))
-        })?;
+            .evaluate(&batch)
+            .and_then(|v| v.into_array(rows))
+            .ok()
+            .filter(|m| m.data_type() == &DataType::Boolean);
+        let Some(mask) = mask else {
+            self.unfiltered.add(rows);
+            self.baseline.record_output(rows);
+            return Ok(batch);
+        };
+        let mask = mask.as_boolean();
         let passed = mask.true_count();
         // A filter still being tightened (a TopK's) is never switched off.
         let complete = self.filters.iter().all(|f| {
@@ -234,8 +244,31 @@ impl Sampled {
 }
 
 /// See the module documentation.
-#[derive(Debug, Default)]
-pub struct RowLevelDynamicFilters;
+#[derive(Debug)]
+pub struct RowLevelDynamicFilters {
+    /// Plan [`DynamicFilterExec`]s; without, only take the filters DataFusion gets wrong
+    /// out of the scans (distributed plans, whose scans run on workers).
+    rows: bool,
+}
+
+impl RowLevelDynamicFilters {
+    /// The rule for plans run in this process.
+    pub fn new() -> Self {
+        Self { rows: true }
+    }
+
+    /// The rule without row-level filters: plans with an `IS NOT DISTINCT FROM` join only
+    /// lose their scans' dynamic filters.
+    pub fn pruning_only() -> Self {
+        Self { rows: false }
+    }
+}
+
+impl Default for RowLevelDynamicFilters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// A scan's dynamic filters bound to its output: columns by position, not by name.
 struct ScanFilters {
@@ -259,6 +292,9 @@ impl ScanFilters {
         let dynamic: Vec<_> = split_conjunction(&filter)
             .into_iter()
             .filter(|e| e.as_any().is::<DynamicFilterPhysicalExpr>())
+            // Keys that are expressions (`100 / d`, casts) could fail on rows that other
+            // predicates remove first; plain columns cannot.
+            .filter(|e| e.children().iter().all(|c| c.as_any().is::<Column>()))
             .map(Arc::clone)
             .collect();
         if dynamic.is_empty() {
@@ -426,7 +462,11 @@ impl PhysicalOptimizerRule for RowLevelDynamicFilters {
         if Self::has_null_equal_join(&plan) {
             return Self::without_dynamic_filters(plan);
         }
-        if !on || config.execution.parquet.pushdown_filters || Self::has_extreme_aggregate(&plan) {
+        if !self.rows
+            || !on
+            || config.execution.parquet.pushdown_filters
+            || Self::has_extreme_aggregate(&plan)
+        {
             return Ok(plan);
         }
         plan.transform_down(Self::rewrite).data()
@@ -453,7 +493,8 @@ mod tests {
     /// A session with the rule, and Parquet tables: `big` (300,000 rows, each key of
     /// 0..100,000 three times, scattered over one row group, so statistics prune nothing),
     /// `small` (3 keys), `dim` (every key once), `nulls` (`big` with the keys of its
-    /// last 50,000 rows NULL: whole pages of NULL keys) and `small_nulls` (5 and NULL).
+    /// last 50,000 rows NULL: whole pages of NULL keys), `small_nulls` (5 and NULL) and
+    /// `zeros` (`d` = 0..9, each 10,000 times).
     async fn session(dir: &std::path::Path) -> Result<SessionContext> {
         let mut config = SessionConfig::new()
             .with_target_partitions(2)
@@ -462,7 +503,7 @@ mod tests {
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
-            .with_physical_optimizer_rule(Arc::new(RowLevelDynamicFilters))
+            .with_physical_optimizer_rule(Arc::new(RowLevelDynamicFilters::new()))
             .build();
         let ctx = SessionContext::new_with_state(state);
         let d = dir.display();
@@ -482,6 +523,10 @@ mod tests {
                  value AS v FROM generate_series(0, 299999)",
             ),
             ("small_nulls", "SELECT * FROM (VALUES (5), (NULL)) AS t(k)"),
+            (
+                "zeros",
+                "SELECT value % 10 AS d FROM generate_series(0, 99999)",
+            ),
         ] {
             ctx.sql(&format!(
                 "COPY ({query}) TO '{d}/{name}.parquet' STORED AS PARQUET"
@@ -655,6 +700,21 @@ mod tests {
             (rows, filters),
             (vec![(matched.len() as i64, matched.iter().sum())], vec![])
         );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_key_that_fails_on_rows_a_predicate_removes_gets_no_row_filter() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let ctx = session(dir.path()).await?;
+        // `100 / d` fails where `d = 0`, rows the WHERE removes before the join sees them.
+        let (rows, filters) = run(
+            &ctx,
+            "SELECT count(*), sum(b.q) FROM (VALUES (20), (50)) AS s(k) \
+             JOIN (SELECT 100 / d AS q FROM zeros WHERE d <> 0) b ON s.k = b.q",
+        )
+        .await?;
+        assert_eq!((rows, filters), (vec![(20_000, 700_000)], vec![]));
         Ok(())
     }
 }

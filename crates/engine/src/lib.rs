@@ -692,10 +692,13 @@ impl Engine {
         if confined {
             rules = rules.with_physical_optimizer_rule(Arc::new(clearice_access::fair::FairJoins));
         }
-        // Not for distributed plans (workers get the scan's dynamic filters as they are),
-        // nor for stock sessions (DataFusion's own plans, as its sqllogictest files expect).
-        if self.coordinator.is_none() && !stock_session {
-            rules = rules.with_physical_optimizer_rule(Arc::new(RowLevelDynamicFilters));
+        // Row-level filters not for distributed plans (their scans run on workers), nor for
+        // stock sessions (DataFusion's own plans, as its sqllogictest files expect).
+        if !stock_session {
+            rules = rules.with_physical_optimizer_rule(Arc::new(match &self.coordinator {
+                None => RowLevelDynamicFilters::new(),
+                Some(_) => RowLevelDynamicFilters::pruning_only(),
+            }));
         }
         state = rules.build();
         if let Some(c) = &self.coordinator {
