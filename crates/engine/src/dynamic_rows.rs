@@ -38,8 +38,7 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::NullEquality;
-use datafusion::common::config::{ConfigExtension, ConfigOptions, OptimizerOptions};
-use datafusion::common::extensions_options;
+use datafusion::common::config::{ConfigOptions, OptimizerOptions};
 use datafusion::common::plan_err;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::physical_plan::FileScanConfigBuilder;
@@ -63,23 +62,10 @@ use futures::FutureExt;
 
 use clearice_iceberg::exec::map_batches;
 
+use crate::options::ClearIceOptions;
+
 /// Rows a complete filter is sampled on before it may be switched off.
 const SAMPLE_ROWS: usize = 1 << 16;
-
-extensions_options! {
-    /// ClearIce's own session options (`SET clearice.<name> = <value>`).
-    pub struct ClearIceOptions {
-        /// Evaluate the dynamic filters of hash joins and TopK on the rows of the scans
-        /// they reach ([`DynamicFilterExec`]), not only on file and row-group statistics.
-        /// Has no effect with `datafusion.execution.parquet.pushdown_filters` on: the
-        /// Parquet reader then evaluates them itself.
-        pub row_level_dynamic_filters: bool, default = true
-    }
-}
-
-impl ConfigExtension for ClearIceOptions {
-    const PREFIX: &'static str = "clearice";
-}
 
 /// Dynamic filter settings of ClearIce's sessions: DataFusion's, except the filter of a
 /// `min`/`max` aggregate without `GROUP BY`. DataFusion 53.1 builds it from the aggregates
@@ -173,6 +159,7 @@ impl ExecutionPlan for DynamicFilterExec {
                 .into_iter()
                 .map(Arc::clone)
                 .collect(),
+            complete: false,
             seen: 0,
             passed: 0,
             off: false,
@@ -187,6 +174,8 @@ impl ExecutionPlan for DynamicFilterExec {
 struct Sampled {
     predicate: Arc<dyn PhysicalExpr>,
     filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// Every filter is complete (a join's build side is built).
+    complete: bool,
     /// Rows seen and passed since every filter became complete.
     seen: usize,
     passed: usize,
@@ -222,13 +211,15 @@ impl Sampled {
         };
         let mask = mask.as_boolean();
         let passed = mask.true_count();
-        // A filter still being tightened (a TopK's) is never switched off.
-        let complete = self.filters.iter().all(|f| {
-            f.as_any()
-                .downcast_ref::<DynamicFilterPhysicalExpr>()
-                .is_some_and(|d| d.wait_complete().now_or_never().is_some())
-        });
-        if complete {
+        // A filter still being tightened (a TopK's) is never switched off. Once complete,
+        // a filter stays so for the stream's life.
+        self.complete = self.complete
+            || self.filters.iter().all(|f| {
+                f.as_any()
+                    .downcast_ref::<DynamicFilterPhysicalExpr>()
+                    .is_some_and(|d| d.wait_complete().now_or_never().is_some())
+            });
+        if self.complete {
             self.seen += batch.num_rows();
             self.passed += passed;
             self.off = self.seen >= SAMPLE_ROWS && self.passed * 10 >= self.seen * 9;

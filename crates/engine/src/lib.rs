@@ -35,12 +35,14 @@ mod executor;
 mod guard;
 mod local;
 mod memory;
+mod options;
 mod rotate;
 mod route;
 mod session;
 
-pub use dynamic_rows::{ClearIceOptions, DynamicFilterExec, RowLevelDynamicFilters};
+pub use dynamic_rows::{DynamicFilterExec, RowLevelDynamicFilters};
 use local::LocalParts;
+pub use options::ClearIceOptions;
 
 use std::collections::HashMap;
 use std::sync::Arc;
